@@ -1,0 +1,29 @@
+// The client's side of the attach handshake: connect to the daemon's control socket (retrying
+// until a deadline while no daemon is there), say hello, receive the segment's fds.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "client_lib/client.hpp"
+#include "shm/attach_protocol.hpp"
+#include "shm/fd.hpp"
+
+namespace batchd {
+
+struct Attachment {
+  shm::UniqueFd connection;
+  std::vector<shm::UniqueFd> fds;  // shm::AttachFd order
+  std::uint32_t client_id = 0;
+};
+
+// Returns false and fills `error` when no daemon could be reached in time or it refused.
+// `event_fd` (or -1) is registered for completion events.
+bool attach_to_daemon(const std::string& socket_path, std::chrono::milliseconds timeout,
+                      int event_fd, Attachment& out, Error& error);
+
+// The socket path a client uses when none is given: as the daemon's default.
+std::string client_default_socket_path();
+
+}  // namespace batchd

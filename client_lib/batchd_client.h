@@ -1,0 +1,54 @@
+/* libbatchd-client C ABI: for callers in C and other languages. Stable across minor versions;
+ * BATCHD_CLIENT_ABI_VERSION changes when it does not. Every function is thread-safe on one
+ * client handle except batchd_client_close(). */
+#ifndef BATCHD_CLIENT_H
+#define BATCHD_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BATCHD_CLIENT_ABI_VERSION 1
+
+typedef enum batchd_status {
+  BATCHD_OK = 0,
+  BATCHD_TIMEOUT = 1,
+  BATCHD_OVERLOADED = 2,
+  BATCHD_TOO_LARGE = 3,
+  BATCHD_INVALID_UTF8 = 4,
+  BATCHD_DAEMON_UNAVAILABLE = 5,
+  BATCHD_BACKEND_ERROR = 6,
+  BATCHD_BACKEND_UNAVAILABLE = 7,
+  BATCHD_CANCELLED = 8,
+  BATCHD_PROTOCOL_ERROR = 9,
+  BATCHD_INVALID_ARGUMENT = 10
+} batchd_status;
+
+typedef struct batchd_client batchd_client;
+
+/* Connects to the daemon at socket_path (NULL: the default path), trying for up to
+ * connect_timeout_ms. Returns NULL on failure and, if status is not NULL, why. */
+batchd_client* batchd_client_connect(const char* socket_path, uint32_t connect_timeout_ms,
+                                     batchd_status* status);
+
+/* Sends one request and waits up to timeout_ms. On BATCHD_OK *output holds the answer (not
+ * NUL-terminated; free it with batchd_free) and *output_len its length. On any other status
+ * *output holds a NUL-terminated message for a person (also freed with batchd_free). */
+batchd_status batchd_submit(batchd_client* client, const char* input, size_t input_len,
+                            uint32_t timeout_ms, char** output, size_t* output_len);
+
+void batchd_free(void* buffer);
+
+/* A short stable name for a status ("timeout", ...). Never NULL. */
+const char* batchd_status_name(batchd_status status);
+
+void batchd_client_close(batchd_client* client);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BATCHD_CLIENT_H */

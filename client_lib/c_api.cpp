@@ -1,0 +1,101 @@
+// The C ABI over batchd::Client.
+#include <cstdlib>
+#include <cstring>
+
+#include "client_lib/batchd_client.h"
+#include "client_lib/client.hpp"
+
+struct batchd_client {
+  std::unique_ptr<batchd::Client> client;
+};
+
+namespace {
+
+batchd_status to_status(batchd::ErrorCode code) noexcept {
+  switch (code) {
+    case batchd::ErrorCode::kTimeout: return BATCHD_TIMEOUT;
+    case batchd::ErrorCode::kOverloaded: return BATCHD_OVERLOADED;
+    case batchd::ErrorCode::kTooLarge: return BATCHD_TOO_LARGE;
+    case batchd::ErrorCode::kInvalidUtf8: return BATCHD_INVALID_UTF8;
+    case batchd::ErrorCode::kDaemonUnavailable: return BATCHD_DAEMON_UNAVAILABLE;
+    case batchd::ErrorCode::kBackendError: return BATCHD_BACKEND_ERROR;
+    case batchd::ErrorCode::kBackendUnavailable: return BATCHD_BACKEND_UNAVAILABLE;
+    case batchd::ErrorCode::kCancelled: return BATCHD_CANCELLED;
+    case batchd::ErrorCode::kProtocolError: return BATCHD_PROTOCOL_ERROR;
+  }
+  return BATCHD_PROTOCOL_ERROR;
+}
+
+char* copy_out(const std::string& text, bool terminate) noexcept {
+  char* buffer = static_cast<char*>(std::malloc(text.size() + (terminate ? 1 : 0) + 1));
+  if (buffer == nullptr) return nullptr;
+  std::memcpy(buffer, text.data(), text.size());
+  buffer[text.size()] = '\0';
+  return buffer;
+}
+
+}  // namespace
+
+extern "C" {
+
+batchd_client* batchd_client_connect(const char* socket_path, uint32_t connect_timeout_ms,
+                                     batchd_status* status) {
+  try {
+    batchd::ClientOptions options;
+    if (socket_path != nullptr) options.socket_path = socket_path;
+    options.connect_timeout = std::chrono::milliseconds(connect_timeout_ms);
+    batchd::Error error;
+    auto client = batchd::Client::connect(options, &error);
+    if (!client) {
+      if (status != nullptr) *status = to_status(error.code);
+      return nullptr;
+    }
+    if (status != nullptr) *status = BATCHD_OK;
+    return new batchd_client{std::move(client)};
+  } catch (...) {
+    if (status != nullptr) *status = BATCHD_DAEMON_UNAVAILABLE;
+    return nullptr;
+  }
+}
+
+batchd_status batchd_submit(batchd_client* client, const char* input, size_t input_len,
+                            uint32_t timeout_ms, char** output, size_t* output_len) {
+  if (client == nullptr || (input == nullptr && input_len != 0) || output == nullptr ||
+      output_len == nullptr) {
+    return BATCHD_INVALID_ARGUMENT;
+  }
+  try {
+    batchd::Result result = client->client->submit(std::string_view(input, input_len),
+                                                   std::chrono::milliseconds(timeout_ms));
+    const std::string& text = result.ok() ? result.output() : result.error().message;
+    *output = copy_out(text, !result.ok());
+    *output_len = text.size();
+    return result.ok() ? BATCHD_OK : to_status(result.error().code);
+  } catch (...) {
+    *output = nullptr;
+    *output_len = 0;
+    return BATCHD_PROTOCOL_ERROR;
+  }
+}
+
+void batchd_free(void* buffer) { std::free(buffer); }
+
+const char* batchd_status_name(batchd_status status) {
+  switch (status) {
+    case BATCHD_OK: return "ok";
+    case BATCHD_INVALID_ARGUMENT: return "invalid_argument";
+    default: break;
+  }
+  if (status < BATCHD_OK || status > BATCHD_INVALID_ARGUMENT) return "unknown";
+  static constexpr batchd::ErrorCode kCodes[] = {
+      batchd::ErrorCode::kTimeout,           batchd::ErrorCode::kOverloaded,
+      batchd::ErrorCode::kTooLarge,          batchd::ErrorCode::kInvalidUtf8,
+      batchd::ErrorCode::kDaemonUnavailable, batchd::ErrorCode::kBackendError,
+      batchd::ErrorCode::kBackendUnavailable, batchd::ErrorCode::kCancelled,
+      batchd::ErrorCode::kProtocolError};
+  return batchd::error_code_name(kCodes[status - 1]);
+}
+
+void batchd_client_close(batchd_client* client) { delete client; }
+
+}  // extern "C"

@@ -1,0 +1,112 @@
+// libbatchd-client: hands single string requests to a local batchd daemon through shared memory
+// and returns each caller its own answer or a typed error.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace batchd {
+
+enum class ErrorCode {
+  kTimeout,             // the caller's deadline passed before an answer came
+  kOverloaded,          // no room for the request: too many in flight; retry later
+  kTooLarge,            // the input exceeds the daemon's max input bytes
+  kInvalidUtf8,         // the input is not valid UTF-8
+  kDaemonUnavailable,   // no daemon answered, or it went away
+  kBackendError,        // the backend failed on this request
+  kBackendUnavailable,  // no healthy device could run it
+  kCancelled,           // withdrawn before it ran
+  kProtocolError,       // the daemon's answer made no sense (a bug; please report)
+};
+
+// A short stable name ("timeout", "overloaded", ...), for logs and metrics labels.
+const char* error_code_name(ErrorCode code) noexcept;
+
+struct Error {
+  ErrorCode code;
+  std::string message;  // for a person: what happened and, where it helps, what to do
+};
+
+// The answer to one request, or why there is none.
+class Result {
+ public:
+  static Result success(std::string output) { return Result(std::move(output)); }
+  static Result failure(ErrorCode code, std::string message) {
+    return Result(Error{code, std::move(message)});
+  }
+
+  [[nodiscard]] bool ok() const noexcept { return !error_.has_value(); }
+  // Precondition: ok().
+  [[nodiscard]] const std::string& output() const noexcept { return output_; }
+  [[nodiscard]] std::string& output() noexcept { return output_; }
+  // Precondition: !ok().
+  [[nodiscard]] const Error& error() const noexcept { return *error_; }
+
+ private:
+  explicit Result(std::string output) : output_(std::move(output)) {}
+  explicit Result(Error error) : error_(std::move(error)) {}
+  std::string output_;
+  std::optional<Error> error_;
+};
+
+struct ClientOptions {
+  std::string socket_path;  // empty: the daemon's default path
+  // How long connect() keeps trying to reach a daemon that is not (yet) there.
+  std::chrono::milliseconds connect_timeout{2000};
+  // Sync callers spin this long for an answer before sleeping in the kernel.
+  std::chrono::microseconds spin{50};
+};
+
+class ClientImpl;
+
+// A connection to one daemon and the client's shared-memory segment. Thread-safe: any number of
+// threads may submit through one Client. Non-copyable; destroying it while calls are in
+// progress on other threads is a precondition violation.
+class Client {
+ public:
+  // Connects and attaches. On failure returns nullptr and fills *error (daemon unavailable with
+  // the reason, or a refusal from the daemon).
+  static std::unique_ptr<Client> connect(const ClientOptions& options, Error* error);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Sends one request and waits for its answer until `timeout` passes. Any thread.
+  Result submit(std::string_view input, std::chrono::milliseconds timeout);
+
+  using Callback = std::function<void(Result&&)>;
+
+  // Sends one request without waiting. On admission returns nothing and `done` is called exactly
+  // once, later, from poll(); otherwise returns the error at once and never calls `done`.
+  // Any thread.
+  std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
+                                    Callback done);
+
+  // Calls the callbacks of finished asynchronous requests (answered, timed out or failed) and
+  // returns how many. Call from one thread at a time, whenever event_fd() is readable and at
+  // least every few milliseconds while requests are pending (that is what expires timeouts).
+  std::size_t poll();
+
+  // An eventfd that becomes readable when asynchronous requests may have finished.
+  [[nodiscard]] int event_fd() const noexcept;
+
+  // Whether the daemon is still there (its control connection is open).
+  [[nodiscard]] bool connected() const noexcept;
+  [[nodiscard]] std::uint32_t max_input_bytes() const noexcept;
+  [[nodiscard]] std::uint32_t slot_count() const noexcept;
+
+ private:
+  explicit Client(std::unique_ptr<ClientImpl> impl);
+  std::unique_ptr<ClientImpl> impl_;
+};
+
+}  // namespace batchd

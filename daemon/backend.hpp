@@ -1,0 +1,71 @@
+// The one interface every backend implements (cpu, sim, cuda, plug-ins): a batch of inputs as
+// flat bytes plus offsets in, the same number of outputs out. Routing, completion and failure
+// handling are written once against this.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace batchd {
+
+// Inputs of one batch: input i is bytes[offsets[i], offsets[i + 1]).
+struct BatchInput {
+  std::span<const char> bytes;
+  std::span<const std::uint32_t> offsets;  // size() + 1 entries, offsets[0] == 0
+
+  [[nodiscard]] std::size_t size() const noexcept { return offsets.empty() ? 0 : offsets.size() - 1; }
+  [[nodiscard]] std::string_view at(std::size_t i) const noexcept {
+    return {bytes.data() + offsets[i], offsets[i + 1] - offsets[i]};
+  }
+};
+
+// Outputs of one batch, in the same layout; reused across batches so that steady state
+// allocates nothing.
+struct BatchOutput {
+  std::vector<char> bytes;
+  std::vector<std::uint32_t> offsets{0};
+
+  void clear() noexcept {
+    bytes.clear();
+    offsets.assign(1, 0);
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return offsets.size() - 1; }
+  [[nodiscard]] std::string_view at(std::size_t i) const noexcept {
+    return {bytes.data() + offsets[i], offsets[i + 1] - offsets[i]};
+  }
+  // Appends room for one output of n bytes and returns where to write it.
+  char* append(std::size_t n) {
+    bytes.resize(bytes.size() + n);
+    offsets.push_back(static_cast<std::uint32_t>(bytes.size()));
+    return bytes.data() + bytes.size() - n;
+  }
+};
+
+// A whole-batch failure; per-input isolation happens above the backend.
+struct BackendStatus {
+  bool ok = true;
+  std::string message;
+
+  static BackendStatus success() { return {}; }
+  static BackendStatus failure(std::string why) { return {false, std::move(why)}; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  [[nodiscard]] virtual std::string_view name() const noexcept = 0;
+
+  // How many batches may run at once (CPU workers, devices × streams); lane ids are
+  // 0 .. lanes() - 1 and each lane runs one batch at a time.
+  [[nodiscard]] virtual unsigned lanes() const noexcept = 0;
+
+  // Runs one batch on `lane`. Thread-safe across distinct lanes. On success `out` holds one
+  // output per input; the caller checks the count and treats a mismatch as a backend error.
+  virtual BackendStatus run(unsigned lane, const BatchInput& in, BatchOutput& out) = 0;
+};
+
+}  // namespace batchd

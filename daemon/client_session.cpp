@@ -1,0 +1,86 @@
+#include "daemon/client_session.hpp"
+
+#include <sys/eventfd.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "shm/memfd_region.hpp"
+#include "shm/untrusted.hpp"
+
+namespace batchd {
+
+ClientSession::ClientSession(std::uint64_t id, shm::UniqueFd connection,
+                             const shm::SegmentParams& params, pid_t pid, uid_t uid)
+    : id_(id), connection_(std::move(connection)), pid_(pid), uid_(uid) {
+  const shm::Geometry g = shm::compute_geometry(params);
+  request_fd_ = shm::create_memfd("batchd-requests", g.request_region_bytes);
+  completion_fd_ = shm::create_memfd("batchd-completions", g.completion_region_bytes);
+  request_map_ = shm::map_fd(request_fd_.get(), g.request_region_bytes, true);
+  completion_map_ = shm::map_fd(completion_fd_.get(), g.completion_region_bytes, true);
+  shm::seal_memfd(request_fd_.get(), false);
+  shm::seal_memfd(completion_fd_.get(), true);
+  view_ = shm::SegmentView(g, request_map_.get_address(), completion_map_.get_address());
+  *view_.header() = shm::make_header(g);
+  ring_ = shm::RingConsumer(view_.ring_tail(), view_.ring_entries(), view_.completion_header(),
+                            params.slot_count);
+  in_flight_ = std::make_unique<std::atomic<std::uint32_t>[]>(params.slot_count);
+  for (std::uint32_t i = 0; i < params.slot_count; ++i) in_flight_[i].store(0);
+}
+
+void ClientSession::signal_event_fd() const noexcept {
+  if (!event_fd_.valid()) return;
+  const std::uint64_t one = 1;
+  // EAGAIN means the counter is saturated: the client has a wake pending already.
+  [[maybe_unused]] const ssize_t n = ::write(event_fd_.get(), &one, sizeof(one));
+}
+
+bool ClientSession::has_pending() noexcept {
+  if (closed()) return false;
+  if (ring_.available() > 0) return true;
+  // A bad tail counts as pending so the caller goes on to take() and reports the violation.
+  return !ring_.refresh() || ring_.available() > 0;
+}
+
+TakeResult ClientSession::take(TakenRequest& out, std::string& why) noexcept {
+  if (closed()) return TakeResult::kEmpty;
+  if (ring_.available() == 0) {
+    if (!ring_.refresh()) {
+      why = "submission ring tail moved backwards or past the ring's capacity";
+      return TakeResult::kViolation;
+    }
+    if (ring_.available() == 0) return TakeResult::kEmpty;
+  }
+  const shm::RingEntry entry = ring_.peek();
+  const std::uint32_t slot = shm::ring_entry_slot(entry);
+  const std::uint32_t generation = shm::ring_entry_generation(entry);
+  const auto& params = view_.geometry().params;
+  if (slot >= params.slot_count) {
+    why = fmt::format("ring entry names slot {} of {}", slot, params.slot_count);
+    return TakeResult::kViolation;
+  }
+  if (generation == 0 || generation > shm::kGenerationMask) {
+    why = fmt::format("ring entry for slot {} has impossible generation {}", slot, generation);
+    return TakeResult::kViolation;
+  }
+  if (in_flight_[slot].load(std::memory_order_acquire) != 0) {
+    why = fmt::format("slot {} submitted again while still in flight", slot);
+    return TakeResult::kViolation;
+  }
+  const shm::RequestSlotHeader& header = *view_.request_slot(slot);
+  const std::uint32_t input_bytes = shm::load_once(header.input_bytes);
+  if (input_bytes > params.max_input_bytes) {
+    why = fmt::format("slot {} claims {} input bytes, limit {}", slot, input_bytes,
+                      params.max_input_bytes);
+    return TakeResult::kViolation;
+  }
+  out.slot = slot;
+  out.generation = generation;
+  out.deadline_mono_ns = shm::load_once(header.deadline_mono_ns);
+  out.input_bytes = input_bytes;
+  out.input = view_.request_input(slot);
+  return TakeResult::kTaken;
+}
+
+}  // namespace batchd

@@ -1,0 +1,95 @@
+// The daemon's side of one attached client: its segment (created and owned here), the consumer
+// end of its ring, and a private record of which slots are in flight. Everything read from the
+// segment is untrusted; see take().
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <boost/interprocess/mapped_region.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "shm/fd.hpp"
+#include "shm/layout.hpp"
+#include "shm/ring.hpp"
+#include "shm/segment_view.hpp"
+
+namespace batchd {
+
+// One request read out of a client's segment and checked; input points into shared memory and
+// must be copied before use.
+struct TakenRequest {
+  std::uint32_t slot = 0;
+  std::uint32_t generation = 0;
+  std::int64_t deadline_mono_ns = 0;
+  std::uint32_t input_bytes = 0;
+  const std::byte* input = nullptr;
+};
+
+enum class TakeResult { kEmpty, kTaken, kViolation };
+
+class ClientSession {
+ public:
+  // Creates the client's segment. Throws std::system_error or interprocess_exception.
+  ClientSession(std::uint64_t id, shm::UniqueFd connection, const shm::SegmentParams& params,
+                pid_t pid, uid_t uid);
+  ClientSession(const ClientSession&) = delete;
+  ClientSession& operator=(const ClientSession&) = delete;
+
+  [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
+  [[nodiscard]] int connection() const noexcept { return connection_.get(); }
+  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
+  [[nodiscard]] const shm::SegmentView& view() const noexcept { return view_; }
+  [[nodiscard]] int request_fd() const noexcept { return request_fd_.get(); }
+  [[nodiscard]] int completion_fd() const noexcept { return completion_fd_.get(); }
+
+  // The client's eventfd for completion events, if it registered one. Takes ownership.
+  void set_event_fd(shm::UniqueFd fd) noexcept { event_fd_ = std::move(fd); }
+  void signal_event_fd() const noexcept;
+
+  // Drain thread only. Peeks the next ring entry and validates it against the segment's bounds
+  // and this session's private slot table. kViolation fills `why`; the caller must then drop the
+  // client. Does not consume: call pop() once the request has been copied out.
+  TakeResult take(TakenRequest& out, std::string& why) noexcept;
+  void pop() noexcept { ring_.pop(); }
+  // Publishes the consumer position so the producer sees freed ring space.
+  void publish() noexcept { ring_.publish(); }
+  // Whether the producer has published entries not yet taken (re-reads the untrusted tail).
+  [[nodiscard]] bool has_pending() noexcept;
+
+  // Marks a taken request in flight, before it is popped.
+  void mark_in_flight(std::uint32_t slot, std::uint32_t generation) noexcept {
+    in_flight_[slot].store(generation, std::memory_order_relaxed);
+  }
+  // Any thread: the request's completion is written; the slot may be reused once the client
+  // sees DONE. Must precede the DONE store (see Completer).
+  void clear_in_flight(std::uint32_t slot) noexcept {
+    in_flight_[slot].store(0, std::memory_order_release);
+  }
+
+  // The connection closed or the client broke the protocol: take nothing more from it.
+  void mark_closed() noexcept { closed_.store(true, std::memory_order_relaxed); }
+  [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_relaxed); }
+
+ private:
+  std::uint64_t id_;
+  shm::UniqueFd connection_;
+  pid_t pid_;
+  uid_t uid_;
+  shm::UniqueFd request_fd_;
+  shm::UniqueFd completion_fd_;
+  shm::UniqueFd event_fd_;
+  boost::interprocess::mapped_region request_map_;
+  boost::interprocess::mapped_region completion_map_;
+  shm::SegmentView view_;
+  shm::RingConsumer ring_;
+  // Per slot: the generation the daemon holds in flight, 0 if none. The daemon's own truth,
+  // never shared: a client resubmitting a busy slot is caught here.
+  std::unique_ptr<std::atomic<std::uint32_t>[]> in_flight_;
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace batchd

@@ -1,0 +1,33 @@
+// Everything the daemon is told at start: from flags (and later the config file).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/batcher.hpp"
+#include "shm/layout.hpp"
+
+namespace batchd {
+
+struct DaemonConfig {
+  std::string socket_path;            // empty: default_socket_path()
+  shm::SegmentParams segment;         // per-client slots and payload limits
+  BatchLimits batch;                  // the wait-or-full policy
+  std::string backend = "cpu";
+  unsigned cost = 1;                  // SHA-256 rounds per input (cpu backend)
+  unsigned cpu_threads = 1;           // cpu backend lanes
+  unsigned spare_batches = 2;         // batch objects beyond one per lane: filling and queued
+  unsigned max_clients = 256;
+  std::vector<uid_t> allowed_uids;    // besides the daemon's own uid
+  std::vector<gid_t> allowed_gids;
+  std::uint32_t drain_spin_us = 20;   // busy-poll this long before the drain loop sleeps
+};
+
+// $XDG_RUNTIME_DIR/batchd/batchd.sock, or /run/batchd/batchd.sock as root (or with no
+// XDG_RUNTIME_DIR).
+std::string default_socket_path();
+
+}  // namespace batchd

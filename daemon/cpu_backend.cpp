@@ -1,0 +1,16 @@
+#include "daemon/cpu_backend.hpp"
+
+#include "kernels/reference_batchstring.hpp"
+
+namespace batchd {
+
+BackendStatus CpuBackend::run(unsigned /*lane*/, const BatchInput& in, BatchOutput& out) {
+  out.clear();
+  out.bytes.reserve(in.size() * kernels::kDigestHexBytes);
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    kernels::reference_batchstring(in.at(i), cost_, out.append(kernels::kDigestHexBytes));
+  }
+  return BackendStatus::success();
+}
+
+}  // namespace batchd

@@ -1,0 +1,22 @@
+// The reference backend on CPU threads: iterated SHA-256, lowercase hex.
+#pragma once
+
+#include "daemon/backend.hpp"
+
+namespace batchd {
+
+class CpuBackend final : public Backend {
+ public:
+  // Preconditions: cost >= 1, threads >= 1.
+  CpuBackend(unsigned cost, unsigned threads) noexcept : cost_(cost), threads_(threads) {}
+
+  [[nodiscard]] std::string_view name() const noexcept override { return "cpu"; }
+  [[nodiscard]] unsigned lanes() const noexcept override { return threads_; }
+  BackendStatus run(unsigned lane, const BatchInput& in, BatchOutput& out) override;
+
+ private:
+  unsigned cost_;     // SHA-256 rounds per input
+  unsigned threads_;  // one lane per worker thread
+};
+
+}  // namespace batchd

@@ -1,0 +1,445 @@
+#include "daemon/daemon.hpp"
+
+#include <poll.h>
+#include <simdjson.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "shm/futex.hpp"
+#include "shm/memfd_region.hpp"
+
+namespace batchd {
+namespace {
+
+// user_data of an io_uring operation: what it waits for in the top byte, whose it is below.
+enum class Op : std::uint64_t { kListen = 1, kDoorbell = 2, kAttach = 3, kSession = 4 };
+constexpr std::uint64_t pack(Op op, std::uint64_t id) noexcept {
+  return (static_cast<std::uint64_t>(op) << 56) | id;
+}
+constexpr Op op_of(std::uint64_t user_data) noexcept { return static_cast<Op>(user_data >> 56); }
+constexpr std::uint64_t id_of(std::uint64_t user_data) noexcept {
+  return user_data & ((std::uint64_t{1} << 56) - 1);
+}
+
+constexpr unsigned kRingEntries = 512;
+// Requests taken from one client before moving to the next, so one busy client cannot starve
+// the others within a drain pass.
+constexpr unsigned kBurstPerClient = 32;
+constexpr std::int64_t kStopGraceNs = 5'000'000'000;
+constexpr std::int64_t kStopPollNs = 1'000'000;
+
+std::int64_t to_ns(WaitOrFullBatcher::TimePoint t) noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+WaitOrFullBatcher::TimePoint from_ns(std::int64_t ns) noexcept {
+  return WaitOrFullBatcher::TimePoint(std::chrono::nanoseconds(ns));
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonConfig config, std::unique_ptr<Backend> backend)
+    : config_(std::move(config)), backend_(std::move(backend)), batcher_(config_.batch) {
+  if (config_.socket_path.empty()) config_.socket_path = default_socket_path();
+}
+
+Daemon::~Daemon() {
+  if (executor_) executor_->stop();
+  if (open_ != nullptr && executor_) executor_->release(open_);
+  if (ring_ready_) io_uring_queue_exit(&ring_);
+}
+
+void Daemon::start() {
+  if (auto bad = shm::check_params(config_.segment); !bad.empty()) {
+    throw std::invalid_argument("bad segment parameters: " + bad);
+  }
+  if (config_.batch.max_batch == 0) throw std::invalid_argument("max batch must be at least 1");
+  // steady_clock is CLOCK_MONOTONIC on Linux: the clock of every deadline in shared memory.
+  static_assert(std::chrono::steady_clock::is_steady);
+
+  const int rc = io_uring_queue_init(kRingEntries, &ring_, 0);
+  if (rc < 0) {
+    throw std::runtime_error(std::string("io_uring is not available: ") + std::strerror(-rc));
+  }
+  ring_ready_ = true;
+
+  doorbell_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!doorbell_.valid()) throw std::system_error(errno, std::generic_category(), "eventfd");
+  status_fd_ = shm::create_memfd("batchd-status", 4096);
+  status_map_ = shm::map_fd(status_fd_.get(), 4096, true);
+  shm::seal_memfd(status_fd_.get(), true);
+  status_ = new (status_map_.get_address()) shm::DaemonStatusPage{};
+  status_->magic = shm::kAttachMagic;
+  status_->daemon_pid = static_cast<std::uint32_t>(::getpid());
+
+  control_ = std::make_unique<ControlSocket>(config_.socket_path);
+  executor_ = std::make_unique<Executor>(*backend_, completer_, config_.spare_batches, [this] {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (status_->drain_sleeping.load(std::memory_order_relaxed) != 0) ring_doorbell();
+  });
+  executor_->start();
+  arm_poll(control_->fd(), pack(Op::kListen, 0));
+  arm_doorbell_read();
+  spdlog::info("batchd listening on {} (backend {}, {} lanes, max batch {}, max wait {} us, "
+               "max batch bytes {})",
+               config_.socket_path, backend_->name(), backend_->lanes(), config_.batch.max_batch,
+               std::chrono::duration_cast<std::chrono::microseconds>(config_.batch.max_wait).count(),
+               config_.batch.max_batch_bytes);
+}
+
+void Daemon::request_stop() noexcept {
+  stop_requested_.store(true, std::memory_order_relaxed);
+  ring_doorbell();
+}
+
+void Daemon::ring_doorbell() noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(doorbell_.get(), &one, sizeof(one));
+}
+
+void Daemon::arm_poll(int fd, std::uint64_t user_data) {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (sqe == nullptr) {
+    io_uring_submit(&ring_);
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  io_uring_prep_poll_add(sqe, fd, POLLIN | POLLRDHUP);
+  io_uring_sqe_set_data64(sqe, user_data);
+}
+
+void Daemon::arm_doorbell_read() {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (sqe == nullptr) {
+    io_uring_submit(&ring_);
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  io_uring_prep_read(sqe, doorbell_.get(), &doorbell_value_, sizeof(doorbell_value_), 0);
+  io_uring_sqe_set_data64(sqe, pack(Op::kDoorbell, 0));
+}
+
+void Daemon::handle_completions() {
+  io_uring_cqe* cqes[64];
+  for (;;) {
+    const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, 64);
+    if (n == 0) break;
+    for (unsigned i = 0; i < n; ++i) {
+      const std::uint64_t data = io_uring_cqe_get_data64(cqes[i]);
+      const int res = cqes[i]->res;
+      io_uring_cqe_seen(&ring_, cqes[i]);
+      handle_event(data, res);
+    }
+  }
+  if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
+}
+
+void Daemon::handle_event(std::uint64_t user_data, int result) {
+  switch (op_of(user_data)) {
+    case Op::kListen:
+      if (!stop_requested_.load(std::memory_order_relaxed)) {
+        accept_clients();
+        arm_poll(control_->fd(), pack(Op::kListen, 0));
+      }
+      break;
+    case Op::kDoorbell:
+      arm_doorbell_read();
+      break;
+    case Op::kAttach:
+      finish_attach(id_of(user_data));
+      break;
+    case Op::kSession:
+      if (result >= 0) on_session_readable(id_of(user_data));
+      break;
+  }
+}
+
+void Daemon::accept_clients() {
+  while (auto accepted = control_->accept_one()) {
+    auto& [fd, peer] = *accepted;
+    if (!peer_allowed(peer, config_.allowed_uids, config_.allowed_gids)) {
+      spdlog::warn("refused attach from pid {} uid {}: not allowed", peer.pid, peer.uid);
+      send_refusal(fd.get(), shm::AttachStatus::kPermissionDenied,
+                   "uid " + std::to_string(peer.uid) + " may not use this daemon");
+      continue;
+    }
+    if (sessions_.size() + attaching_.size() >= config_.max_clients) {
+      send_refusal(fd.get(), shm::AttachStatus::kTooManyClients,
+                   "the daemon already serves " + std::to_string(config_.max_clients) + " clients");
+      continue;
+    }
+    const std::uint64_t id = next_id_++;
+    arm_poll(fd.get(), pack(Op::kAttach, id));
+    attaching_.emplace(id, PendingAttach{std::move(fd), peer});
+  }
+}
+
+void Daemon::send_refusal(int fd, shm::AttachStatus status, const std::string& why) noexcept {
+  shm::AttachReply reply{};
+  reply.magic = shm::kAttachMagic;
+  reply.protocol_version = shm::kProtocolVersion;
+  reply.status = status;
+  std::snprintf(reply.message, sizeof(reply.message), "%s", why.c_str());
+  (void)shm::send_with_fds(fd, std::as_bytes(std::span(&reply, 1)), {});
+}
+
+void Daemon::finish_attach(std::uint64_t id) {
+  auto it = attaching_.find(id);
+  if (it == attaching_.end()) return;
+  PendingAttach pending = std::move(it->second);
+  attaching_.erase(it);
+  const int fd = pending.connection.get();
+
+  shm::Hello hello{};
+  std::vector<shm::UniqueFd> fds;
+  const long n = shm::recv_with_fds(fd, std::as_writable_bytes(std::span(&hello, 1)), fds);
+  if (n == -EAGAIN) {  // woken without data: keep waiting
+    arm_poll(fd, pack(Op::kAttach, id));
+    attaching_.emplace(id, std::move(pending));
+    return;
+  }
+  if (n != static_cast<long>(sizeof(hello)) || hello.magic != shm::kAttachMagic) {
+    send_refusal(fd, shm::AttachStatus::kBadHello, "malformed attach request");
+    return;
+  }
+  if (hello.protocol_version != shm::kProtocolVersion) {
+    send_refusal(fd, shm::AttachStatus::kVersionMismatch,
+                 "daemon speaks protocol " + std::to_string(shm::kProtocolVersion) +
+                     ", client " + std::to_string(hello.protocol_version));
+    return;
+  }
+  const bool wants_eventfd = (hello.flags & shm::kHelloWantsEventfd) != 0;
+  if (fds.size() != (wants_eventfd ? 1U : 0U)) {
+    send_refusal(fd, shm::AttachStatus::kBadHello, "attach request carried the wrong fds");
+    return;
+  }
+  if (stop_requested_.load(std::memory_order_relaxed)) {
+    send_refusal(fd, shm::AttachStatus::kShuttingDown, "the daemon is shutting down");
+    return;
+  }
+  std::shared_ptr<ClientSession> session;
+  try {
+    session = std::make_shared<ClientSession>(id, std::move(pending.connection), config_.segment,
+                                              pending.peer.pid, pending.peer.uid);
+  } catch (const std::exception& e) {
+    spdlog::error("cannot create a segment for pid {}: {}", pending.peer.pid, e.what());
+    send_refusal(fd, shm::AttachStatus::kInternalError, e.what());
+    return;
+  }
+  if (wants_eventfd) session->set_event_fd(std::move(fds[0]));
+
+  shm::AttachReply reply{};
+  reply.magic = shm::kAttachMagic;
+  reply.protocol_version = shm::kProtocolVersion;
+  reply.status = shm::AttachStatus::kOk;
+  reply.client_id = static_cast<std::uint32_t>(id);
+  const int out_fds[shm::kAttachFdCount] = {session->request_fd(), session->completion_fd(),
+                                            doorbell_.get(), status_fd_.get()};
+  if (int err = shm::send_with_fds(fd, std::as_bytes(std::span(&reply, 1)), out_fds); err != 0) {
+    spdlog::warn("attach of pid {} failed while sending its segment: {}", pending.peer.pid,
+                 std::strerror(err));
+    return;
+  }
+  arm_poll(fd, pack(Op::kSession, id));
+  sessions_.emplace(id, session);
+  drain_order_.push_back(std::move(session));
+  stats_.clients_attached.fetch_add(1, std::memory_order_relaxed);
+  spdlog::debug("client {} attached (pid {}, uid {})", id, pending.peer.pid, pending.peer.uid);
+}
+
+void Daemon::on_session_readable(std::uint64_t id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  char buf[64];
+  const ssize_t n = ::recv(it->second->connection(), buf, sizeof(buf), MSG_DONTWAIT);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+    drop_session(id, nullptr);
+    return;
+  }
+  // Clients send nothing after the hello; a message is ignored, not trusted.
+  arm_poll(it->second->connection(), pack(Op::kSession, id));
+}
+
+void Daemon::drop_session(std::uint64_t id, const char* why) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  std::shared_ptr<ClientSession> session = std::move(it->second);
+  sessions_.erase(it);
+  session->mark_closed();
+  if (why != nullptr) {
+    stats_.clients_dropped_for_violation.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("dropping client {} (pid {}): {}", id, session->pid(), why);
+  } else {
+    spdlog::debug("client {} (pid {}) detached", id, session->pid());
+  }
+  // shutdown, not close: the pending poll holds the socket open, and the client must see the
+  // hang-up now. The segment stays mapped until batches holding the session complete.
+  ::shutdown(session->connection(), SHUT_RDWR);
+  drain_order_.erase(std::remove(drain_order_.begin(), drain_order_.end(), session),
+                     drain_order_.end());
+}
+
+bool Daemon::admit(const std::shared_ptr<ClientSession>& session, const TakenRequest& taken,
+                   std::int64_t now_ns) {
+  Batch& batch = *open_;
+  const std::size_t start = batch.input_bytes.size();
+  batch.input_bytes.resize(start + taken.input_bytes);
+  // Copy first, check the copy: the client may still be scribbling on its slot.
+  std::memcpy(batch.input_bytes.data() + start, taken.input, taken.input_bytes);
+  const shm::RequestSlotHeader& header = *session->view().request_slot(taken.slot);
+  const bool withdrawn =
+      header.cancel_generation.load(std::memory_order_relaxed) == taken.generation;
+  session->mark_in_flight(taken.slot, taken.generation);
+  session->pop();
+  stats_.requests_taken.fetch_add(1, std::memory_order_relaxed);
+
+  RequestRef ref{session, taken.slot, taken.generation, taken.deadline_mono_ns};
+  const char* reject = nullptr;
+  shm::WireStatus status = shm::WireStatus::kOk;
+  if (withdrawn) {
+    status = shm::WireStatus::kCancelled;
+    reject = "request withdrawn by the client";
+  } else if (taken.deadline_mono_ns != 0 && taken.deadline_mono_ns <= now_ns) {
+    status = shm::WireStatus::kTimeout;
+    reject = "deadline passed before the request was batched";
+  } else if (!simdjson::validate_utf8(batch.input_bytes.data() + start, taken.input_bytes)) {
+    status = shm::WireStatus::kInvalidUtf8;
+    reject = "input is not valid UTF-8";
+  }
+  if (reject != nullptr) {
+    batch.input_bytes.resize(start);
+    stats_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+    completer_.complete_one(ref, status, reject);
+    return false;
+  }
+  if (batch.requests.empty()) batch.opened_ns = now_ns;
+  batch.input_offsets.push_back(static_cast<std::uint32_t>(batch.input_bytes.size()));
+  batch.requests.push_back(std::move(ref));
+  batcher_.add(taken.input_bytes, from_ns(now_ns));
+  return true;
+}
+
+void Daemon::flush_open_batch(std::int64_t /*now_ns*/) {
+  if (open_ == nullptr || open_->requests.empty()) return;
+  open_->id = next_batch_id_++;
+  executor_->dispatch(open_);
+  open_ = nullptr;
+  batcher_.reset();
+}
+
+bool Daemon::drain_rings(std::int64_t now_ns) {
+  bool progressed = false;
+  std::string why;
+  const std::size_t clients = drain_order_.size();
+  for (std::size_t visited = 0; visited < clients && !drain_order_.empty(); ++visited) {
+    if (drain_cursor_ >= drain_order_.size()) drain_cursor_ = 0;
+    std::shared_ptr<ClientSession> session = drain_order_[drain_cursor_++];
+    for (unsigned taken_here = 0; taken_here < kBurstPerClient;) {
+      if (open_ == nullptr && (open_ = executor_->try_acquire()) == nullptr) {
+        session->publish();
+        return progressed;  // every batch is busy: leave the rest in the rings
+      }
+      TakenRequest taken;
+      const TakeResult result = session->take(taken, why);
+      if (result == TakeResult::kEmpty) break;
+      if (result == TakeResult::kViolation) {
+        drop_session(session->id(), why.c_str());
+        break;
+      }
+      if (!batcher_.fits(taken.input_bytes)) {
+        batcher_.mark_full();
+        flush_open_batch(now_ns);
+        continue;  // the same entry goes into the next batch
+      }
+      admit(session, taken, now_ns);
+      progressed = true;
+      ++taken_here;
+      if (batcher_.due(from_ns(now_ns))) flush_open_batch(now_ns);
+    }
+    session->publish();
+  }
+  return progressed;
+}
+
+bool Daemon::work_waiting() {
+  if (open_ == nullptr && (open_ = executor_->try_acquire()) == nullptr) return false;
+  return std::any_of(drain_order_.begin(), drain_order_.end(),
+                     [](const auto& s) { return s->has_pending(); });
+}
+
+void Daemon::sleep_until_work() {
+  status_->drain_sleeping.store(1, std::memory_order_relaxed);
+  // Pairs with the producers' fence between publishing their tail and reading drain_sleeping:
+  // either they see the flag and ring, or this re-check sees their entry.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!work_waiting()) {
+    std::int64_t wait_ns = -1;  // none: until an event
+    if (auto deadline = batcher_.deadline()) {
+      wait_ns = std::max<std::int64_t>(0, to_ns(*deadline) - shm::monotonic_ns());
+    }
+    if (stop_requested_.load(std::memory_order_relaxed)) {
+      // Stopping: poll for the last batches to come back rather than wait on clients.
+      wait_ns = wait_ns < 0 ? kStopPollNs : std::min(wait_ns, kStopPollNs);
+    }
+    io_uring_cqe* cqe = nullptr;
+    if (wait_ns >= 0) {
+      __kernel_timespec ts{wait_ns / 1'000'000'000, wait_ns % 1'000'000'000};
+      io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+    } else {
+      io_uring_submit_and_wait(&ring_, 1);
+    }
+  }
+  status_->drain_sleeping.store(0, std::memory_order_relaxed);
+}
+
+void Daemon::run() {
+  std::int64_t idle_since_ns = 0;
+  std::int64_t stop_at_ns = 0;
+  const std::int64_t spin_ns = static_cast<std::int64_t>(config_.drain_spin_us) * 1000;
+  for (;;) {
+    handle_completions();
+    const std::int64_t now_ns = shm::monotonic_ns();
+    const bool progressed = drain_rings(now_ns);
+    if (batcher_.due(from_ns(now_ns))) flush_open_batch(now_ns);
+
+    if (stop_requested_.load(std::memory_order_relaxed)) {
+      if (stop_at_ns == 0) {
+        stop_at_ns = now_ns;
+        control_->close_listener();
+        spdlog::info("stopping: finishing in-flight requests");
+      }
+      const bool rings_empty = !work_waiting() || now_ns - stop_at_ns > kStopGraceNs;
+      if (rings_empty && !progressed) {
+        // Whatever is open runs now rather than waiting out its window.
+        flush_open_batch(now_ns);
+        if (open_ != nullptr && open_->requests.empty()) {
+          executor_->release(open_);
+          open_ = nullptr;
+        }
+        if (executor_->all_free()) break;
+      }
+    }
+    if (progressed) {
+      idle_since_ns = 0;
+      continue;
+    }
+    if (idle_since_ns == 0) idle_since_ns = now_ns;
+    if (now_ns - idle_since_ns < spin_ns) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+      continue;
+    }
+    sleep_until_work();
+    idle_since_ns = 0;
+  }
+  executor_->stop();
+  spdlog::info("stopped: {} requests taken, {} ok, {} failed, {} rejected, {} batches",
+               stats_.requests_taken.load(), stats_.requests_ok.load(),
+               stats_.requests_failed.load(), stats_.requests_rejected.load(),
+               stats_.batches.load());
+}
+
+}  // namespace batchd

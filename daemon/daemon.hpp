@@ -1,0 +1,106 @@
+// The batchd daemon: accepts clients on its control socket, drains their submission rings into
+// wait-or-full batches, runs them on the backend's lanes and completes each request in its slot.
+// One drain thread owns the sessions, the batcher and the io_uring it sleeps on; the backend's
+// worker threads complete batches.
+#pragma once
+
+// Before liburing: <linux/fs.h> defines a BLOCK_SIZE macro that breaks moodycamel's queue.
+#include "daemon/executor.hpp"
+
+#include <liburing.h>
+
+#include <atomic>
+#include <boost/interprocess/mapped_region.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/backend.hpp"
+#include "daemon/batcher.hpp"
+#include "daemon/client_session.hpp"
+#include "daemon/completer.hpp"
+#include "daemon/config.hpp"
+#include "daemon/control_socket.hpp"
+#include "daemon/stats.hpp"
+#include "shm/attach_protocol.hpp"
+
+namespace batchd {
+
+class Daemon {
+ public:
+  Daemon(DaemonConfig config, std::unique_ptr<Backend> backend);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Binds the control socket, sets up the drain loop and starts the backend lanes. Throws
+  // std::exception with a message for the operator (socket in use, bad config, no io_uring).
+  void start();
+
+  // Serves until request_stop(); then stops accepting, finishes the requests it has taken and
+  // returns. Call from one thread, after start().
+  void run();
+
+  // Any thread, and async-signal-safe.
+  void request_stop() noexcept;
+
+  [[nodiscard]] const std::string& socket_path() const noexcept { return config_.socket_path; }
+  [[nodiscard]] const DaemonStats& stats() const noexcept { return stats_; }
+
+ private:
+  struct PendingAttach {
+    shm::UniqueFd connection;
+    PeerCredentials peer;
+  };
+
+  void handle_completions();
+  void handle_event(std::uint64_t user_data, int result);
+  void accept_clients();
+  void finish_attach(std::uint64_t id);
+  void send_refusal(int fd, shm::AttachStatus status, const std::string& why) noexcept;
+  void on_session_readable(std::uint64_t id);
+  void drop_session(std::uint64_t id, const char* why);
+
+  bool drain_rings(std::int64_t now_ns);
+  bool admit(const std::shared_ptr<ClientSession>& session, const TakenRequest& taken,
+             std::int64_t now_ns);
+  void flush_open_batch(std::int64_t now_ns);
+  bool work_waiting();
+  void sleep_until_work();
+
+  void arm_poll(int fd, std::uint64_t user_data);
+  void arm_doorbell_read();
+  void ring_doorbell() noexcept;
+
+  DaemonConfig config_;
+  std::unique_ptr<Backend> backend_;
+  DaemonStats stats_;
+  Completer completer_{stats_};
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<ControlSocket> control_;
+
+  shm::UniqueFd doorbell_;  // eventfd: clients and workers wake the drain loop with it
+  shm::UniqueFd status_fd_;
+  boost::interprocess::mapped_region status_map_;
+  shm::DaemonStatusPage* status_ = nullptr;
+
+  io_uring ring_{};
+  bool ring_ready_ = false;
+  std::uint64_t doorbell_value_ = 0;  // target of the posted doorbell read
+
+  std::uint64_t next_id_ = 1;
+  std::unordered_map<std::uint64_t, PendingAttach> attaching_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<ClientSession>> sessions_;
+  std::vector<std::shared_ptr<ClientSession>> drain_order_;  // round-robin order of sessions_
+  std::size_t drain_cursor_ = 0;
+
+  WaitOrFullBatcher batcher_;
+  Batch* open_ = nullptr;  // the batch being filled, from the executor's pool
+  std::uint64_t next_batch_id_ = 1;
+
+  std::atomic<bool> stop_requested_{false};
+};
+
+}  // namespace batchd

@@ -1,0 +1,32 @@
+// Counters the daemon keeps for logs, batchctl and the front-end's /metrics. Relaxed atomics:
+// each is a statistic, not a synchronization point.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+namespace batchd {
+
+struct DaemonStats {
+  static constexpr std::size_t kBatchSizeBuckets = 16;  // bucket b: sizes in [2^b, 2^(b+1))
+
+  std::atomic<std::uint64_t> clients_attached{0};
+  std::atomic<std::uint64_t> clients_dropped_for_violation{0};
+  std::atomic<std::uint64_t> requests_taken{0};
+  std::atomic<std::uint64_t> requests_ok{0};
+  std::atomic<std::uint64_t> requests_failed{0};
+  std::atomic<std::uint64_t> requests_rejected{0};  // invalid, expired or withdrawn before running
+  std::atomic<std::uint64_t> batches{0};
+  std::atomic<std::uint64_t> batch_failures{0};
+  std::array<std::atomic<std::uint64_t>, kBatchSizeBuckets> batch_sizes{};
+
+  void record_batch(std::size_t size) noexcept {
+    batches.fetch_add(1, std::memory_order_relaxed);
+    std::size_t bucket = 0;
+    while (bucket + 1 < kBatchSizeBuckets && (std::size_t{2} << bucket) <= size) ++bucket;
+    batch_sizes[bucket].fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+}  // namespace batchd

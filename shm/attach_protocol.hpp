@@ -1,0 +1,63 @@
+// The attach handshake on the daemon's control socket (SOCK_SEQPACKET): the client sends a
+// Hello (with its eventfd attached if it wants completion events), the daemon answers with an
+// AttachReply and, on success, the segment's fds in AttachFd order. The connection then stays
+// open as the lease: either side closing it means the other has gone.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+namespace batchd::shm {
+
+inline constexpr std::uint32_t kAttachMagic = 0x42415431;  // "BAT1"
+inline constexpr std::uint32_t kProtocolVersion = 1;
+
+inline constexpr std::uint32_t kHelloWantsEventfd = 1U << 0;
+
+struct Hello {
+  std::uint32_t magic;
+  std::uint32_t protocol_version;
+  std::uint32_t flags;  // kHello*
+  std::uint32_t reserved;
+};
+
+enum class AttachStatus : std::int32_t {
+  kOk = 0,
+  kBadHello = 1,
+  kVersionMismatch = 2,
+  kPermissionDenied = 3,
+  kTooManyClients = 4,
+  kShuttingDown = 5,
+  kInternalError = 6,
+};
+
+// Fds that follow a successful AttachReply, in this order.
+enum AttachFd : int {
+  kRequestRegionFd = 0,     // read-write for the client
+  kCompletionRegionFd = 1,  // sealed so that the client can only map it read-only
+  kDoorbellFd = 2,          // eventfd: written when the daemon's drain loop sleeps
+  kStatusPageFd = 3,        // sealed read-only: DaemonStatusPage
+  kAttachFdCount = 4,
+};
+
+struct AttachReply {
+  std::uint32_t magic;
+  std::uint32_t protocol_version;
+  AttachStatus status;
+  std::uint32_t client_id;
+  char message[240];  // NUL-terminated reason when status != kOk
+};
+
+// One page shared read-only with every client: what the drain loop is doing.
+struct alignas(64) DaemonStatusPage {
+  std::uint64_t magic;  // kAttachMagic
+  std::atomic<std::uint32_t> drain_sleeping;  // 1: a producer must ring the doorbell
+  std::uint32_t daemon_pid;
+};
+
+static_assert(std::is_standard_layout_v<Hello> && sizeof(Hello) == 16);
+static_assert(std::is_standard_layout_v<AttachReply> && sizeof(AttachReply) == 256);
+static_assert(std::is_standard_layout_v<DaemonStatusPage> && sizeof(DaemonStatusPage) == 64);
+
+}  // namespace batchd::shm

@@ -1,0 +1,64 @@
+#include "shm/fd.hpp"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace batchd::shm {
+
+int send_with_fds(int socket, std::span<const std::byte> message, std::span<const int> fds) noexcept {
+  if (fds.size() > kMaxPassedFds) return EINVAL;
+  iovec iov{const_cast<std::byte*>(message.data()), message.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)]{};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
+  }
+  for (;;) {
+    const ssize_t n = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
+    if (n >= 0) return static_cast<std::size_t>(n) == message.size() ? 0 : EMSGSIZE;
+    if (errno != EINTR) return errno;
+  }
+}
+
+long recv_with_fds(int socket, std::span<std::byte> message, std::vector<UniqueFd>& fds) noexcept {
+  iovec iov{message.data(), message.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)]{};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t n = 0;
+  for (;;) {
+    n = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
+    if (n >= 0) break;
+    if (errno != EINTR) return -errno;
+  }
+  bool bad = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int fd = -1;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds.emplace_back(fd);  // owned even when refused, so it is closed
+    }
+  }
+  if (bad) {
+    fds.clear();
+    return -EPROTO;
+  }
+  return n;
+}
+
+}  // namespace batchd::shm

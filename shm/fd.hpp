@@ -1,0 +1,49 @@
+// File descriptors: ownership, and passing them over a Unix socket (SCM_RIGHTS).
+#pragma once
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace batchd::shm {
+
+// Owns one file descriptor; closes it on destruction.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) noexcept : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) reset(std::exchange(other.fd_, -1));
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  [[nodiscard]] int get() const noexcept { return fd_; }
+  [[nodiscard]] bool valid() const noexcept { return fd_ >= 0; }
+  int release() noexcept { return std::exchange(fd_, -1); }
+  void reset(int fd = -1) noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+inline constexpr std::size_t kMaxPassedFds = 8;
+
+// Sends one message with fds attached. Returns 0 or an errno value; retries EINTR.
+int send_with_fds(int socket, std::span<const std::byte> message, std::span<const int> fds) noexcept;
+
+// Receives one message (up to message.size() bytes) and any fds sent with it. Returns the byte
+// count, 0 when the peer closed, or -errno. Truncated messages and surplus fds are refused (and
+// the fds closed) with -EPROTO.
+long recv_with_fds(int socket, std::span<std::byte> message, std::vector<UniqueFd>& fds) noexcept;
+
+}  // namespace batchd::shm

@@ -1,0 +1,62 @@
+// Raw shared futex wait/wake (not FUTEX_PRIVATE: the word lives in memory mapped by two
+// processes; C++20 atomic::wait does not work across processes).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace batchd::shm {
+
+// Sleeps while *word == expected, until woken or CLOCK_MONOTONIC reaches deadline_ns (0: no
+// deadline). Returns 0 on wake or value change, ETIMEDOUT, or EINTR.
+int futex_wait_until(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                     std::int64_t deadline_ns) noexcept;
+
+// Wakes every process sleeping on word.
+void futex_wake_all(const std::atomic<std::uint32_t>& word) noexcept;
+
+// CLOCK_MONOTONIC in nanoseconds: the clock of every deadline in shared memory.
+std::int64_t monotonic_ns() noexcept;
+
+// Publishes a new value of a futex word and wakes sleepers only if a waiter flagged itself: the
+// store and the flag check are ordered by a full fence, matching wait_for_change's
+// flag-then-recheck, so a wake is never lost and never paid for when nobody sleeps.
+inline void store_and_wake(std::atomic<std::uint32_t>& word, std::uint32_t value,
+                           const std::atomic<std::uint32_t>& notify, std::uint32_t waiter_bit) noexcept {
+  word.store(value, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if ((notify.load(std::memory_order_relaxed) & waiter_bit) != 0) futex_wake_all(word);
+}
+
+// Waits until done(word) holds or the deadline passes: spins for spin_ns first (cheap when the
+// answer is near), then flags itself in `notify` and sleeps in FUTEX_WAIT. Returns whether done.
+template <class Done>
+bool wait_for_change(const std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& notify,
+                     std::uint32_t waiter_bit, std::int64_t spin_ns, std::int64_t deadline_ns,
+                     Done done) noexcept {
+  const std::int64_t spin_until = monotonic_ns() + spin_ns;
+  for (unsigned i = 0;; ++i) {
+    if (done(word.load(std::memory_order_acquire))) return true;
+    if ((i & 63U) == 63U && monotonic_ns() >= spin_until) break;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  const std::uint32_t base = notify.load(std::memory_order_relaxed) & ~waiter_bit;
+  notify.store(base | waiter_bit, std::memory_order_relaxed);
+  bool finished = false;
+  for (;;) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const std::uint32_t seen = word.load(std::memory_order_acquire);
+    if (done(seen)) {
+      finished = true;
+      break;
+    }
+    if (deadline_ns != 0 && monotonic_ns() >= deadline_ns) break;
+    (void)futex_wait_until(word, seen, deadline_ns);
+  }
+  notify.store(base, std::memory_order_relaxed);
+  return finished;
+}
+
+}  // namespace batchd::shm

@@ -1,0 +1,109 @@
+#include "shm/layout.hpp"
+
+#include <fmt/format.h>
+
+namespace batchd::shm {
+namespace {
+
+constexpr std::uint64_t round_up(std::uint64_t value, std::uint64_t align) noexcept {
+  return (value + align - 1) / align * align;
+}
+
+constexpr std::uint64_t kPageBytes = 4096;
+
+}  // namespace
+
+std::string check_params(const SegmentParams& params) {
+  const auto slots = params.slot_count;
+  if (slots == 0 || slots > kMaxSlots || (slots & (slots - 1)) != 0) {
+    return fmt::format("slot count {} must be a power of two between 1 and {}", slots, kMaxSlots);
+  }
+  if (params.max_input_bytes == 0 || params.max_input_bytes > kMaxPayloadBytes) {
+    return fmt::format("max input bytes {} must be between 1 and {}", params.max_input_bytes,
+                       kMaxPayloadBytes);
+  }
+  if (params.max_output_bytes < 256 || params.max_output_bytes > kMaxPayloadBytes) {
+    // 256 bytes is the room an error message needs.
+    return fmt::format("max output bytes {} must be between 256 and {}", params.max_output_bytes,
+                       kMaxPayloadBytes);
+  }
+  return {};
+}
+
+Geometry compute_geometry(const SegmentParams& params) noexcept {
+  Geometry g;
+  g.params = params;
+  g.ring_offset = sizeof(SegmentHeader);
+  const std::uint64_t ring_bytes = sizeof(RingTail) + sizeof(RingEntry) * params.slot_count;
+  g.request_slots_offset = round_up(g.ring_offset + ring_bytes, kCacheLine);
+  g.request_slot_stride = round_up(sizeof(RequestSlotHeader) + params.max_input_bytes, kCacheLine);
+  g.request_region_bytes =
+      round_up(g.request_slots_offset + g.request_slot_stride * params.slot_count, kPageBytes);
+  g.completion_slots_offset = sizeof(CompletionHeader);
+  g.completion_slot_stride =
+      round_up(sizeof(CompletionSlotHeader) + params.max_output_bytes, kCacheLine);
+  g.completion_region_bytes = round_up(
+      g.completion_slots_offset + g.completion_slot_stride * params.slot_count, kPageBytes);
+  return g;
+}
+
+SegmentHeader make_header(const Geometry& g) noexcept {
+  SegmentHeader h{};
+  h.magic = kSegmentMagic;
+  h.layout_version = kLayoutVersion;
+  h.header_bytes = sizeof(SegmentHeader);
+  h.slot_count = g.params.slot_count;
+  h.max_input_bytes = g.params.max_input_bytes;
+  h.max_output_bytes = g.params.max_output_bytes;
+  h.request_region_bytes = g.request_region_bytes;
+  h.completion_region_bytes = g.completion_region_bytes;
+  h.ring_offset = g.ring_offset;
+  h.request_slots_offset = g.request_slots_offset;
+  h.request_slot_stride = g.request_slot_stride;
+  h.completion_slots_offset = g.completion_slots_offset;
+  h.completion_slot_stride = g.completion_slot_stride;
+  return h;
+}
+
+bool validate_header(const SegmentHeader& h, std::uint64_t request_region_bytes,
+                     std::uint64_t completion_region_bytes, Geometry& out, std::string& why) {
+  if (h.magic != kSegmentMagic) {
+    why = fmt::format("bad segment magic {:#x}: not a batchd segment", h.magic);
+    return false;
+  }
+  if (h.layout_version != kLayoutVersion || h.header_bytes != sizeof(SegmentHeader)) {
+    why = fmt::format("segment layout version {} (header {} bytes) but this build speaks {} ({} bytes)",
+                      h.layout_version, h.header_bytes, kLayoutVersion, sizeof(SegmentHeader));
+    return false;
+  }
+  const SegmentParams params{h.slot_count, h.max_input_bytes, h.max_output_bytes};
+  if (auto bad = check_params(params); !bad.empty()) {
+    why = "segment sizes out of range: " + bad;
+    return false;
+  }
+  // Every derived offset must equal what this build computes: a header that disagrees on any of
+  // them was written by another layout, whatever its version says.
+  const Geometry g = compute_geometry(params);
+  const SegmentHeader expected = make_header(g);
+  if (h.request_region_bytes != expected.request_region_bytes ||
+      h.completion_region_bytes != expected.completion_region_bytes ||
+      h.ring_offset != expected.ring_offset ||
+      h.request_slots_offset != expected.request_slots_offset ||
+      h.request_slot_stride != expected.request_slot_stride ||
+      h.completion_slots_offset != expected.completion_slots_offset ||
+      h.completion_slot_stride != expected.completion_slot_stride) {
+    why = "segment header offsets disagree with its sizes";
+    return false;
+  }
+  if (request_region_bytes != g.request_region_bytes ||
+      completion_region_bytes != g.completion_region_bytes) {
+    why = fmt::format("segment regions are {} and {} bytes but the header needs {} and {}",
+                      request_region_bytes, completion_region_bytes, g.request_region_bytes,
+                      g.completion_region_bytes);
+    return false;
+  }
+  out = g;
+  return true;
+}
+
+}  // namespace batchd::shm

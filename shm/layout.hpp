@@ -1,0 +1,147 @@
+// The per-client shared-memory layout: one request region the client writes and one completion
+// region only the daemon writes. Everything here is plain data at fixed offsets; the daemon keeps
+// its own copy of the geometry and never reads the header back.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace batchd::shm {
+
+inline constexpr std::size_t kCacheLine = 64;
+inline constexpr std::uint64_t kSegmentMagic = 0x3144484354414221ULL;  // "!BATCHD1"
+// Bump on any incompatible change to the structs below; a mismatch is refused.
+inline constexpr std::uint32_t kLayoutVersion = 1;
+// Slot and ring limits keep every product in 64 bits and every index in 32.
+inline constexpr std::uint32_t kMaxSlots = 1U << 16;
+inline constexpr std::uint32_t kMaxPayloadBytes = 16U << 20;
+// The generation lives in the top 24 bits of a 32-bit state word.
+inline constexpr std::uint32_t kGenerationMask = (1U << 24) - 1;
+
+// What a completion slot currently holds, in the low 8 bits of its state word.
+enum class SlotPhase : std::uint32_t { kIdle = 0, kClaimed = 1, kDone = 2 };
+
+constexpr std::uint32_t make_state(std::uint32_t generation, SlotPhase phase) noexcept {
+  return (generation << 8) | static_cast<std::uint32_t>(phase);
+}
+constexpr std::uint32_t state_generation(std::uint32_t state) noexcept { return state >> 8; }
+constexpr SlotPhase state_phase(std::uint32_t state) noexcept {
+  return static_cast<SlotPhase>(state & 0xFFU);
+}
+
+// Outcome of one request as written by the daemon into its completion slot.
+enum class WireStatus : std::uint32_t {
+  kOk = 0,
+  kTooLarge = 1,
+  kInvalidUtf8 = 2,
+  kTimeout = 3,
+  kOverloaded = 4,
+  kBackendError = 5,
+  kCancelled = 6,
+  kBackendUnavailable = 7,
+};
+
+// Request-slot notify bits: how the caller wants to learn of its completion.
+inline constexpr std::uint32_t kNotifyFutex = 1U << 0;
+inline constexpr std::uint32_t kNotifyEventfd = 1U << 1;
+
+struct alignas(kCacheLine) SegmentHeader {
+  std::uint64_t magic;
+  std::uint32_t layout_version;
+  std::uint32_t header_bytes;
+  std::uint32_t slot_count;
+  std::uint32_t max_input_bytes;
+  std::uint32_t max_output_bytes;
+  std::uint32_t reserved;
+  std::uint64_t request_region_bytes;
+  std::uint64_t completion_region_bytes;
+  std::uint64_t ring_offset;
+  std::uint64_t request_slots_offset;
+  std::uint64_t request_slot_stride;
+  std::uint64_t completion_slots_offset;
+  std::uint64_t completion_slot_stride;
+};
+
+// Written only by the client; holds the producer position of the submission ring.
+struct alignas(kCacheLine) RingTail {
+  std::atomic<std::uint64_t> tail;
+};
+
+// Written only by the daemon (it lives in the completion region, read-only for the client), so a
+// client can neither corrupt the consumer position nor make the daemon re-read it.
+struct alignas(kCacheLine) CompletionHeader {
+  std::atomic<std::uint64_t> ring_head;
+};
+
+// Per-request fields the client writes before publishing the slot index through the ring. The
+// input bytes follow the header within the slot's stride.
+struct alignas(kCacheLine) RequestSlotHeader {
+  std::uint32_t input_bytes;
+  std::atomic<std::uint32_t> notify;       // kNotify* bits; the futex bit is set only while waiting
+  std::atomic<std::uint32_t> cancel_generation;  // equal to the slot's generation: withdrawn
+  std::uint32_t reserved;
+  std::int64_t deadline_mono_ns;           // CLOCK_MONOTONIC; 0 means none
+};
+
+// Per-request result the daemon writes; the output bytes (or an error message) follow.
+struct alignas(kCacheLine) CompletionSlotHeader {
+  std::atomic<std::uint32_t> state;  // make_state(generation, phase); the futex word
+  std::uint32_t status;              // WireStatus
+  std::uint32_t output_bytes;
+  std::uint32_t reserved;
+};
+
+using RingEntry = std::uint64_t;  // (generation << 32) | slot index
+constexpr RingEntry make_ring_entry(std::uint32_t slot, std::uint32_t generation) noexcept {
+  return (static_cast<std::uint64_t>(generation) << 32) | slot;
+}
+constexpr std::uint32_t ring_entry_slot(RingEntry e) noexcept { return static_cast<std::uint32_t>(e); }
+constexpr std::uint32_t ring_entry_generation(RingEntry e) noexcept {
+  return static_cast<std::uint32_t>(e >> 32);
+}
+
+static_assert(std::is_standard_layout_v<SegmentHeader> && std::is_trivially_copyable_v<SegmentHeader>);
+static_assert(sizeof(SegmentHeader) == 128, "header size is part of the layout version");
+static_assert(std::is_standard_layout_v<RingTail> && sizeof(RingTail) == kCacheLine);
+static_assert(std::is_standard_layout_v<CompletionHeader> && sizeof(CompletionHeader) == kCacheLine);
+static_assert(std::is_standard_layout_v<RequestSlotHeader> && sizeof(RequestSlotHeader) == kCacheLine);
+static_assert(offsetof(RequestSlotHeader, deadline_mono_ns) == 16);
+static_assert(std::is_standard_layout_v<CompletionSlotHeader> && sizeof(CompletionSlotHeader) == kCacheLine);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free && std::atomic<std::uint64_t>::is_always_lock_free,
+              "atomics in shared memory must not hide a lock");
+static_assert(sizeof(std::atomic<std::uint32_t>) == 4 && sizeof(std::atomic<std::uint64_t>) == 8,
+              "atomics must be their plain width so both sides agree on offsets");
+
+// The sizes a daemon chooses for one client; everything else is derived from these.
+struct SegmentParams {
+  std::uint32_t slot_count = 1024;  // power of two; also the ring capacity
+  std::uint32_t max_input_bytes = 64 * 1024;
+  std::uint32_t max_output_bytes = 64 * 1024;
+};
+
+// The derived byte layout of both regions.
+struct Geometry {
+  SegmentParams params;
+  std::uint64_t ring_offset = 0;             // RingTail, then slot_count RingEntry
+  std::uint64_t request_slots_offset = 0;
+  std::uint64_t request_slot_stride = 0;
+  std::uint64_t request_region_bytes = 0;
+  std::uint64_t completion_slots_offset = 0;  // after CompletionHeader
+  std::uint64_t completion_slot_stride = 0;
+  std::uint64_t completion_region_bytes = 0;
+};
+
+// Returns an empty string when the params are usable, else why not.
+std::string check_params(const SegmentParams& params);
+// Precondition: check_params(params) is empty.
+Geometry compute_geometry(const SegmentParams& params) noexcept;
+SegmentHeader make_header(const Geometry& geometry) noexcept;
+// Checks a header read from a mapped request region of the given sizes against the layout this
+// build understands; returns the geometry, or an empty-params geometry and the reason in `why`.
+bool validate_header(const SegmentHeader& header, std::uint64_t request_region_bytes,
+                     std::uint64_t completion_region_bytes, Geometry& out, std::string& why);
+
+}  // namespace batchd::shm
