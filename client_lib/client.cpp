@@ -277,9 +277,9 @@ std::optional<Error> ClientImpl::enqueue(std::string_view input, std::int64_t de
 }
 
 void ClientImpl::ring_doorbell_if_sleeping() noexcept {
-  // Pairs with the drain loop's fence between raising drain_sleeping and re-checking the rings.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (status_->drain_sleeping.load(std::memory_order_relaxed) != 0) {
+  // seq_cst after the seq_cst tail store: pairs with the drain loop raising drain_sleeping and
+  // then re-reading the rings, so either it sees this request or this sees it asleep.
+  if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) {
     const std::uint64_t one = 1;
     [[maybe_unused]] const ssize_t n = ::write(doorbell_fd_.get(), &one, sizeof(one));
   }

@@ -19,10 +19,13 @@ namespace batchd {
 namespace {
 
 boost::interprocess::file_lock take_lock(const std::string& lock_path) {
-  // file_lock needs an existing file; creating it is harmless if another daemon already did.
-  shm::UniqueFd touch(::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
-  if (!touch.valid()) {
-    throw std::system_error(errno, std::generic_category(), "cannot create lock file " + lock_path);
+  // file_lock needs an existing file; creating it is harmless if another daemon already did. The
+  // fd is closed before locking: closing any fd of a file drops this process's fcntl locks on it.
+  {
+    shm::UniqueFd touch(::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
+    if (!touch.valid()) {
+      throw std::system_error(errno, std::generic_category(), "cannot create lock file " + lock_path);
+    }
   }
   boost::interprocess::file_lock lock(lock_path.c_str());
   if (!lock.try_lock()) {

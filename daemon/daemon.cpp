@@ -32,6 +32,8 @@ constexpr unsigned kRingEntries = 512;
 constexpr unsigned kBurstPerClient = 32;
 constexpr std::int64_t kStopGraceNs = 5'000'000'000;
 constexpr std::int64_t kStopPollNs = 1'000'000;
+// A safety net only: a worker that frees a batch rings the doorbell when the drain loop sleeps.
+constexpr std::int64_t kPoolPollNs = 1'000'000;
 
 std::int64_t to_ns(WaitOrFullBatcher::TimePoint t) noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -78,8 +80,8 @@ void Daemon::start() {
 
   control_ = std::make_unique<ControlSocket>(config_.socket_path);
   executor_ = std::make_unique<Executor>(*backend_, completer_, config_.spare_batches, [this] {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (status_->drain_sleeping.load(std::memory_order_relaxed) != 0) ring_doorbell();
+    // After the batch's seq_cst return to the pool (Executor::release).
+    if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
   });
   executor_->start();
   arm_poll(control_->fd(), pack(Op::kListen, 0));
@@ -370,12 +372,12 @@ bool Daemon::work_waiting() {
 }
 
 void Daemon::sleep_until_work() {
-  status_->drain_sleeping.store(1, std::memory_order_relaxed);
-  // Pairs with the producers' fence between publishing their tail and reading drain_sleeping:
-  // either they see the flag and ring, or this re-check sees their entry.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // seq_cst, as are the producers' tail stores and their reads of this flag: either they see the
+  // flag and ring the doorbell, or the re-check below sees their entry.
+  status_->drain_sleeping.store(1, std::memory_order_seq_cst);
   if (!work_waiting()) {
     std::int64_t wait_ns = -1;  // none: until an event
+    if (open_ == nullptr) wait_ns = kPoolPollNs;  // every batch busy: a worker's doorbell wakes us
     if (auto deadline = batcher_.deadline()) {
       wait_ns = std::max<std::int64_t>(0, to_ns(*deadline) - shm::monotonic_ns());
     }
@@ -391,7 +393,7 @@ void Daemon::sleep_until_work() {
       io_uring_submit_and_wait(&ring_, 1);
     }
   }
-  status_->drain_sleeping.store(0, std::memory_order_relaxed);
+  status_->drain_sleeping.store(0, std::memory_order_seq_cst);
 }
 
 void Daemon::run() {
@@ -436,6 +438,8 @@ void Daemon::run() {
     idle_since_ns = 0;
   }
   executor_->stop();
+  // Every answer is written: tell the clients now rather than when this object goes away.
+  while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
   spdlog::info("stopped: {} requests taken, {} ok, {} failed, {} rejected, {} batches",
                stats_.requests_taken.load(), stats_.requests_ok.load(),
                stats_.requests_failed.load(), stats_.requests_rejected.load(),

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/tsan_handoff.hpp"
+
 namespace batchd {
 
 Executor::Executor(Backend& backend, Completer& completer, unsigned spare_batches,
@@ -32,16 +34,21 @@ void Executor::stop() noexcept {
 Batch* Executor::try_acquire() noexcept {
   Batch* batch = nullptr;
   if (!free_.try_dequeue(batch)) return nullptr;
+  handoff_acquire(batch);
   in_use_.fetch_add(1, std::memory_order_relaxed);
   return batch;
 }
 
-void Executor::dispatch(Batch* batch) noexcept { ready_.enqueue(batch); }
+void Executor::dispatch(Batch* batch) noexcept {
+  handoff_release(batch);
+  ready_.enqueue(batch);
+}
 
 void Executor::release(Batch* batch) noexcept {
   batch->clear();
+  handoff_release(batch);
   free_.enqueue(batch);
-  in_use_.fetch_sub(1, std::memory_order_release);
+  in_use_.fetch_sub(1, std::memory_order_seq_cst);  // ordered before the sleeping-flag check
 }
 
 void Executor::worker(unsigned lane) noexcept {
@@ -51,6 +58,7 @@ void Executor::worker(unsigned lane) noexcept {
     Batch* batch = nullptr;
     ready_.wait_dequeue(batch);
     if (batch == nullptr) return;
+    handoff_acquire(batch);
     BackendStatus status;
     try {
       status = backend_.run(lane, batch->input(), batch->output);

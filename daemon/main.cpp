@@ -2,6 +2,8 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <csignal>
 #include <memory>
 #include <thread>
@@ -80,8 +82,15 @@ int main(int argc, char** argv) {
       spdlog::info("received signal {}", sig);
       daemon.request_stop();
     });
-    signal_thread.detach();
-    daemon.run();
+    try {
+      daemon.run();
+    } catch (...) {
+      ::kill(::getpid(), SIGTERM);  // releases the signal thread from sigwait
+      signal_thread.join();
+      throw;
+    }
+    // run() returns only after a stop request, which only the signal thread makes.
+    signal_thread.join();
   } catch (const std::exception& e) {
     spdlog::critical("batchd: {}", e.what());
     return 1;

@@ -18,14 +18,15 @@ void futex_wake_all(const std::atomic<std::uint32_t>& word) noexcept;
 // CLOCK_MONOTONIC in nanoseconds: the clock of every deadline in shared memory.
 std::int64_t monotonic_ns() noexcept;
 
-// Publishes a new value of a futex word and wakes sleepers only if a waiter flagged itself: the
-// store and the flag check are ordered by a full fence, matching wait_for_change's
-// flag-then-recheck, so a wake is never lost and never paid for when nobody sleeps.
+// Publishes a new value of a futex word and wakes sleepers only if a waiter flagged itself. The
+// store and the flag check are both seq_cst, as are wait_for_change's flag store and re-check
+// (Dekker's pattern; seq_cst operations rather than fences, which TSan cannot model): either the
+// waiter sees the new value or this sees its flag, so a wake is never lost, and never paid for
+// when nobody sleeps.
 inline void store_and_wake(std::atomic<std::uint32_t>& word, std::uint32_t value,
                            const std::atomic<std::uint32_t>& notify, std::uint32_t waiter_bit) noexcept {
-  word.store(value, std::memory_order_release);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if ((notify.load(std::memory_order_relaxed) & waiter_bit) != 0) futex_wake_all(word);
+  word.store(value, std::memory_order_seq_cst);
+  if ((notify.load(std::memory_order_seq_cst) & waiter_bit) != 0) futex_wake_all(word);
 }
 
 // Waits until done(word) holds or the deadline passes: spins for spin_ns first (cheap when the
@@ -43,11 +44,10 @@ bool wait_for_change(const std::atomic<std::uint32_t>& word, std::atomic<std::ui
 #endif
   }
   const std::uint32_t base = notify.load(std::memory_order_relaxed) & ~waiter_bit;
-  notify.store(base | waiter_bit, std::memory_order_relaxed);
+  notify.store(base | waiter_bit, std::memory_order_seq_cst);
   bool finished = false;
   for (;;) {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    const std::uint32_t seen = word.load(std::memory_order_acquire);
+    const std::uint32_t seen = word.load(std::memory_order_seq_cst);
     if (done(seen)) {
       finished = true;
       break;

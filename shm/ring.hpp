@@ -28,7 +28,9 @@ class RingProducer {
     }
     store_once(entries_[tail_local_ & mask_], entry);
     ++tail_local_;
-    tail_->tail.store(tail_local_, std::memory_order_release);
+    // seq_cst, not just release: the producer next reads the consumer's sleeping flag, and the
+    // two must not be reordered (see DaemonStatusPage::drain_sleeping).
+    tail_->tail.store(tail_local_, std::memory_order_seq_cst);
     return true;
   }
 
@@ -57,7 +59,7 @@ class RingConsumer {
   // Loads the producer position; false if it is impossible (behind the consumer or more than a
   // ring ahead), which is a protocol violation by the producer.
   [[nodiscard]] bool refresh() noexcept {
-    const std::uint64_t tail = tail_->tail.load(std::memory_order_acquire);
+    const std::uint64_t tail = tail_->tail.load(std::memory_order_seq_cst);
     if (tail - head_local_ > capacity_) return false;  // unsigned: also catches tail < head
     tail_seen_ = tail;
     return true;

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs every Debian package batchd needs to build and test (Debian 12). Idempotent: packages
+# already present are not touched, so a set-up machine costs one dpkg query.
+set -euo pipefail
+
+packages=(
+  meson ninja-build g++ pkg-config
+  libboost1.81-dev liburing-dev doctest-dev libconcurrentqueue-dev libssl-dev
+  libcli11-dev libfmt-dev libspdlog-dev libsimdjson-dev libtomlplusplus-dev libsystemd-dev
+  libasan8 libubsan1 libtsan2
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

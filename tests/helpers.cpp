@@ -1,0 +1,148 @@
+#include "tests/helpers.hpp"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace batchd::test {
+
+double scale() {
+  const char* env = std::getenv("BATCHD_TEST_SCALE");
+  return env != nullptr ? std::atof(env) : 1.0;
+}
+
+std::uint64_t scaled(std::uint64_t count, std::uint64_t minimum) {
+  const auto n = static_cast<std::uint64_t>(static_cast<double>(count) * scale());
+  return n < minimum ? minimum : n;
+}
+
+namespace {
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char templ[] = "/tmp/batchd-test-XXXXXX";
+    if (::mkdtemp(templ) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path = templ;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+bool accepts_connections(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+std::string temp_socket_path(const std::string& name) {
+  static TempDir dir;
+  static std::atomic<int> counter{0};
+  return (dir.path / (std::to_string(counter++) + "-" + name)).string();
+}
+
+std::string random_utf8(std::mt19937_64& rng, std::size_t bytes) {
+  static constexpr const char* kSamples[] = {"a", "Z", "7", " ", "é", "ß", "Ω", "€", "中", "日",
+                                             "🙂", "🚀", "𝄞"};
+  std::string out;
+  out.reserve(bytes);
+  std::uniform_int_distribution<std::size_t> pick(0, std::size(kSamples) - 1);
+  while (out.size() < bytes) {
+    const char* sample = kSamples[pick(rng)];
+    const std::size_t len = std::strlen(sample);
+    out.append(out.size() + len <= bytes ? sample : "x", out.size() + len <= bytes ? len : 1);
+  }
+  return out;
+}
+
+std::string daemon_binary() {
+  const char* env = std::getenv("BATCHD_BIN");
+  if (env == nullptr) throw std::runtime_error("BATCHD_BIN is not set (run the tests through meson)");
+  return env;
+}
+
+namespace {
+
+pid_t spawn(std::vector<std::string> argv_storage) {
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (int rc = ::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ); rc != 0) {
+    throw std::runtime_error("cannot start " + argv_storage[0] + ": " + std::strerror(rc));
+  }
+  return pid;
+}
+
+}  // namespace
+
+int run_to_exit(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+  const pid_t pid = spawn(argv);
+  int status = 0;
+  const bool exited = eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, timeout);
+  if (!exited) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    throw std::runtime_error(argv[0] + " did not exit in time");
+  }
+  return status;
+}
+
+DaemonProcess::DaemonProcess(const std::string& socket_path, const std::vector<std::string>& args) {
+  std::vector<std::string> argv_storage{daemon_binary(), "--socket", socket_path, "--log-level",
+                                        "warn"};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  pid_ = spawn(std::move(argv_storage));
+  if (!eventually([&] { return accepts_connections(socket_path); }, std::chrono::seconds(10))) {
+    stop();
+    throw std::runtime_error("batchd did not start listening on " + socket_path);
+  }
+}
+
+DaemonProcess::~DaemonProcess() {
+  if (pid_ > 0) stop();
+}
+
+int DaemonProcess::stop() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
+}
+
+InProcessDaemon::InProcessDaemon(DaemonConfig config, std::unique_ptr<Backend> backend)
+    : daemon_(std::move(config), std::move(backend)) {
+  daemon_.start();
+  thread_ = std::thread([this] { daemon_.run(); });
+}
+
+InProcessDaemon::~InProcessDaemon() { stop(); }
+
+void InProcessDaemon::stop() {
+  if (!thread_.joinable()) return;
+  daemon_.request_stop();
+  thread_.join();
+}
+
+}  // namespace batchd::test

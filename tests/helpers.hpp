@@ -1,0 +1,83 @@
+// Shared by the tests: temporary socket paths, a daemon run as a child process or in-process,
+// random UTF-8 inputs, and the size multiplier sanitizer builds use.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/backend.hpp"
+#include "daemon/config.hpp"
+#include "daemon/daemon.hpp"
+
+namespace batchd::test {
+
+// BATCHD_TEST_SCALE (default 1): sanitizer builds shrink request counts with it.
+double scale();
+std::uint64_t scaled(std::uint64_t count, std::uint64_t minimum = 1);
+
+// A fresh directory under /tmp for this test process, removed at exit; returns a socket path in it.
+std::string temp_socket_path(const std::string& name = "batchd.sock");
+
+// Random valid UTF-8 of exactly `bytes` bytes, mixing 1- to 4-byte code points.
+std::string random_utf8(std::mt19937_64& rng, std::size_t bytes);
+
+// The batchd binary built next to the tests (BATCHD_BIN, set by meson).
+std::string daemon_binary();
+
+// Runs argv to its end and returns its waitpid status; kills it (and fails) after timeout.
+int run_to_exit(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+
+// Runs the batchd binary as a child process; stops it with SIGTERM on destruction.
+class DaemonProcess {
+ public:
+  // Starts batchd with --socket path and extra args, and waits until it accepts connections.
+  DaemonProcess(const std::string& socket_path, const std::vector<std::string>& args);
+  ~DaemonProcess();
+  DaemonProcess(const DaemonProcess&) = delete;
+  DaemonProcess& operator=(const DaemonProcess&) = delete;
+
+  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
+  // Sends SIGTERM and returns the exit status (as from waitpid).
+  int stop();
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// A Daemon in this process on its own thread, for tests that need to inject a backend or watch
+// its threads under TSan.
+class InProcessDaemon {
+ public:
+  InProcessDaemon(DaemonConfig config, std::unique_ptr<Backend> backend);
+  ~InProcessDaemon();
+  InProcessDaemon(const InProcessDaemon&) = delete;
+  InProcessDaemon& operator=(const InProcessDaemon&) = delete;
+
+  [[nodiscard]] const std::string& socket_path() const noexcept { return daemon_.socket_path(); }
+  [[nodiscard]] const DaemonStats& stats() const noexcept { return daemon_.stats(); }
+  void stop();
+
+ private:
+  Daemon daemon_;
+  std::thread thread_;
+};
+
+// Waits for pred up to timeout, polling; returns its last value.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return pred();
+}
+
+}  // namespace batchd::test

@@ -1,0 +1,206 @@
+// The daemon and the client library in one process: many threads through one client, a full
+// client, a client that breaks the protocol, a backend that misbehaves, and a graceful stop.
+// This suite is what the TSan build watches.
+#include <doctest/doctest.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <sys/mman.h>
+#include <sys/socket.h>
+
+#include "client_lib/attach.hpp"
+#include "client_lib/client.hpp"
+#include "daemon/cpu_backend.hpp"
+#include "kernels/reference_batchstring.hpp"
+#include "shm/memfd_region.hpp"
+#include "shm/ring.hpp"
+#include "shm/segment_view.hpp"
+#include "tests/helpers.hpp"
+
+using namespace batchd;
+using namespace std::chrono_literals;
+
+namespace {
+
+DaemonConfig small_config(double max_wait_ms = 1.0) {
+  DaemonConfig c;
+  c.socket_path = test::temp_socket_path();
+  c.batch.max_wait = std::chrono::nanoseconds(static_cast<std::int64_t>(max_wait_ms * 1e6));
+  c.segment = shm::SegmentParams{256, 8192, 4096};
+  return c;
+}
+
+std::unique_ptr<Client> connect_to(const std::string& path) {
+  ClientOptions options;
+  options.socket_path = path;
+  Error error;
+  auto client = Client::connect(options, &error);
+  INFO(error.message);
+  REQUIRE(client);
+  return client;
+}
+
+// Holds every batch until released, so requests stay in flight as long as a test needs.
+class GateBackend final : public Backend {
+ public:
+  std::string_view name() const noexcept override { return "gate"; }
+  unsigned lanes() const noexcept override { return 1; }
+  BackendStatus run(unsigned, const BatchInput& in, BatchOutput& out) override {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return open_; });
+    out.clear();
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const auto s = in.at(i);
+      std::copy(s.begin(), s.end(), out.append(s.size()));
+    }
+    return BackendStatus::success();
+  }
+  void open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Returns one result too few: the daemon must not trust the count.
+class ShortBackend final : public Backend {
+ public:
+  std::string_view name() const noexcept override { return "short"; }
+  unsigned lanes() const noexcept override { return 1; }
+  BackendStatus run(unsigned, const BatchInput& in, BatchOutput& out) override {
+    out.clear();
+    for (std::size_t i = 0; i + 1 < in.size(); ++i) out.append(1)[0] = 'x';
+    return BackendStatus::success();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("many threads funnel through one client and each gets its own answer") {
+  test::InProcessDaemon daemon(small_config(0.5), std::make_unique<CpuBackend>(1, 2));
+  auto client = connect_to(daemon.socket_path());
+  const int threads = 16;
+  const std::uint64_t per_thread = test::scaled(2000, 50);
+  std::atomic<std::uint64_t> ok{0}, wrong{0}, failed{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<std::uint64_t>(t));
+      for (std::uint64_t i = 0; i < per_thread; ++i) {
+        const std::string input = std::to_string(t) + ":" + std::to_string(i) + ":" +
+                                  test::random_utf8(rng, rng() % 200);
+        Result r = client->submit(input, 10s);
+        if (!r.ok()) {
+          failed.fetch_add(1);
+        } else if (r.output() != kernels::reference_batchstring(input, 1)) {
+          wrong.fetch_add(1);
+        } else {
+          ok.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  CHECK(failed.load() == 0);
+  CHECK(wrong.load() == 0);
+  CHECK(ok.load() == threads * per_thread);
+  CHECK(daemon.stats().batches.load() < daemon.stats().requests_ok.load());  // batching happened
+}
+
+TEST_CASE("a client with every slot in flight is told it is overloaded") {
+  auto backend = std::make_unique<GateBackend>();
+  GateBackend* gate = backend.get();
+  DaemonConfig config = small_config(0.0);
+  config.segment.slot_count = 8;
+  test::InProcessDaemon daemon(config, std::move(backend));
+  auto client = connect_to(daemon.socket_path());
+  std::atomic<int> answered{0}, correct{0};
+  for (int i = 0; i < 8; ++i) {
+    const std::string input = "req-" + std::to_string(i);
+    auto err = client->submit_async(input, 10s, [&, input](Result&& r) {
+      answered.fetch_add(1);
+      if (r.ok() && r.output() == input) correct.fetch_add(1);
+    });
+    REQUIRE_FALSE(err.has_value());
+  }
+  auto refused = client->submit_async("one too many", 10s, [](Result&&) { FAIL("called"); });
+  REQUIRE(refused.has_value());
+  CHECK(refused->code == ErrorCode::kOverloaded);
+  CHECK(refused->message.find("in flight") != std::string::npos);
+  Result sync = client->submit("also too many", 1s);
+  REQUIRE_FALSE(sync.ok());
+  CHECK(sync.error().code == ErrorCode::kOverloaded);
+
+  gate->open();
+  CHECK(test::eventually([&] { client->poll(); return answered.load() == 8; }, 10s));
+  CHECK(correct.load() == 8);
+  CHECK(client->submit("after", 5s).ok());  // slots came back
+}
+
+TEST_CASE("a client that breaks the protocol is dropped while others carry on") {
+  test::InProcessDaemon daemon(small_config(0.5), std::make_unique<CpuBackend>(1, 1));
+  auto good = connect_to(daemon.socket_path());
+  REQUIRE(good->submit("before", 5s).ok());
+
+  Attachment raw;
+  Error error;
+  REQUIRE(attach_to_daemon(daemon.socket_path(), 2s, -1, raw, error));
+  const auto bytes = static_cast<std::uint64_t>(shm::file_bytes(raw.fds[shm::kRequestRegionFd].get()));
+  auto region = shm::map_fd(raw.fds[shm::kRequestRegionFd].get(), bytes, true);
+  auto* header = static_cast<shm::SegmentHeader*>(region.get_address());
+  auto* tail = reinterpret_cast<shm::RingTail*>(static_cast<char*>(region.get_address()) + header->ring_offset);
+  auto* entries = reinterpret_cast<shm::RingEntry*>(tail + 1);
+  entries[0] = shm::make_ring_entry(1'000'000, 1);  // a slot far outside the segment
+  tail->tail.store(1);
+  const std::uint64_t one = 1;
+  REQUIRE(::write(raw.fds[shm::kDoorbellFd].get(), &one, sizeof(one)) == sizeof(one));
+
+  char buf[8];
+  CHECK(test::eventually([&] { return ::recv(raw.connection.get(), buf, sizeof(buf), MSG_DONTWAIT) == 0; }, 5s));
+  CHECK(daemon.stats().clients_dropped_for_violation.load() == 1);
+  for (int i = 0; i < 50; ++i) {
+    const std::string input = "after-" + std::to_string(i);
+    Result r = good->submit(input, 5s);
+    REQUIRE(r.ok());
+    CHECK(r.output() == kernels::reference_batchstring(input, 1));
+  }
+}
+
+TEST_CASE("a backend that returns the wrong number of results fails its batch clearly") {
+  test::InProcessDaemon daemon(small_config(0.0), std::make_unique<ShortBackend>());
+  auto client = connect_to(daemon.socket_path());
+  Result r = client->submit("anything", 5s);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == ErrorCode::kBackendError);
+  CHECK(r.error().message.find("0 results for 1 inputs") != std::string::npos);
+  CHECK(client->submit("still served", 5s).error().code == ErrorCode::kBackendError);
+}
+
+TEST_CASE("stopping the daemon finishes the requests it holds") {
+  DaemonConfig config = small_config(10'000.0);  // batches would wait 10 s
+  test::InProcessDaemon daemon(config, std::make_unique<CpuBackend>(1, 1));
+  auto client = connect_to(daemon.socket_path());
+  std::atomic<int> ok{0}, answered{0};
+  for (int i = 0; i < 20; ++i) {
+    const std::string input = "held-" + std::to_string(i);
+    REQUIRE_FALSE(client->submit_async(input, 30s, [&, input](Result&& r) {
+      answered.fetch_add(1);
+      if (r.ok() && r.output() == kernels::reference_batchstring(input, 1)) ok.fetch_add(1);
+    }).has_value());
+  }
+  CHECK(test::eventually([&] { return daemon.stats().requests_taken.load() == 20; }, 5s));
+  const auto start = std::chrono::steady_clock::now();
+  daemon.stop();
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  CHECK(test::eventually([&] { client->poll(); return answered.load() == 20; }, 5s));
+  CHECK(ok.load() == 20);
+  CHECK(test::eventually([&] { return !client->connected(); }, 5s));
+  Result after = client->submit("after stop", 1s);
+  REQUIRE_FALSE(after.ok());
+  CHECK(after.error().code == ErrorCode::kDaemonUnavailable);
+}

@@ -1,0 +1,154 @@
+// End to end with separate processes: the batchd binary and client processes that check every
+// answer, plus the error a caller sees for each way a request can fail.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "client_lib/client.hpp"
+#include "kernels/reference_batchstring.hpp"
+#include "tests/helpers.hpp"
+
+using namespace batchd;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::unique_ptr<Client> connect_to(const std::string& path, std::chrono::milliseconds timeout = 2s,
+                                   Error* error = nullptr) {
+  ClientOptions options;
+  options.socket_path = path;
+  options.connect_timeout = timeout;
+  return Client::connect(options, error);
+}
+
+// Runs in a child process: threads × requests of random lengths; exit code 0 only if every
+// answer was right. Writes its counts to a pipe for the parent.
+int client_process(const std::string& path, int index, int threads, std::uint64_t per_thread,
+                   int report_fd) {
+  auto client = connect_to(path);
+  if (!client) return 10;
+  std::atomic<std::uint64_t> ok{0}, wrong{0}, failed{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<std::uint64_t>(index * 1000 + t));
+      for (std::uint64_t i = 0; i < per_thread; ++i) {
+        std::string input = test::random_utf8(rng, rng() % 4097);
+        // A unique prefix where it fits, so two requests in flight never share an answer.
+        const std::string tag = std::to_string(index) + "." + std::to_string(t) + "." + std::to_string(i);
+        if (input.size() >= tag.size()) input.replace(0, tag.size(), tag);
+        if (input.size() > tag.size() && (static_cast<unsigned char>(input[tag.size()]) & 0xC0) == 0x80) {
+          input = test::random_utf8(rng, input.size());  // the tag cut a code point: start over
+        }
+        Result r = client->submit(input, 30s);
+        if (!r.ok()) {
+          failed.fetch_add(1);
+        } else if (r.output() != kernels::reference_batchstring(input, 1)) {
+          wrong.fetch_add(1);
+        } else {
+          ok.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  const std::uint64_t counts[3] = {ok.load(), wrong.load(), failed.load()};
+  if (::write(report_fd, counts, sizeof(counts)) != sizeof(counts)) return 11;
+  return wrong.load() == 0 && failed.load() == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+TEST_CASE("4 client processes x 8 threads: every answer verified, none wrong") {
+  const std::string path = test::temp_socket_path();
+  test::DaemonProcess daemon(path, {"--max-wait-ms", "2", "--max-input-bytes", "8192"});
+  const int processes = 4, threads = 8;
+  const std::uint64_t per_thread = test::scaled(6250, 100);  // 200,000 requests at scale 1
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  std::vector<pid_t> children;
+  for (int p = 0; p < processes; ++p) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) ::_exit(client_process(path, p, threads, per_thread, pipe_fds[1]));
+    children.push_back(pid);
+  }
+  ::close(pipe_fds[1]);
+  std::uint64_t ok = 0, wrong = 0, failed = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  std::uint64_t counts[3];
+  while (::read(pipe_fds[0], counts, sizeof(counts)) == sizeof(counts)) {
+    ok += counts[0];
+    wrong += counts[1];
+    failed += counts[2];
+  }
+  ::close(pipe_fds[0]);
+  MESSAGE("requests ok ", ok, ", wrong ", wrong, ", failed ", failed);
+  CHECK(wrong == 0);
+  CHECK(failed == 0);
+  CHECK(ok == processes * threads * per_thread);
+  CHECK(daemon.stop() == 0);  // a clean SIGTERM exit
+}
+
+TEST_CASE("each way a request fails reaches the caller as its own error") {
+  const std::string path = test::temp_socket_path();
+  test::DaemonProcess daemon(path, {"--max-wait-ms", "1000", "--max-input-bytes", "1024"});
+  auto client = connect_to(path);
+  REQUIRE(client);
+
+  SUBCASE("an oversized input is too large") {
+    Result r = client->submit(std::string(1025, 'a'), 2s);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::kTooLarge);
+    CHECK(r.error().message.find("1025") != std::string::npos);
+    CHECK(client->submit(std::string(1024, 'a'), 5s).ok());  // the limit itself is fine
+  }
+  SUBCASE("a non-UTF-8 input is invalid") {
+    for (const char* bad : {"\xff", "abc\xc3", "\xed\xa0\x80" /* surrogate */, "\xc0\xaf"}) {
+      Result r = client->submit(bad, 2s);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.error().code == ErrorCode::kInvalidUtf8);
+    }
+  }
+  SUBCASE("a deadline that passes is a timeout") {
+    const auto start = std::chrono::steady_clock::now();
+    Result r = client->submit("waits in a 1 s batch window", 100ms);
+    const auto took = std::chrono::steady_clock::now() - start;
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::kTimeout);
+    CHECK(took >= 100ms);
+    CHECK(took < 900ms);
+    // The slot comes back once the daemon answers the abandoned request.
+    CHECK(client->submit("next", 5s).ok());
+  }
+}
+
+TEST_CASE("a daemon that is not running is reported as unavailable within the timeout") {
+  const std::string path = test::temp_socket_path("nobody-here.sock");
+  Error error;
+  const auto start = std::chrono::steady_clock::now();
+  auto client = connect_to(path, 300ms, &error);
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK_FALSE(client);
+  CHECK(error.code == ErrorCode::kDaemonUnavailable);
+  CHECK(error.message.find(path) != std::string::npos);
+  CHECK(took < 1500ms);
+}
+
+TEST_CASE("a second daemon on the same socket is refused") {
+  const std::string path = test::temp_socket_path();
+  test::DaemonProcess first(path, {});
+  const int status = test::run_to_exit({test::daemon_binary(), "--socket", path}, 10s);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  auto client = connect_to(path);
+  REQUIRE(client);
+  CHECK(client->submit("still the first", 5s).ok());
+}

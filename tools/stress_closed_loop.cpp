@@ -1,0 +1,72 @@
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tools/stress_clock.hpp"
+#include "tools/stress_loops.hpp"
+
+namespace batchd::stress {
+
+namespace {
+
+// Room for the samples we expect, so the vector rarely grows mid-run; bounded so thousands of
+// threads do not reserve gigabytes between them.
+std::size_t samples_to_reserve(const Options& options) {
+  const std::size_t budget = (std::size_t{1} << 24) / options.threads;
+  if (options.requests) return std::min<std::size_t>(budget, *options.requests / options.threads + 1);
+  return std::min<std::size_t>(budget, std::size_t{1} << 20);
+}
+
+std::int64_t end_ns_of(const RunContext& ctx) {
+  if (!ctx.options.duration_s) return std::numeric_limits<std::int64_t>::max();
+  return ctx.start_ns + static_cast<std::int64_t>(*ctx.options.duration_s * 1e9);
+}
+
+void closed_worker(RunContext& ctx, std::atomic<std::uint64_t>& next_id, Tally& tally) {
+  Recorder recorder(tally, ctx.live, ctx.options.cost);
+  const std::uint64_t cap = ctx.options.requests.value_or(std::numeric_limits<std::uint64_t>::max());
+  const std::int64_t end_ns = end_ns_of(ctx);
+  std::string input;
+  input.reserve(ctx.inputs.max_bytes());
+  tally.latencies_ns.reserve(samples_to_reserve(ctx.options));
+  for (;;) {
+    if (now_ns() >= end_ns || !ctx.client.connected() ||
+        ctx.interrupted.load(std::memory_order_relaxed)) {
+      break;
+    }
+    const std::uint64_t id = next_id.fetch_add(1, std::memory_order_relaxed);
+    if (id >= cap) break;
+    ctx.inputs.build(id, input);
+    recorder.sent();
+    const std::int64_t sent_ns = now_ns();
+    Result result = ctx.client.submit(input, ctx.options.timeout);
+    const std::int64_t done_ns = now_ns();
+    if (result.ok()) {
+      recorder.answered(input, result.output(), done_ns - sent_ns);
+    } else {
+      recorder.failed(result.error().code);
+    }
+  }
+}
+
+}  // namespace
+
+RunResult run_closed_loop(RunContext& ctx) {
+  std::vector<Tally> tallies(ctx.options.threads);
+  std::atomic<std::uint64_t> next_id{0};
+  ctx.start_ns = now_ns();
+  {
+    std::vector<std::jthread> workers;
+    workers.reserve(ctx.options.threads);
+    for (Tally& tally : tallies) {
+      workers.emplace_back([&ctx, &next_id, &tally] { closed_worker(ctx, next_id, tally); });
+    }
+  }
+  RunResult result;
+  result.wall_s = static_cast<double>(now_ns() - ctx.start_ns) / 1e9;
+  for (Tally& tally : tallies) result.tally.merge(std::move(tally));
+  return result;
+}
+
+}  // namespace batchd::stress

@@ -1,0 +1,100 @@
+// batchd-stress: loads a batchd daemon through the client library, checks every answer against
+// the local reference and reports throughput, errors by kind and latency percentiles.
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <csignal>
+#include <memory>
+#include <optional>
+
+#include "client_lib/client.hpp"
+#include "tools/stress_clock.hpp"
+#include "tools/stress_inputs.hpp"
+#include "tools/stress_loops.hpp"
+#include "tools/stress_options.hpp"
+#include "tools/stress_progress.hpp"
+#include "tools/stress_report.hpp"
+
+namespace {
+
+constexpr int kExitFailures = 1;
+constexpr int kExitConnect = 2;
+
+std::atomic<bool> g_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+// The first Ctrl-C ends the run early but still prints the summary; SA_RESETHAND makes a
+// second one kill the process as usual.
+void on_interrupt(int) { g_interrupted.store(true, std::memory_order_relaxed); }
+
+void install_interrupt_handler() {
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  action.sa_flags = SA_RESETHAND;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+}
+
+// Settings that cannot work against this daemon produce nothing but errors; say so up front.
+void warn_about_limits(const batchd::Client& client, const batchd::stress::Options& options) {
+  if (options.max_input_bytes > client.max_input_bytes()) {
+    fmt::print(stderr, "batchd-stress: warning: inputs up to {} bytes exceed the daemon's limit of "
+                       "{}; those will fail as too_large\n",
+               options.max_input_bytes, client.max_input_bytes());
+  }
+  if (options.mode == batchd::stress::Mode::kClosed && options.threads > client.slot_count()) {
+    fmt::print(stderr, "batchd-stress: warning: {} threads exceed the client's {} request slots; "
+                       "expect overloaded errors\n",
+               options.threads, client.slot_count());
+  }
+}
+
+std::unique_ptr<batchd::Client> connect(const batchd::stress::Options& options) {
+  batchd::ClientOptions client_options;
+  client_options.socket_path = options.socket_path;
+  client_options.connect_timeout = options.connect_timeout;
+  batchd::Error error{batchd::ErrorCode::kDaemonUnavailable, "unknown reason"};
+  auto client = batchd::Client::connect(client_options, &error);
+  if (!client) {
+    fmt::print(stderr, "batchd-stress: cannot connect ({}): {}\n",
+               batchd::error_code_name(error.code), error.message);
+  }
+  return client;
+}
+
+batchd::stress::RunResult run(batchd::stress::RunContext& ctx) {
+  const bool show_progress = !ctx.options.quiet && ::isatty(STDERR_FILENO) == 1;
+  std::optional<batchd::stress::Progress> progress;
+  if (show_progress) progress.emplace(ctx.live, batchd::stress::now_ns());
+  batchd::stress::RunResult result = ctx.options.mode == batchd::stress::Mode::kOpen
+                                         ? batchd::stress::run_open_loop(ctx)
+                                         : batchd::stress::run_closed_loop(ctx);
+  if (progress) progress->stop();
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace batchd::stress;
+  int exit_code = 0;
+  const std::optional<Options> options = parse_options(argc, argv, exit_code);
+  if (!options) return exit_code;
+  // Before connecting, so an early Ctrl-C still ends the run gracefully rather than being lost.
+  install_interrupt_handler();
+  const std::unique_ptr<batchd::Client> client = connect(*options);
+  if (!client) return kExitConnect;
+  warn_about_limits(*client, *options);
+  const InputPool inputs(options->min_input_bytes, options->max_input_bytes, options->seed);
+  LiveStats live;
+  RunContext ctx{*client, *options, inputs, live, g_interrupted};
+  RunResult result = run(ctx);
+  const Summary summary = summarize(result);
+  print_text(stdout, summary, *options);
+  if (options->json) print_json(stdout, summary, *options);
+  std::fflush(stdout);
+  return summary.errors == 0 && summary.wrong == 0 ? 0 : kExitFailures;
+}

@@ -1,0 +1,97 @@
+#include "tools/stress_options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <random>
+
+namespace batchd::stress {
+
+const char* mode_name(Mode mode) noexcept { return mode == Mode::kOpen ? "open" : "closed"; }
+
+namespace {
+
+constexpr double kDefaultDurationS = 10.0;
+// sysexits' EX_USAGE: apart from the run's own 0, 1 and 2 (connect failure).
+constexpr int kExitUsage = 64;
+
+// "MIN:MAX" -> the two bounds; a lone number means a fixed length.
+std::string parse_input_bytes(const std::string& text, Options& options) {
+  const std::size_t colon = text.find(':');
+  try {
+    std::size_t used = 0;
+    const unsigned long lo = std::stoul(text.substr(0, colon), &used);
+    if (used != (colon == std::string::npos ? text.size() : colon)) return "expected MIN:MAX";
+    unsigned long hi = lo;
+    if (colon != std::string::npos) {
+      const std::string rest = text.substr(colon + 1);
+      hi = std::stoul(rest, &used);
+      if (used != rest.size()) return "expected MIN:MAX";
+    }
+    if (lo > hi) return "MIN must not exceed MAX";
+    if (hi > (1UL << 30)) return "MAX is unreasonably large";
+    options.min_input_bytes = static_cast<std::uint32_t>(lo);
+    options.max_input_bytes = static_cast<std::uint32_t>(hi);
+  } catch (const std::exception&) {
+    return "expected MIN:MAX with non-negative integers";
+  }
+  return {};
+}
+
+void add_options(CLI::App& app, Options& o, std::string& input_bytes, std::int64_t& timeout_ms,
+                 std::int64_t& connect_ms, std::uint64_t& requests, double& duration) {
+  app.add_option("--socket", o.socket_path, "daemon control socket (default: the client's default)");
+  auto* threads = app.add_option("--threads", o.threads, "closed loop: threads each submitting in a loop")
+                      ->capture_default_str()->check(CLI::Range(1U, 4096U));
+  app.add_option("--rate", o.rate, "open loop: requests per second, paced by intended send time")
+      ->check(CLI::Range(0.001, 1e9))->excludes(threads);
+  app.add_option("--duration", duration, "seconds to run (default 10 unless --requests is given)")
+      ->check(CLI::Range(0.001, 1e7));
+  app.add_option("--requests", requests, "total requests at most (either limit may end the run)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 62));
+  app.add_option("--input-bytes", input_bytes, "random input length range in bytes, MIN:MAX")
+      ->capture_default_str();
+  app.add_option("--cost", o.cost, "SHA-256 rounds; must match the daemon's --cost")
+      ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
+  app.add_option("--timeout-ms", timeout_ms, "per-request timeout")->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}));
+  app.add_option("--connect-timeout-ms", connect_ms, "how long to wait for the daemon")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{0}, std::int64_t{86'400'000}));
+  app.add_option("--seed", o.seed, "seed for the inputs (default: random, printed in the summary)");
+  app.add_flag("--json", o.json, "also print the summary as one JSON object on the last stdout line");
+  app.add_flag("--quiet", o.quiet, "no live progress line on stderr");
+}
+
+}  // namespace
+
+std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
+  Options o;
+  std::string input_bytes = "16:256";
+  std::int64_t timeout_ms = o.timeout.count();
+  std::int64_t connect_ms = o.connect_timeout.count();
+  std::uint64_t requests = 0;
+  double duration = 0.0;
+  CLI::App app{"batchd-stress: load a batchd daemon and check every answer"};
+  add_options(app, o, input_bytes, timeout_ms, connect_ms, requests, duration);
+  try {
+    app.parse(argc, argv);
+    if (std::string why = parse_input_bytes(input_bytes, o); !why.empty()) {
+      throw CLI::ValidationError("--input-bytes", why);
+    }
+  } catch (const CLI::ParseError& e) {
+    exit_code = app.exit(e) == 0 ? 0 : kExitUsage;
+    return std::nullopt;
+  }
+  o.mode = app.count("--rate") > 0 ? Mode::kOpen : Mode::kClosed;
+  if (app.count("--requests") > 0) o.requests = requests;
+  if (app.count("--duration") > 0) {
+    o.duration_s = duration;
+  } else if (!o.requests) {
+    o.duration_s = kDefaultDurationS;  // an unbounded run is never what a stress test wants
+  }
+  if (app.count("--seed") == 0) o.seed = std::random_device{}();
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  o.connect_timeout = std::chrono::milliseconds(connect_ms);
+  return o;
+}
+
+}  // namespace batchd::stress

@@ -1,0 +1,36 @@
+// Command-line options of batchd-stress.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace batchd::stress {
+
+enum class Mode { kClosed, kOpen };
+
+struct Options {
+  std::string socket_path;  // empty: the client library's default path
+  Mode mode = Mode::kClosed;
+  unsigned threads = 4;             // closed loop
+  double rate = 0.0;                // open loop, requests per second
+  std::optional<double> duration_s;  // unset: unbounded (only when a request cap is set)
+  std::optional<std::uint64_t> requests;  // total cap across all threads
+  std::uint32_t min_input_bytes = 16;
+  std::uint32_t max_input_bytes = 256;
+  unsigned cost = 1;
+  std::chrono::milliseconds timeout{5000};
+  std::chrono::milliseconds connect_timeout{2000};
+  std::uint64_t seed = 0;
+  bool json = false;
+  bool quiet = false;
+};
+
+const char* mode_name(Mode mode) noexcept;
+
+// Parses argv. Returns the options, or sets exit_code when parsing ended the program: 0 after
+// --help, 64 after a usage error (already printed).
+std::optional<Options> parse_options(int argc, char** argv, int& exit_code);
+
+}  // namespace batchd::stress

@@ -1,0 +1,88 @@
+#include "tools/stress_report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace batchd::stress {
+
+namespace {
+
+// Nearest rank: the smallest sample with at least q of all samples at or below it.
+double percentile_us(const std::vector<std::int64_t>& sorted, double q) {
+  if (sorted.empty()) return 0.0;
+  // The epsilon keeps 0.99 * 100 (99.000000000000014 in binary) from rounding up to 100.
+  const auto rank =
+      static_cast<std::size_t>(std::ceil(q * static_cast<double>(sorted.size()) - 1e-9));
+  const std::size_t index = std::clamp<std::size_t>(rank, 1, sorted.size()) - 1;
+  return static_cast<double>(sorted[index]) / 1000.0;
+}
+
+std::string load_description(const Options& options) {
+  if (options.mode == Mode::kOpen) return fmt::format("open loop at {} req/s", options.rate);
+  return fmt::format("closed loop with {} thread{}", options.threads, options.threads == 1 ? "" : "s");
+}
+
+}  // namespace
+
+Summary summarize(RunResult& result) {
+  Tally& tally = result.tally;
+  Summary s;
+  s.sent = tally.sent;
+  s.ok = tally.ok;
+  s.wrong = tally.wrong;
+  s.errors = tally.error_total();
+  s.errors_by_kind = tally.errors;
+  s.wall_s = result.wall_s;
+  s.rps = result.wall_s > 0 ? static_cast<double>(s.ok + s.wrong + s.errors) / result.wall_s : 0.0;
+  std::vector<std::int64_t>& samples = tally.latencies_ns;
+  std::sort(samples.begin(), samples.end());
+  s.samples = samples.size();
+  s.p50_us = percentile_us(samples, 0.50);
+  s.p90_us = percentile_us(samples, 0.90);
+  s.p99_us = percentile_us(samples, 0.99);
+  s.p999_us = percentile_us(samples, 0.999);
+  s.max_us = samples.empty() ? 0.0 : static_cast<double>(samples.back()) / 1000.0;
+  return s;
+}
+
+void print_text(std::FILE* out, const Summary& s, const Options& options) {
+  fmt::print(out, "batchd-stress: {}, {:.3f} s, cost {}, inputs {}..{} bytes, seed {}\n",
+             load_description(options), s.wall_s, options.cost, options.min_input_bytes,
+             options.max_input_bytes, options.seed);
+  fmt::print(out, "  sent {}  ok {}  wrong {}  errors {}  throughput {:.1f} req/s\n", s.sent, s.ok,
+             s.wrong, s.errors, s.rps);
+  for (std::size_t i = 0; i < kErrorKinds; ++i) {
+    if (s.errors_by_kind[i] == 0) continue;
+    fmt::print(out, "    {:<20} {}\n", error_code_name(static_cast<ErrorCode>(i)), s.errors_by_kind[i]);
+  }
+  if (s.samples == 0) {
+    fmt::print(out, "  latency: no answered requests\n");
+    return;
+  }
+  fmt::print(out, "  latency us ({} answered{}): p50 {:.1f}  p90 {:.1f}  p99 {:.1f}  p99.9 {:.1f}  max {:.1f}\n",
+             s.samples, options.mode == Mode::kOpen ? ", from intended send time" : "", s.p50_us,
+             s.p90_us, s.p99_us, s.p999_us, s.max_us);
+}
+
+void print_json(std::FILE* out, const Summary& s, const Options& options) {
+  std::string kinds;
+  for (std::size_t i = 0; i < kErrorKinds; ++i) {
+    fmt::format_to(std::back_inserter(kinds), "{}\"{}\":{}", i == 0 ? "" : ",",
+                   error_code_name(static_cast<ErrorCode>(i)), s.errors_by_kind[i]);
+  }
+  // Error names are fixed identifiers and everything else is a number: nothing needs escaping.
+  fmt::print(out,
+             "{{\"mode\":\"{}\",\"threads\":{},\"rate\":{},\"duration_s\":{:.6f},\"cost\":{},"
+             "\"seed\":{},\"sent\":{},\"ok\":{},\"errors\":{},\"wrong\":{},\"errors_by_kind\":{{{}}},"
+             "\"rps\":{:.3f},\"latency_samples\":{},\"p50_us\":{:.3f},\"p90_us\":{:.3f},"
+             "\"p99_us\":{:.3f},\"p999_us\":{:.3f},\"max_us\":{:.3f}}}\n",
+             mode_name(options.mode), options.mode == Mode::kClosed ? options.threads : 0U,
+             options.mode == Mode::kOpen ? options.rate : 0.0, s.wall_s, options.cost, options.seed,
+             s.sent, s.ok, s.errors, s.wrong, kinds, s.rps, s.samples, s.p50_us, s.p90_us, s.p99_us,
+             s.p999_us, s.max_us);
+}
+
+}  // namespace batchd::stress

@@ -1,0 +1,29 @@
+// Turns a run's tallies into the summary, for people (text) and for scripts (one JSON line).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+
+#include "tools/stress_loops.hpp"
+#include "tools/stress_options.hpp"
+
+namespace batchd::stress {
+
+struct Summary {
+  std::uint64_t sent = 0, ok = 0, wrong = 0, errors = 0;
+  std::array<std::uint64_t, kErrorKinds> errors_by_kind{};
+  double wall_s = 0.0;
+  double rps = 0.0;  // finished requests (ok, wrong and errors) per second of wall time
+  std::size_t samples = 0;
+  double p50_us = 0, p90_us = 0, p99_us = 0, p999_us = 0, max_us = 0;  // 0 without samples
+};
+
+// Sorts result.tally's samples in place: exact nearest-rank percentiles.
+Summary summarize(RunResult& result);
+
+void print_text(std::FILE* out, const Summary& summary, const Options& options);
+// One line, no line breaks inside, so it can be picked off as the last line of stdout.
+void print_json(std::FILE* out, const Summary& summary, const Options& options);
+
+}  // namespace batchd::stress

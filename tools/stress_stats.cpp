@@ -1,0 +1,89 @@
+#include "tools/stress_stats.hpp"
+
+#include <bit>
+#include <numeric>
+
+#include "kernels/reference_batchstring.hpp"
+
+namespace batchd::stress {
+
+std::size_t LiveHistogram::bucket_of(std::uint64_t us) noexcept {
+  if (us < 16) return static_cast<std::size_t>(us);
+  const unsigned exponent = static_cast<unsigned>(std::bit_width(us)) - 1;  // >= 4
+  const std::uint64_t step = (us >> (exponent - 3)) & 7U;
+  return std::min<std::size_t>(16 + (exponent - 4) * 8 + step, kBuckets - 1);
+}
+
+std::uint64_t LiveHistogram::bucket_floor(std::size_t bucket) noexcept {
+  if (bucket < 16) return bucket;
+  const std::size_t exponent = (bucket - 16) / 8 + 4;
+  const std::uint64_t step = (bucket - 16) % 8;
+  return (8 + step) << (exponent - 3);
+}
+
+void LiveHistogram::add(std::int64_t latency_ns) noexcept {
+  const std::uint64_t us = latency_ns > 0 ? static_cast<std::uint64_t>(latency_ns) / 1000 : 0;
+  counts_[bucket_of(us)].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::uint64_t LiveHistogram::quantile_us(double q) const noexcept {
+  std::array<std::uint64_t, kBuckets> snapshot{};
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < kBuckets; ++i) {
+    snapshot[i] = counts_[i].load(std::memory_order_relaxed);
+    total += snapshot[i];
+  }
+  if (total == 0) return 0;
+  const auto rank = static_cast<std::uint64_t>(q * static_cast<double>(total - 1)) + 1;
+  std::uint64_t seen = 0;
+  for (std::size_t i = 0; i < kBuckets; ++i) {
+    seen += snapshot[i];
+    if (seen >= rank) return bucket_floor(i);
+  }
+  return bucket_floor(kBuckets - 1);
+}
+
+void Tally::merge(Tally&& other) {
+  sent += other.sent;
+  ok += other.ok;
+  wrong += other.wrong;
+  for (std::size_t i = 0; i < kErrorKinds; ++i) errors[i] += other.errors[i];
+  if (latencies_ns.empty()) {
+    latencies_ns.swap(other.latencies_ns);
+  } else {
+    latencies_ns.insert(latencies_ns.end(), other.latencies_ns.begin(), other.latencies_ns.end());
+  }
+  other.latencies_ns = {};
+}
+
+std::uint64_t Tally::error_total() const noexcept {
+  return std::accumulate(errors.begin(), errors.end(), std::uint64_t{0});
+}
+
+void Recorder::sent() noexcept {
+  ++tally_.sent;
+  live_.sent.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Recorder::answered(std::string_view input, std::string_view output, std::int64_t latency_ns) {
+  char expected[kernels::kDigestHexBytes];
+  kernels::reference_batchstring(input, cost_, expected);
+  const bool right = output == std::string_view(expected, sizeof(expected));
+  if (right) {
+    ++tally_.ok;
+  } else {
+    ++tally_.wrong;
+    live_.wrong.fetch_add(1, std::memory_order_relaxed);
+  }
+  tally_.latencies_ns.push_back(latency_ns);
+  live_.latency.add(latency_ns);
+  live_.finished.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Recorder::failed(ErrorCode code) noexcept {
+  ++tally_.errors[static_cast<std::size_t>(code)];
+  live_.errors.fetch_add(1, std::memory_order_relaxed);
+  live_.finished.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace batchd::stress

@@ -1,0 +1,69 @@
+// What a run counts: per-thread tallies and latency samples (merged once at the end, so the hot
+// path shares no locks), and a few shared atomics that the live progress line reads meanwhile.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client_lib/client.hpp"
+
+namespace batchd::stress {
+
+inline constexpr std::size_t kErrorKinds = static_cast<std::size_t>(ErrorCode::kProtocolError) + 1;
+
+// Log-linear latency histogram in microseconds (8 steps per power of two, so within ~12%),
+// updated with relaxed atomics: good enough for a progress line, never used for the summary.
+class LiveHistogram {
+ public:
+  void add(std::int64_t latency_ns) noexcept;
+  // The approximate q-quantile (0..1) so far, in microseconds; 0 when empty.
+  [[nodiscard]] std::uint64_t quantile_us(double q) const noexcept;
+
+ private:
+  static constexpr std::size_t kBuckets = 16 + 60 * 8;
+  static std::size_t bucket_of(std::uint64_t us) noexcept;
+  static std::uint64_t bucket_floor(std::size_t bucket) noexcept;
+  std::array<std::atomic<std::uint64_t>, kBuckets> counts_{};
+};
+
+struct LiveStats {
+  std::atomic<std::uint64_t> sent{0};
+  std::atomic<std::uint64_t> finished{0};  // ok + wrong + errors
+  std::atomic<std::uint64_t> errors{0};
+  std::atomic<std::uint64_t> wrong{0};
+  LiveHistogram latency;
+};
+
+struct Tally {
+  std::uint64_t sent = 0;
+  std::uint64_t ok = 0;
+  std::uint64_t wrong = 0;
+  std::array<std::uint64_t, kErrorKinds> errors{};
+  std::vector<std::int64_t> latencies_ns;  // answered requests only (ok and wrong)
+
+  void merge(Tally&& other);
+  [[nodiscard]] std::uint64_t error_total() const noexcept;
+};
+
+// Checks and counts outcomes for one thread. Not thread-safe; each recording thread owns one.
+class Recorder {
+ public:
+  Recorder(Tally& tally, LiveStats& live, unsigned cost) : tally_(tally), live_(live), cost_(cost) {}
+
+  void sent() noexcept;
+  // An answer came back: compares it with the local reference and records its latency.
+  void answered(std::string_view input, std::string_view output, std::int64_t latency_ns);
+  // Failed without an answer; errors carry no latency sample.
+  void failed(ErrorCode code) noexcept;
+
+ private:
+  Tally& tally_;
+  LiveStats& live_;
+  unsigned cost_;
+};
+
+}  // namespace batchd::stress
