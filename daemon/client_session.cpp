@@ -1,6 +1,10 @@
 #include "daemon/client_session.hpp"
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -27,6 +31,26 @@ ClientSession::ClientSession(std::uint64_t id, shm::UniqueFd connection,
                             params.slot_count);
   in_flight_ = std::make_unique<std::atomic<std::uint32_t>[]>(params.slot_count);
   for (std::uint32_t i = 0; i < params.slot_count; ++i) in_flight_[i].store(0);
+  doorbell_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!doorbell_.valid()) throw std::system_error(errno, std::generic_category(), "eventfd");
+}
+
+bool ClientSession::set_event_fd(shm::UniqueFd fd) noexcept {
+  char target[64] = {};
+  const std::string link = "/proc/self/fd/" + std::to_string(fd.get());
+  const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+  if (n <= 0 || std::string_view(target, static_cast<std::size_t>(n)) != "anon_inode:[eventfd]") {
+    return false;
+  }
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK) != 0) return false;
+  event_fd_ = std::move(fd);
+  return true;
+}
+
+void ClientSession::drain_doorbell() const noexcept {
+  std::uint64_t value = 0;
+  [[maybe_unused]] const ssize_t n = ::read(doorbell_.get(), &value, sizeof(value));
 }
 
 void ClientSession::signal_event_fd() const noexcept {

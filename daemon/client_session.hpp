@@ -45,9 +45,15 @@ class ClientSession {
   [[nodiscard]] const shm::SegmentView& view() const noexcept { return view_; }
   [[nodiscard]] int request_fd() const noexcept { return request_fd_.get(); }
   [[nodiscard]] int completion_fd() const noexcept { return completion_fd_.get(); }
+  // This client's own doorbell: a client that reads or floods it affects only its own wake-ups.
+  [[nodiscard]] int doorbell_fd() const noexcept { return doorbell_.get(); }
+  // Resets the doorbell after it woke the drain loop.
+  void drain_doorbell() const noexcept;
 
-  // The client's eventfd for completion events, if it registered one. Takes ownership.
-  void set_event_fd(shm::UniqueFd fd) noexcept { event_fd_ = std::move(fd); }
+  // The client's eventfd for completion events, if it registered one. Takes ownership. Refuses
+  // (returns false) anything but an eventfd, and makes it non-blocking, so that signalling it
+  // can never block a worker.
+  bool set_event_fd(shm::UniqueFd fd) noexcept;
   void signal_event_fd() const noexcept;
 
   // Drain thread only. Peeks the next ring entry and validates it against the segment's bounds
@@ -82,6 +88,7 @@ class ClientSession {
   shm::UniqueFd request_fd_;
   shm::UniqueFd completion_fd_;
   shm::UniqueFd event_fd_;
+  shm::UniqueFd doorbell_;
   boost::interprocess::mapped_region request_map_;
   boost::interprocess::mapped_region completion_map_;
   shm::SegmentView view_;

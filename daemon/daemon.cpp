@@ -17,7 +17,14 @@ namespace batchd {
 namespace {
 
 // user_data of an io_uring operation: what it waits for in the top byte, whose it is below.
-enum class Op : std::uint64_t { kListen = 1, kDoorbell = 2, kAttach = 3, kSession = 4 };
+enum class Op : std::uint64_t {
+  kListen = 1,
+  kDoorbell = 2,        // the daemon's own: workers and request_stop()
+  kAttach = 3,
+  kSession = 4,
+  kClientDoorbell = 5,
+  kIgnore = 6,          // completions nobody waits for (poll removals)
+};
 constexpr std::uint64_t pack(Op op, std::uint64_t id) noexcept {
   return (static_cast<std::uint64_t>(op) << 56) | id;
 }
@@ -103,22 +110,23 @@ void Daemon::ring_doorbell() noexcept {
   [[maybe_unused]] const ssize_t n = ::write(doorbell_.get(), &one, sizeof(one));
 }
 
-void Daemon::arm_poll(int fd, std::uint64_t user_data) {
+io_uring_sqe* Daemon::next_sqe() {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-  if (sqe == nullptr) {
+  if (sqe == nullptr) {  // the submission queue is full: flush it to make room
     io_uring_submit(&ring_);
     sqe = io_uring_get_sqe(&ring_);
   }
+  return sqe;
+}
+
+void Daemon::arm_poll(int fd, std::uint64_t user_data) {
+  io_uring_sqe* sqe = next_sqe();
   io_uring_prep_poll_add(sqe, fd, POLLIN | POLLRDHUP);
   io_uring_sqe_set_data64(sqe, user_data);
 }
 
 void Daemon::arm_doorbell_read() {
-  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-  if (sqe == nullptr) {
-    io_uring_submit(&ring_);
-    sqe = io_uring_get_sqe(&ring_);
-  }
+  io_uring_sqe* sqe = next_sqe();
   io_uring_prep_read(sqe, doorbell_.get(), &doorbell_value_, sizeof(doorbell_value_), 0);
   io_uring_sqe_set_data64(sqe, pack(Op::kDoorbell, 0));
 }
@@ -154,6 +162,14 @@ void Daemon::handle_event(std::uint64_t user_data, int result) {
       break;
     case Op::kSession:
       if (result >= 0) on_session_readable(id_of(user_data));
+      break;
+    case Op::kClientDoorbell:
+      if (auto it = sessions_.find(id_of(user_data)); it != sessions_.end() && result >= 0) {
+        it->second->drain_doorbell();
+        arm_poll(it->second->doorbell_fd(), user_data);
+      }
+      break;
+    case Op::kIgnore:
       break;
   }
 }
@@ -230,7 +246,10 @@ void Daemon::finish_attach(std::uint64_t id) {
     send_refusal(fd, shm::AttachStatus::kInternalError, e.what());
     return;
   }
-  if (wants_eventfd) session->set_event_fd(std::move(fds[0]));
+  if (wants_eventfd && !session->set_event_fd(std::move(fds[0]))) {
+    send_refusal(fd, shm::AttachStatus::kBadHello, "the completion fd sent is not an eventfd");
+    return;
+  }
 
   shm::AttachReply reply{};
   reply.magic = shm::kAttachMagic;
@@ -238,13 +257,14 @@ void Daemon::finish_attach(std::uint64_t id) {
   reply.status = shm::AttachStatus::kOk;
   reply.client_id = static_cast<std::uint32_t>(id);
   const int out_fds[shm::kAttachFdCount] = {session->request_fd(), session->completion_fd(),
-                                            doorbell_.get(), status_fd_.get()};
+                                            session->doorbell_fd(), status_fd_.get()};
   if (int err = shm::send_with_fds(fd, std::as_bytes(std::span(&reply, 1)), out_fds); err != 0) {
     spdlog::warn("attach of pid {} failed while sending its segment: {}", pending.peer.pid,
                  std::strerror(err));
     return;
   }
   arm_poll(fd, pack(Op::kSession, id));
+  arm_poll(session->doorbell_fd(), pack(Op::kClientDoorbell, id));
   sessions_.emplace(id, session);
   drain_order_.push_back(std::move(session));
   stats_.clients_attached.fetch_add(1, std::memory_order_relaxed);
@@ -279,6 +299,10 @@ void Daemon::drop_session(std::uint64_t id, const char* why) {
   // shutdown, not close: the pending poll holds the socket open, and the client must see the
   // hang-up now. The segment stays mapped until batches holding the session complete.
   ::shutdown(session->connection(), SHUT_RDWR);
+  // The doorbell's poll would otherwise hold its eventfd (and an io_uring entry) forever.
+  io_uring_sqe* sqe = next_sqe();
+  io_uring_prep_poll_remove(sqe, pack(Op::kClientDoorbell, id));
+  io_uring_sqe_set_data64(sqe, pack(Op::kIgnore, 0));
   drain_order_.erase(std::remove(drain_order_.begin(), drain_order_.end(), session),
                      drain_order_.end());
 }

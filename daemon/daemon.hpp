@@ -70,6 +70,7 @@ class Daemon {
   bool work_waiting();
   void sleep_until_work();
 
+  io_uring_sqe* next_sqe();
   void arm_poll(int fd, std::uint64_t user_data);
   void arm_doorbell_read();
   void ring_doorbell() noexcept;

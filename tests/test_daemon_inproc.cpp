@@ -204,3 +204,57 @@ TEST_CASE("stopping the daemon finishes the requests it holds") {
   REQUIRE_FALSE(after.ok());
   CHECK(after.error().code == ErrorCode::kDaemonUnavailable);
 }
+
+TEST_CASE("an attach whose completion fd is not an eventfd is refused") {
+  test::InProcessDaemon daemon(small_config(0.5), std::make_unique<CpuBackend>(1, 1));
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  shm::UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
+  Attachment raw;
+  Error error;
+  CHECK_FALSE(attach_to_daemon(daemon.socket_path(), 2s, write_end.get(), raw, error));
+  CHECK(error.message.find("not an eventfd") != std::string::npos);
+  auto good = connect_to(daemon.socket_path());
+  CHECK(good->submit("unaffected", 5s).ok());
+}
+
+TEST_CASE("a client scribbling over its own segment hurts only itself") {
+  test::InProcessDaemon daemon(small_config(0.2), std::make_unique<CpuBackend>(1, 1));
+  auto good = connect_to(daemon.socket_path());
+  std::atomic<bool> stop{false};
+  std::atomic<int> hostile_attaches{0};
+  std::thread hostile([&] {
+    std::mt19937_64 rng(42);
+    while (!stop.load()) {
+      Attachment raw;
+      Error error;
+      if (!attach_to_daemon(daemon.socket_path(), 2s, -1, raw, error)) continue;
+      hostile_attaches.fetch_add(1);
+      const auto bytes = static_cast<std::uint64_t>(shm::file_bytes(raw.fds[shm::kRequestRegionFd].get()));
+      auto region = shm::map_fd(raw.fds[shm::kRequestRegionFd].get(), bytes, true);
+      auto* base = static_cast<unsigned char*>(region.get_address());
+      char buf[8];
+      // Random bytes anywhere in the request region (header, ring, slots), ringing the doorbell,
+      // until the daemon gives up on this client.
+      for (int round = 0; round < 2000 && !stop.load(); ++round) {
+        for (int i = 0; i < 64; ++i) base[rng() % bytes] = static_cast<unsigned char>(rng());
+        const std::uint64_t one = 1;
+        (void)!::write(raw.fds[shm::kDoorbellFd].get(), &one, sizeof(one));
+        if (::recv(raw.connection.get(), buf, sizeof(buf), MSG_DONTWAIT) == 0) break;
+      }
+    }
+  });
+  const std::uint64_t requests = test::scaled(3000, 300);
+  std::uint64_t ok = 0;
+  for (std::uint64_t i = 0; i < requests; ++i) {
+    const std::string input = "good-" + std::to_string(i);
+    Result r = good->submit(input, 10s);
+    if (r.ok() && r.output() == kernels::reference_batchstring(input, 1)) ++ok;
+  }
+  stop.store(true);
+  hostile.join();
+  CHECK(ok == requests);
+  CHECK(hostile_attaches.load() >= 1);
+  MESSAGE("hostile attaches: ", hostile_attaches.load(), ", dropped for violations: ",
+          daemon.stats().clients_dropped_for_violation.load());
+}

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 
 #include "client_lib/client.hpp"
 #include "kernels/reference_batchstring.hpp"
@@ -140,6 +142,41 @@ TEST_CASE("a daemon that is not running is reported as unavailable within the ti
   CHECK(error.code == ErrorCode::kDaemonUnavailable);
   CHECK(error.message.find(path) != std::string::npos);
   CHECK(took < 1500ms);
+}
+
+namespace {
+
+long cpu_ticks(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return -1;
+  char buf[1024] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  // Fields 14 and 15 (utime, stime) follow the parenthesised command name.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr || n == 0) return -1;
+  long utime = 0, stime = 0;
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime, &stime) != 2) {
+    return -1;
+  }
+  return utime + stime;
+}
+
+}  // namespace
+
+TEST_CASE("an idle daemon with an attached client sleeps instead of spinning") {
+  const std::string path = test::temp_socket_path();
+  test::DaemonProcess daemon(path, {"--max-wait-ms", "1"});
+  auto client = connect_to(path);
+  REQUIRE(client);
+  REQUIRE(client->submit("wake it once", 5s).ok());
+  std::this_thread::sleep_for(200ms);
+  const long before = cpu_ticks(daemon.pid());
+  std::this_thread::sleep_for(1s);
+  const long after = cpu_ticks(daemon.pid());
+  REQUIRE(before >= 0);
+  MESSAGE("daemon CPU while idle for 1 s: ", (after - before) * 1000 / sysconf(_SC_CLK_TCK), " ms");
+  CHECK(after - before <= sysconf(_SC_CLK_TCK) / 20);  // under 5% of one core
 }
 
 TEST_CASE("a second daemon on the same socket is refused") {

@@ -2,8 +2,10 @@
 // memory is checked before use.
 #include <doctest/doctest.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "daemon/client_session.hpp"
+#include "daemon/control_socket.hpp"
 #include "shm/ring.hpp"
 
 using namespace batchd;
@@ -113,4 +115,13 @@ TEST_CASE("a closed session yields nothing") {
   std::string why;
   CHECK(f.take(t, why) == TakeResult::kEmpty);
   CHECK_FALSE(f.session->has_pending());
+}
+
+TEST_CASE("peers are allowed by the daemon's uid or the allow lists only") {
+  const uid_t me = ::geteuid();
+  CHECK(peer_allowed(PeerCredentials{1, me, 12345}, {}, {}));
+  CHECK_FALSE(peer_allowed(PeerCredentials{1, me + 1, 12345}, {}, {}));
+  CHECK(peer_allowed(PeerCredentials{1, me + 1, 12345}, {me + 1}, {}));
+  CHECK(peer_allowed(PeerCredentials{1, me + 1, 12345}, {}, {12345}));
+  CHECK_FALSE(peer_allowed(PeerCredentials{1, me + 1, 12345}, {me + 2}, {54321}));
 }
