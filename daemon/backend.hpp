@@ -53,19 +53,31 @@ struct BackendStatus {
   static BackendStatus failure(std::string why) { return {false, std::move(why)}; }
 };
 
+// Where a batch runs: a device, and one of its streams (CUDA streams; CPU worker threads and
+// simulated devices have one stream each).
+struct LaneId {
+  unsigned device = 0;
+  unsigned stream = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
 
   [[nodiscard]] virtual std::string_view name() const noexcept = 0;
 
-  // How many batches may run at once (CPU workers, devices × streams); lane ids are
-  // 0 .. lanes() - 1 and each lane runs one batch at a time.
-  [[nodiscard]] virtual unsigned lanes() const noexcept = 0;
+  // Devices are 0 .. devices() - 1, each with streams_per_device() streams; the router runs at
+  // most one batch per (device, stream) at a time.
+  [[nodiscard]] virtual unsigned devices() const noexcept = 0;
+  [[nodiscard]] virtual unsigned streams_per_device() const noexcept { return 1; }
 
-  // Runs one batch on `lane`. Thread-safe across distinct lanes. On success `out` holds one
-  // output per input; the caller checks the count and treats a mismatch as a backend error.
-  virtual BackendStatus run(unsigned lane, const BatchInput& in, BatchOutput& out) = 0;
+  // Runs one batch on a lane. Thread-safe across distinct lanes. On success `out` holds one
+  // output per input; the caller checks the count and treats a mismatch as a backend error. A
+  // failure fails the whole batch; the router isolates a failing input by splitting.
+  virtual BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) = 0;
+
+  // The daemon is shutting down: calls blocked in run() should return soon (with any status).
+  virtual void shutdown() noexcept {}
 };
 
 }  // namespace batchd

@@ -2,8 +2,11 @@
 // objects are pooled and cleared, never freed, so their buffers keep their capacity.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <iterator>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "daemon/backend.hpp"
@@ -19,6 +22,13 @@ struct RequestRef {
   std::int64_t deadline_mono_ns = 0;
 };
 
+// A batch's place in its current run, packed with the run's token so that a watchdog acting on
+// a stale view of a reused batch object cannot touch the new run (compare-and-swap on both).
+enum class RunPhase : std::uint64_t { kQueued = 0, kRunning = 1, kFinished = 2, kAbandoned = 3 };
+constexpr std::uint64_t make_run_state(std::uint64_t token, RunPhase phase) noexcept {
+  return (token << 2) | static_cast<std::uint64_t>(phase);
+}
+
 struct Batch {
   std::uint64_t id = 0;
   std::int64_t opened_ns = 0;         // arrival of its oldest request
@@ -26,6 +36,12 @@ struct Batch {
   std::vector<std::uint32_t> input_offsets{0};
   std::vector<RequestRef> requests;
   BatchOutput output;
+
+  // Routing: which devices this exact batch already failed on, and the last failure's message.
+  std::uint64_t failed_devices = 0;
+  std::string last_error;
+  std::uint64_t run_token = 0;  // bumped on every dispatch
+  std::atomic<std::uint64_t> run_state{0};
 
   [[nodiscard]] BatchInput input() const noexcept { return {input_bytes, input_offsets}; }
   [[nodiscard]] std::size_t size() const noexcept { return requests.size(); }
@@ -35,6 +51,35 @@ struct Batch {
     input_offsets.assign(1, 0);
     requests.clear();  // drops the session references
     output.clear();
+    failed_devices = 0;
+    last_error.clear();
+  }
+
+  // Moves the second half of this batch's requests into `other` (empty); both keep their order.
+  void split_into(Batch& other) {
+    const std::size_t keep = size() / 2;
+    const std::uint32_t cut = input_offsets[keep];
+    other.input_bytes.assign(input_bytes.begin() + cut, input_bytes.end());
+    other.input_offsets.assign(1, 0);
+    for (std::size_t i = keep + 1; i < input_offsets.size(); ++i) {
+      other.input_offsets.push_back(input_offsets[i] - cut);
+    }
+    other.requests.assign(std::make_move_iterator(requests.begin() + static_cast<std::ptrdiff_t>(keep)),
+                          std::make_move_iterator(requests.end()));
+    other.opened_ns = opened_ns;
+    input_bytes.resize(cut);
+    input_offsets.resize(keep + 1);
+    requests.resize(keep);
+  }
+
+  // Makes `other` (empty) a copy of this batch's work, to run it again elsewhere.
+  void copy_into(Batch& other) const {
+    other.input_bytes = input_bytes;
+    other.input_offsets = input_offsets;
+    other.requests = requests;
+    other.opened_ns = opened_ns;
+    other.failed_devices = failed_devices;
+    other.last_error = last_error;
   }
 };
 

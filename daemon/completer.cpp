@@ -45,9 +45,34 @@ void Completer::complete_one(const RequestRef& request, shm::WireStatus status,
   if (write_slot(request, status, payload)) request.session->signal_event_fd();
 }
 
-void Completer::complete_batch(Batch& batch, const BackendStatus& status,
-                               std::vector<ClientSession*>& scratch) noexcept {
+namespace {
+
+// Sessions of one batch that asked for an eventfd signal; per thread, so completing allocates
+// nothing once warm.
+std::vector<ClientSession*>& event_scratch() {
+  thread_local std::vector<ClientSession*> scratch;
   scratch.clear();
+  return scratch;
+}
+
+void note_event(std::vector<ClientSession*>& scratch, ClientSession* session) {
+  if (std::find(scratch.begin(), scratch.end(), session) == scratch.end()) scratch.push_back(session);
+}
+
+}  // namespace
+
+void Completer::complete_batch_with(Batch& batch, shm::WireStatus status,
+                                    std::string_view message) noexcept {
+  auto& scratch = event_scratch();
+  stats_.batch_failures.fetch_add(1, std::memory_order_relaxed);
+  for (const RequestRef& request : batch.requests) {
+    if (write_slot(request, status, message)) note_event(scratch, request.session.get());
+  }
+  for (ClientSession* session : scratch) session->signal_event_fd();
+}
+
+void Completer::complete_batch(Batch& batch, const BackendStatus& status) noexcept {
+  auto& scratch = event_scratch();
   const std::size_t n = batch.size();
   std::string error;
   if (!status.ok) {
@@ -63,9 +88,7 @@ void Completer::complete_batch(Batch& batch, const BackendStatus& status,
     const bool wants_event =
         error.empty() ? write_slot(request, shm::WireStatus::kOk, batch.output.at(i))
                       : write_slot(request, shm::WireStatus::kBackendError, error);
-    if (wants_event && std::find(scratch.begin(), scratch.end(), request.session.get()) == scratch.end()) {
-      scratch.push_back(request.session.get());
-    }
+    if (wants_event) note_event(scratch, request.session.get());
   }
   for (ClientSession* session : scratch) session->signal_event_fd();
 }

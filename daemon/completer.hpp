@@ -17,8 +17,10 @@ class Completer {
 
   // Completes every request of a batch from its output (or, when the backend failed or returned
   // the wrong count, with that error). Thread-safe; allocates nothing in steady state.
-  void complete_batch(Batch& batch, const BackendStatus& status,
-                      std::vector<ClientSession*>& scratch) noexcept;
+  void complete_batch(Batch& batch, const BackendStatus& status) noexcept;
+
+  // Completes every request of a batch with the same error (no device could run it).
+  void complete_batch_with(Batch& batch, shm::WireStatus status, std::string_view message) noexcept;
 
   // Completes one request outside a batch (rejected at admission). Signals its eventfd at once.
   void complete_one(const RequestRef& request, shm::WireStatus status,

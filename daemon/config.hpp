@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "daemon/batcher.hpp"
+#include "daemon/router_options.hpp"
+#include "daemon/sim_backend.hpp"
 #include "shm/layout.hpp"
 
 namespace batchd {
@@ -18,8 +20,12 @@ struct DaemonConfig {
   BatchLimits batch;                  // the wait-or-full policy
   std::string backend = "cpu";
   unsigned cost = 1;                  // SHA-256 rounds per input (cpu backend)
-  unsigned cpu_threads = 1;           // cpu backend lanes
-  unsigned spare_batches = 2;         // batch objects beyond one per lane: filling and queued
+  unsigned cpu_threads = 1;           // cpu backend workers (one device each)
+  std::vector<int> cuda_devices;      // cuda backend: empty means every visible device
+  unsigned streams_per_device = 2;    // cuda backend
+  std::string plugin_config;          // passed to a plug-in's init
+  SimOptions sim;                     // sim backend
+  RouterOptions routing;
   unsigned max_clients = 256;
   std::vector<uid_t> allowed_uids;    // besides the daemon's own uid
   std::vector<gid_t> allowed_gids;

@@ -4,7 +4,7 @@
 
 namespace batchd {
 
-BackendStatus CpuBackend::run(unsigned /*lane*/, const BatchInput& in, BatchOutput& out) {
+BackendStatus CpuBackend::run(LaneId /*lane*/, const BatchInput& in, BatchOutput& out) {
   out.clear();
   out.bytes.reserve(in.size() * kernels::kDigestHexBytes);
   for (std::size_t i = 0; i < in.size(); ++i) {

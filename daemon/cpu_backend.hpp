@@ -11,12 +11,13 @@ class CpuBackend final : public Backend {
   CpuBackend(unsigned cost, unsigned threads) noexcept : cost_(cost), threads_(threads) {}
 
   [[nodiscard]] std::string_view name() const noexcept override { return "cpu"; }
-  [[nodiscard]] unsigned lanes() const noexcept override { return threads_; }
-  BackendStatus run(unsigned lane, const BatchInput& in, BatchOutput& out) override;
+  // Each worker thread is a device of one stream to the router.
+  [[nodiscard]] unsigned devices() const noexcept override { return threads_; }
+  BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) override;
 
  private:
   unsigned cost_;     // SHA-256 rounds per input
-  unsigned threads_;  // one lane per worker thread
+  unsigned threads_;  // one device per worker thread
 };
 
 }  // namespace batchd

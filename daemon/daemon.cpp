@@ -57,8 +57,10 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<Backend> backend)
 }
 
 Daemon::~Daemon() {
-  if (executor_) executor_->stop();
-  if (open_ != nullptr && executor_) executor_->release(open_);
+  if (router_) {
+    if (open_ != nullptr) router_->release(open_);
+    router_->stop();
+  }
   if (ring_ready_) io_uring_queue_exit(&ring_);
 }
 
@@ -86,16 +88,17 @@ void Daemon::start() {
   status_->daemon_pid = static_cast<std::uint32_t>(::getpid());
 
   control_ = std::make_unique<ControlSocket>(config_.socket_path);
-  executor_ = std::make_unique<Executor>(*backend_, completer_, config_.spare_batches, [this] {
-    // After the batch's seq_cst return to the pool (Executor::release).
+  router_ = std::make_unique<Router>(*backend_, completer_, config_.routing, [this] {
+    // After the batch's seq_cst return to the pool (Router::release).
     if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
   });
-  executor_->start();
+  router_->start();
   arm_poll(control_->fd(), pack(Op::kListen, 0));
   arm_doorbell_read();
-  spdlog::info("batchd listening on {} (backend {}, {} lanes, max batch {}, max wait {} us, "
-               "max batch bytes {})",
-               config_.socket_path, backend_->name(), backend_->lanes(), config_.batch.max_batch,
+  spdlog::info("batchd listening on {} (backend {}: {} devices x {} streams; max batch {}, max "
+               "wait {} us, max batch bytes {})",
+               config_.socket_path, backend_->name(), backend_->devices(),
+               backend_->streams_per_device(), config_.batch.max_batch,
                std::chrono::duration_cast<std::chrono::microseconds>(config_.batch.max_wait).count(),
                config_.batch.max_batch_bytes);
 }
@@ -313,7 +316,7 @@ bool Daemon::admit(const std::shared_ptr<ClientSession>& session, const TakenReq
   const std::size_t start = batch.input_bytes.size();
   batch.input_bytes.resize(start + taken.input_bytes);
   // Copy first, check the copy: the client may still be scribbling on its slot.
-  std::memcpy(batch.input_bytes.data() + start, taken.input, taken.input_bytes);
+  if (taken.input_bytes > 0) std::memcpy(batch.input_bytes.data() + start, taken.input, taken.input_bytes);
   const shm::RequestSlotHeader& header = *session->view().request_slot(taken.slot);
   const bool withdrawn =
       header.cancel_generation.load(std::memory_order_relaxed) == taken.generation;
@@ -350,7 +353,7 @@ bool Daemon::admit(const std::shared_ptr<ClientSession>& session, const TakenReq
 void Daemon::flush_open_batch(std::int64_t /*now_ns*/) {
   if (open_ == nullptr || open_->requests.empty()) return;
   open_->id = next_batch_id_++;
-  executor_->dispatch(open_);
+  router_->dispatch(open_);
   open_ = nullptr;
   batcher_.reset();
 }
@@ -363,7 +366,7 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
     if (drain_cursor_ >= drain_order_.size()) drain_cursor_ = 0;
     std::shared_ptr<ClientSession> session = drain_order_[drain_cursor_++];
     for (unsigned taken_here = 0; taken_here < kBurstPerClient;) {
-      if (open_ == nullptr && (open_ = executor_->try_acquire()) == nullptr) {
+      if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) {
         session->publish();
         return progressed;  // every batch is busy: leave the rest in the rings
       }
@@ -390,7 +393,7 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
 }
 
 bool Daemon::work_waiting() {
-  if (open_ == nullptr && (open_ = executor_->try_acquire()) == nullptr) return false;
+  if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) return false;
   return std::any_of(drain_order_.begin(), drain_order_.end(),
                      [](const auto& s) { return s->has_pending(); });
 }
@@ -441,10 +444,10 @@ void Daemon::run() {
         // Whatever is open runs now rather than waiting out its window.
         flush_open_batch(now_ns);
         if (open_ != nullptr && open_->requests.empty()) {
-          executor_->release(open_);
+          router_->release(open_);
           open_ = nullptr;
         }
-        if (executor_->all_free()) break;
+        if (router_->idle()) break;
       }
     }
     if (progressed) {
@@ -461,7 +464,7 @@ void Daemon::run() {
     sleep_until_work();
     idle_since_ns = 0;
   }
-  executor_->stop();
+  router_->stop();
   // Every answer is written: tell the clients now rather than when this object goes away.
   while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
   spdlog::info("stopped: {} requests taken, {} ok, {} failed, {} rejected, {} batches",

@@ -5,7 +5,7 @@
 #pragma once
 
 // Before liburing: <linux/fs.h> defines a BLOCK_SIZE macro that breaks moodycamel's queue.
-#include "daemon/executor.hpp"
+#include "daemon/router.hpp"
 
 #include <liburing.h>
 
@@ -48,6 +48,10 @@ class Daemon {
 
   [[nodiscard]] const std::string& socket_path() const noexcept { return config_.socket_path; }
   [[nodiscard]] const DaemonStats& stats() const noexcept { return stats_; }
+  // Per-device health and counters; valid after start().
+  [[nodiscard]] const std::vector<std::unique_ptr<DeviceHealth>>& devices() const noexcept {
+    return router_->devices();
+  }
 
  private:
   struct PendingAttach {
@@ -79,7 +83,7 @@ class Daemon {
   std::unique_ptr<Backend> backend_;
   DaemonStats stats_;
   Completer completer_{stats_};
-  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Router> router_;
   std::unique_ptr<ControlSocket> control_;
 
   shm::UniqueFd doorbell_;  // eventfd: clients and workers wake the drain loop with it
@@ -98,7 +102,7 @@ class Daemon {
   std::size_t drain_cursor_ = 0;
 
   WaitOrFullBatcher batcher_;
-  Batch* open_ = nullptr;  // the batch being filled, from the executor's pool
+  Batch* open_ = nullptr;  // the batch being filled, from the router's pool
   std::uint64_t next_batch_id_ = 1;
 
   std::atomic<bool> stop_requested_{false};

@@ -9,16 +9,24 @@
 #include <thread>
 
 #include "daemon/config.hpp"
-#include "daemon/cpu_backend.hpp"
+#include "daemon/backend_factory.hpp"
 #include "daemon/daemon.hpp"
 
 namespace {
 
-std::unique_ptr<batchd::Backend> make_backend(const batchd::DaemonConfig& config) {
-  if (config.backend == "cpu") {
-    return std::make_unique<batchd::CpuBackend>(config.cost, config.cpu_threads);
+// "D:V" pairs for the sim fault flags.
+template <class V>
+std::vector<std::pair<unsigned, V>> parse_pairs(const std::vector<std::string>& items, const char* flag) {
+  std::vector<std::pair<unsigned, V>> out;
+  for (const auto& item : items) {
+    const auto colon = item.find(':');
+    if (colon == std::string::npos) {
+      throw std::invalid_argument(std::string(flag) + " expects DEVICE:VALUE, got '" + item + "'");
+    }
+    out.emplace_back(static_cast<unsigned>(std::stoul(item.substr(0, colon))),
+                     static_cast<V>(std::stod(item.substr(colon + 1))));
   }
-  throw std::invalid_argument("unknown backend '" + config.backend + "' (available: cpu)");
+  return out;
 }
 
 }  // namespace
@@ -33,7 +41,35 @@ int main(int argc, char** argv) {
   app.add_option("--socket", config.socket_path,
                  "control socket path (default: $XDG_RUNTIME_DIR/batchd/batchd.sock, or "
                  "/run/batchd/batchd.sock as root)");
-  app.add_option("--backend", config.backend, "backend: cpu")->capture_default_str();
+  config.backend = "auto";
+  app.add_option("--backend", config.backend,
+                 "auto (cuda if a GPU is visible, else cpu), cpu, sim, cuda, or plugin:PATH")
+      ->capture_default_str();
+  app.add_option("--devices", config.cuda_devices, "cuda devices to use (default: all visible)")
+      ->delimiter(',');
+  app.add_option("--streams-per-device", config.streams_per_device, "cuda streams per device")
+      ->capture_default_str()->check(CLI::Range(1U, 16U));
+  app.add_option("--plugin-config", config.plugin_config, "string passed to a plug-in's init");
+  std::int64_t device_timeout_ms = config.routing.device_timeout.count();
+  app.add_option("--device-timeout-ms", device_timeout_ms,
+                 "a batch running longer marks its device unhealthy")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}));
+  auto* sim = app.add_option_group("sim backend", "simulated GPUs for tests and benchmarks");
+  std::vector<std::string> fail_every, slow;
+  sim->add_option("--sim-devices", config.sim.devices, "simulated devices")->capture_default_str();
+  sim->add_option("--sim-fixed-us", config.sim.fixed_us, "cost per batch")->capture_default_str();
+  sim->add_option("--sim-per-item-us", config.sim.per_item_us, "cost per request")->capture_default_str();
+  sim->add_option("--sim-per-byte-ns", config.sim.per_byte_ns, "cost per input byte")->capture_default_str();
+  sim->add_option("--sim-repeat", config.sim.repeat, "answer = input reversed, repeated this often")
+      ->capture_default_str()->check(CLI::Range(1U, 64U));
+  sim->add_option("--sim-fail-every", fail_every, "DEVICE:K: that device fails every K-th batch");
+  sim->add_option("--sim-slow", slow, "DEVICE:FACTOR: that device's costs times FACTOR");
+  sim->add_option("--sim-hang", config.sim.hang_devices, "DEVICE: every batch there hangs");
+  sim->add_option("--sim-hang-ms", config.sim.hang_ms, "how long a hang lasts")->capture_default_str();
+  sim->add_option("--sim-poison", config.sim.poison_prefix,
+                  "an input starting with this fails its whole batch");
+  sim->add_option("--sim-outage-ms", config.sim.outage_ms,
+                  "every device fails for this long after start")->capture_default_str();
   app.add_option("--max-batch", config.batch.max_batch, "flush a batch at this many requests")
       ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
   app.add_option("--max-wait-ms", max_wait_ms,
@@ -61,6 +97,14 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
+  config.routing.device_timeout = std::chrono::milliseconds(device_timeout_ms);
+  try {
+    config.sim.fail_every = parse_pairs<unsigned>(fail_every, "--sim-fail-every");
+    config.sim.slow = parse_pairs<double>(slow, "--sim-slow");
+  } catch (const std::exception& e) {
+    spdlog::critical("batchd: {}", e.what());
+    return 2;
+  }
   config.batch.max_wait =
       std::chrono::nanoseconds(static_cast<std::int64_t>(max_wait_ms * 1'000'000.0));
   spdlog::set_level(spdlog::level::from_str(log_level));
@@ -74,7 +118,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   try {
-    batchd::Daemon daemon(config, make_backend(config));
+    batchd::Daemon daemon(config, batchd::make_backend(config));
     daemon.start();
     std::thread signal_thread([&] {
       int sig = 0;

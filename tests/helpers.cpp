@@ -1,5 +1,7 @@
 #include "tests/helpers.hpp"
 
+#include "daemon/backend_factory.hpp"
+
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -132,7 +134,7 @@ int DaemonProcess::stop() {
 }
 
 InProcessDaemon::InProcessDaemon(DaemonConfig config, std::unique_ptr<Backend> backend)
-    : daemon_(std::move(config), std::move(backend)) {
+    : daemon_(config, backend ? std::move(backend) : make_backend(config)) {
   daemon_.start();
   thread_ = std::thread([this] { daemon_.run(); });
 }

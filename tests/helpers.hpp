@@ -55,6 +55,7 @@ class DaemonProcess {
 // its threads under TSan.
 class InProcessDaemon {
  public:
+  // backend nullptr: the one the config names.
   InProcessDaemon(DaemonConfig config, std::unique_ptr<Backend> backend);
   ~InProcessDaemon();
   InProcessDaemon(const InProcessDaemon&) = delete;
@@ -62,6 +63,7 @@ class InProcessDaemon {
 
   [[nodiscard]] const std::string& socket_path() const noexcept { return daemon_.socket_path(); }
   [[nodiscard]] const DaemonStats& stats() const noexcept { return daemon_.stats(); }
+  [[nodiscard]] const auto& devices() const noexcept { return daemon_.devices(); }
   void stop();
 
  private:

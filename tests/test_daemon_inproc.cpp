@@ -44,8 +44,8 @@ std::unique_ptr<Client> connect_to(const std::string& path) {
 class GateBackend final : public Backend {
  public:
   std::string_view name() const noexcept override { return "gate"; }
-  unsigned lanes() const noexcept override { return 1; }
-  BackendStatus run(unsigned, const BatchInput& in, BatchOutput& out) override {
+  unsigned devices() const noexcept override { return 1; }
+  BackendStatus run(LaneId, const BatchInput& in, BatchOutput& out) override {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return open_; });
     out.clear();
@@ -71,8 +71,8 @@ class GateBackend final : public Backend {
 class ShortBackend final : public Backend {
  public:
   std::string_view name() const noexcept override { return "short"; }
-  unsigned lanes() const noexcept override { return 1; }
-  BackendStatus run(unsigned, const BatchInput& in, BatchOutput& out) override {
+  unsigned devices() const noexcept override { return 1; }
+  BackendStatus run(LaneId, const BatchInput& in, BatchOutput& out) override {
     out.clear();
     for (std::size_t i = 0; i + 1 < in.size(); ++i) out.append(1)[0] = 'x';
     return BackendStatus::success();

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "client_lib/client.hpp"
@@ -188,4 +189,35 @@ TEST_CASE("a second daemon on the same socket is refused") {
   auto client = connect_to(path);
   REQUIRE(client);
   CHECK(client->submit("still the first", 5s).ok());
+}
+
+TEST_CASE("the example plug-in answers end to end") {
+  const char* plugin = std::getenv("BATCHD_EXAMPLE_PLUGIN");
+  REQUIRE(plugin != nullptr);
+  const std::string path = test::temp_socket_path();
+  test::DaemonProcess daemon(path, {"--backend", std::string("plugin:") + plugin, "--plugin-config",
+                                    "cost=2;devices=2", "--max-wait-ms", "0"});
+  auto client = connect_to(path);
+  REQUIRE(client);
+  for (const std::string input : {"hello", "", "héllo wörld 🙂"}) {
+    Result r = client->submit(input, 5s);
+    REQUIRE(r.ok());
+    CHECK(r.output() == kernels::reference_batchstring(input, 2));
+  }
+}
+
+TEST_CASE("the sim backend's flags: varying-length answers and a poison input") {
+  const std::string path = test::temp_socket_path();
+  test::DaemonProcess daemon(path, {"--backend", "sim", "--sim-devices", "3", "--sim-fixed-us", "100",
+                                    "--sim-repeat", "3", "--sim-poison", "BAD", "--max-wait-ms", "0"});
+  auto client = connect_to(path);
+  REQUIRE(client);
+  Result r = client->submit("abc€", 5s);
+  REQUIRE(r.ok());
+  CHECK(r.output() == "€cba€cba€cba");
+  Result bad = client->submit("BAD input", 5s);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code == ErrorCode::kBackendError);
+  CHECK(bad.error().message.find("poison") != std::string::npos);
+  CHECK(client->submit("fine", 5s).ok());
 }

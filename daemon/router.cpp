@@ -1,0 +1,362 @@
+#include "daemon/router.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <bit>
+#include <limits>
+
+#include "daemon/tsan_handoff.hpp"
+#include "shm/futex.hpp"
+
+namespace batchd {
+namespace {
+
+constexpr std::uint64_t device_bit(unsigned device) noexcept {
+  return device < 64 ? std::uint64_t{1} << device : 0;
+}
+
+}  // namespace
+
+Router::Router(Backend& backend, Completer& completer, RouterOptions options,
+               std::function<void()> on_batch_freed)
+    : backend_(backend), completer_(completer), options_(options),
+      on_batch_freed_(std::move(on_batch_freed)) {
+  const unsigned devices = backend_.devices();
+  const unsigned streams = std::max(1U, backend_.streams_per_device());
+  for (unsigned d = 0; d < devices; ++d) {
+    health_.push_back(std::make_unique<DeviceHealth>());
+    health_.back()->set_backoff(options_.backoff);
+    for (unsigned s = 0; s < streams; ++s) {
+      lanes_.push_back(std::make_unique<Lane>());
+      lanes_.back()->id = LaneId{d, s};
+    }
+  }
+  const std::size_t total = lanes_.size() + options_.spare_batches;
+  for (std::size_t i = 0; i < total; ++i) {
+    batches_.push_back(std::make_unique<Batch>());
+    free_.enqueue(batches_.back().get());
+  }
+}
+
+Router::~Router() { stop(); }
+
+void Router::start() {
+  for (auto& lane : lanes_) {
+    Lane* l = lane.get();
+    l->worker = std::thread([this, l] { worker(*l); });
+  }
+  watchdog_ = std::thread([this] { watchdog(); });
+}
+
+void Router::stop() noexcept {
+  if (!watchdog_.joinable()) return;
+  {
+    std::lock_guard lock(watchdog_mu_);
+    stopping_ = true;
+  }
+  watchdog_cv_.notify_all();
+  watchdog_.join();
+  backend_.shutdown();  // a hung run returns so its worker can exit
+  for (auto& lane : lanes_) lane->queue.enqueue(nullptr);
+  for (auto& lane : lanes_) {
+    if (lane->worker.joinable()) lane->worker.join();
+  }
+}
+
+Batch* Router::try_acquire() noexcept {
+  Batch* batch = nullptr;
+  if (!free_.try_dequeue(batch)) return nullptr;
+  handoff_acquire(batch);
+  in_use_.fetch_add(1, std::memory_order_relaxed);
+  return batch;
+}
+
+Batch* Router::acquire_extra() {
+  if (Batch* batch = try_acquire()) return batch;
+  // Splits and re-runs of hung batches need objects beyond the pool; they are rare, and the
+  // pool keeps them afterwards.
+  std::lock_guard lock(batches_mu_);
+  batches_.push_back(std::make_unique<Batch>());
+  in_use_.fetch_add(1, std::memory_order_relaxed);
+  return batches_.back().get();
+}
+
+void Router::release(Batch* batch) noexcept {
+  batch->clear();
+  handoff_release(batch);
+  free_.enqueue(batch);
+  in_use_.fetch_sub(1, std::memory_order_seq_cst);  // ordered before the sleeping-flag check
+  on_batch_freed_();
+}
+
+Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns) noexcept {
+  // Expected time until this batch would finish on each lane's device: (batches outstanding
+  // there + 1) x its measured batch time. Lanes within 25% of the best count as equal and take
+  // turns, so equally fast devices share the work and a slower one gets less.
+  thread_local std::vector<std::uint64_t> scores;
+  scores.assign(lanes_.size(), std::numeric_limits<std::uint64_t>::max());
+  std::uint64_t best = std::numeric_limits<std::uint64_t>::max();
+  for (std::size_t i = 0; i < lanes_.size(); ++i) {
+    const Lane& lane = *lanes_[i];
+    const unsigned d = lane.id.device;
+    if ((batch.failed_devices & device_bit(d)) != 0 || lane.stuck.load(std::memory_order_acquire)) {
+      continue;
+    }
+    const DeviceHealth& h = *health_[d];
+    if (!h.available(now_ns)) continue;
+    const std::uint64_t queued = h.outstanding_batches.load(std::memory_order_relaxed) +
+                                 lane.outstanding.load(std::memory_order_relaxed);
+    scores[i] = (queued + 1) * h.batch_ns_estimate(now_ns) + queued;
+    best = std::min(best, scores[i]);
+  }
+  if (best == std::numeric_limits<std::uint64_t>::max()) return nullptr;
+  // Turns are taken among the eligible lanes only: rotating a start index over all lanes would
+  // hand the turns of skipped lanes to whichever eligible lane follows them.
+  const std::uint64_t good_enough = best + best / 4;
+  std::size_t eligible = 0;
+  for (std::uint64_t score : scores) eligible += score <= good_enough ? 1 : 0;
+  std::size_t turn = rotation_.fetch_add(1, std::memory_order_relaxed) % eligible;
+  for (std::size_t i = 0; i < lanes_.size(); ++i) {
+    if (scores[i] <= good_enough && turn-- == 0) return lanes_[i].get();
+  }
+  return nullptr;
+}
+
+bool Router::any_available_outside(std::uint64_t mask, std::int64_t now_ns) const noexcept {
+  for (unsigned d = 0; d < health_.size(); ++d) {
+    if ((mask & device_bit(d)) == 0 && health_[d]->available(now_ns)) return true;
+  }
+  return false;
+}
+
+void Router::fail_unavailable(Batch* batch) noexcept {
+  char message[160];
+  const auto n = fmt::format_to_n(message, sizeof(message) - 1,
+                                  "backend unavailable: none of the {} {} devices is healthy; "
+                                  "retry later",
+                                  health_.size(), backend_.name());
+  completer_.complete_batch_with(*batch, shm::WireStatus::kBackendUnavailable,
+                                 std::string_view(message, std::min(n.size, sizeof(message) - 1)));
+  release(batch);
+}
+
+void Router::dispatch(Batch* batch) noexcept {
+  const std::int64_t now_ns = shm::monotonic_ns();
+  for (;;) {
+    Lane* lane = pick_lane(*batch, now_ns);
+    if (lane == nullptr) {
+      fail_unavailable(batch);
+      return;
+    }
+    DeviceHealth& h = *health_[lane->id.device];
+    // A device back from its back-off takes one probe batch at a time; losing that race just
+    // means looking again.
+    if (h.state() != DeviceState::kHealthy && !h.try_begin_probe(now_ns)) continue;
+    batch->run_token += 1;
+    batch->run_state.store(make_run_state(batch->run_token, RunPhase::kQueued), std::memory_order_relaxed);
+    lane->outstanding.fetch_add(1, std::memory_order_relaxed);
+    h.outstanding_items.fetch_add(batch->size(), std::memory_order_relaxed);
+    h.outstanding_batches.fetch_add(1, std::memory_order_relaxed);
+    handoff_release(batch);
+    lane->queue.enqueue(batch);
+    return;
+  }
+}
+
+void Router::worker(Lane& lane) noexcept {
+  for (;;) {
+    Batch* batch = nullptr;
+    lane.queue.wait_dequeue(batch);
+    if (batch == nullptr) return;
+    handoff_acquire(batch);
+    const std::uint64_t token = batch->run_token;
+    batch->run_state.store(make_run_state(token, RunPhase::kRunning), std::memory_order_release);
+    lane.started_ns.store(shm::monotonic_ns(), std::memory_order_relaxed);
+    lane.running_token.store(token, std::memory_order_relaxed);
+    lane.running.store(batch, std::memory_order_release);
+    BackendStatus status;
+    try {
+      status = backend_.run(lane.id, batch->input(), batch->output);
+    } catch (const std::exception& e) {
+      status = BackendStatus::failure(e.what());
+    }
+    lane.running.store(nullptr, std::memory_order_release);
+    finish(lane, batch, std::move(status));
+  }
+}
+
+void Router::finish(Lane& lane, Batch* batch, BackendStatus status) noexcept {
+  const unsigned device = lane.id.device;
+  DeviceHealth& h = *health_[device];
+  lane.outstanding.fetch_sub(1, std::memory_order_relaxed);
+  h.outstanding_items.fetch_sub(batch->size(), std::memory_order_relaxed);
+  h.outstanding_batches.fetch_sub(1, std::memory_order_relaxed);
+  std::uint64_t running = make_run_state(batch->run_token, RunPhase::kRunning);
+  if (!batch->run_state.compare_exchange_strong(
+          running, make_run_state(batch->run_token, RunPhase::kFinished), std::memory_order_acq_rel)) {
+    // The watchdog gave up on this run and sent a copy elsewhere: drop the late result.
+    lane.stuck.store(false, std::memory_order_release);
+    abandoned_.fetch_sub(1, std::memory_order_relaxed);
+    release(batch);
+    return;
+  }
+  if (status.ok) {
+    const std::int64_t now_ns = shm::monotonic_ns();
+    h.record_success(batch->size(), now_ns - lane.started_ns.load(std::memory_order_relaxed), now_ns);
+    // Devices that failed this same batch are proven at fault: it runs fine here.
+    for (unsigned d = 0; d < health_.size(); ++d) {
+      if ((batch->failed_devices & device_bit(d)) != 0) health_[d]->mark_unhealthy(now_ns);
+    }
+    remember_canary(*batch);
+    completer_.complete_batch(*batch, status);
+    release(batch);
+    return;
+  }
+  on_failure(lane, batch, std::move(status.message));
+}
+
+void Router::remember_canary(const Batch& batch) noexcept {
+  if (have_canary_.load(std::memory_order_relaxed) || batch.size() == 0) return;
+  const BatchInput in = batch.input();
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in.at(i).size() <= kCanaryMaxBytes) {
+      std::lock_guard lock(canary_mu_);
+      canary_.assign(in.at(i));
+      have_canary_.store(true, std::memory_order_release);
+      return;
+    }
+  }
+}
+
+Router::Verdict Router::check_with_canary(Lane& lane) noexcept {
+  if (!have_canary_.load(std::memory_order_acquire)) return Verdict::kUnknown;
+  std::string input;
+  {
+    std::lock_guard lock(canary_mu_);
+    input = canary_;
+  }
+  const std::uint32_t offsets[2] = {0, static_cast<std::uint32_t>(input.size())};
+  thread_local BatchOutput out;
+  BackendStatus status;
+  try {
+    status = backend_.run(lane.id, BatchInput{input, offsets}, out);
+  } catch (const std::exception& e) {
+    status = BackendStatus::failure(e.what());
+  }
+  return status.ok && out.size() == 1 ? Verdict::kInputFails : Verdict::kDeviceBroken;
+}
+
+void Router::on_failure(Lane& lane, Batch* batch, std::string message) noexcept {
+  const unsigned device = lane.id.device;
+  const std::int64_t now_ns = shm::monotonic_ns();
+  const bool blind = !have_canary_.load(std::memory_order_acquire);
+  if (health_[device]->record_failure(now_ns, blind)) {
+    spdlog::warn("{} device {} marked unhealthy after failures: {}", backend_.name(), device, message);
+  }
+  batch->failed_devices |= device_bit(device);
+  batch->last_error = std::move(message);
+  // Once on another device, then split: a batch failing on two devices is failing on its input.
+  if (std::popcount(batch->failed_devices) < 2 && any_available_outside(batch->failed_devices, now_ns)) {
+    dispatch(batch);
+    return;
+  }
+  if (batch->size() > 1) {
+    Batch* half = acquire_extra();
+    batch->split_into(*half);
+    batch->failed_devices = 0;
+    dispatch(batch);
+    dispatch(half);
+    return;
+  }
+  switch (check_with_canary(lane)) {
+    case Verdict::kInputFails:
+      // The devices still run a known-good input: their failures were this input's fault.
+      for (unsigned d = 0; d < health_.size(); ++d) {
+        if ((batch->failed_devices & device_bit(d)) != 0) health_[d]->forgive();
+      }
+      complete_single_failure(batch);
+      return;
+    case Verdict::kUnknown:
+      complete_single_failure(batch);
+      return;
+    case Verdict::kDeviceBroken:
+      spdlog::warn("{} device {} fails a known-good input too: marked unhealthy", backend_.name(),
+                   device);
+      health_[device]->mark_unhealthy(now_ns);
+      // The input's guilt is unproven: another device may still run it; if none can, the backend
+      // as a whole is unavailable.
+      if (any_available_outside(batch->failed_devices, now_ns)) {
+        dispatch(batch);
+      } else {
+        fail_unavailable(batch);
+      }
+      return;
+  }
+}
+
+void Router::complete_single_failure(Batch* batch) noexcept {
+  // An input that failed alone on every device it tried: its own backend error.
+  completer_.complete_batch(*batch, BackendStatus::failure(batch->last_error));
+  release(batch);
+}
+
+void Router::watchdog() noexcept {
+  const auto period = std::clamp(options_.device_timeout / 4, std::chrono::milliseconds(1),
+                                 std::chrono::milliseconds(50));
+  std::unique_lock lock(watchdog_mu_);
+  while (!watchdog_cv_.wait_for(lock, period, [&] { return stopping_; })) {
+    const std::int64_t now_ns = shm::monotonic_ns();
+    for (auto& lane : lanes_) check_lane_timeout(*lane, now_ns);
+    requeue_from_unavailable();
+  }
+}
+
+void Router::check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept {
+  Batch* batch = lane.running.load(std::memory_order_acquire);
+  if (batch == nullptr) return;
+  const std::uint64_t token = lane.running_token.load(std::memory_order_relaxed);
+  const std::int64_t started = lane.started_ns.load(std::memory_order_relaxed);
+  const std::int64_t timeout_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.device_timeout).count();
+  if (now_ns - started < timeout_ns) return;
+  std::uint64_t running = make_run_state(token, RunPhase::kRunning);
+  if (!batch->run_state.compare_exchange_strong(running, make_run_state(token, RunPhase::kAbandoned),
+                                                std::memory_order_acq_rel)) {
+    return;  // finished meanwhile, or the object was reused for another run
+  }
+  abandoned_.fetch_add(1, std::memory_order_relaxed);
+  lane.stuck.store(true, std::memory_order_release);
+  DeviceHealth& h = *health_[lane.id.device];
+  h.record_timeout();
+  h.mark_unhealthy(now_ns);
+  spdlog::warn("{} device {} stream {}: batch of {} ran past {} ms; marked unhealthy, re-running "
+               "it elsewhere",
+               backend_.name(), lane.id.device, lane.id.stream, batch->size(),
+               options_.device_timeout.count());
+  Batch* copy = acquire_extra();
+  batch->copy_into(*copy);
+  copy->failed_devices |= device_bit(lane.id.device);
+  dispatch(copy);
+}
+
+void Router::requeue_from_unavailable() noexcept {
+  // Batches queued behind a device that went unhealthy would wait out its back-off: move them.
+  for (auto& lane : lanes_) {
+    const DeviceHealth& h = *health_[lane->id.device];
+    if (h.state() != DeviceState::kUnhealthy && !lane->stuck.load(std::memory_order_acquire)) continue;
+    Batch* batch = nullptr;
+    while (lane->queue.try_dequeue(batch)) {
+      if (batch == nullptr) {  // a stop request: put it back for the worker
+        lane->queue.enqueue(nullptr);
+        break;
+      }
+      handoff_acquire(batch);
+      lane->outstanding.fetch_sub(1, std::memory_order_relaxed);
+      health_[lane->id.device]->outstanding_items.fetch_sub(batch->size(), std::memory_order_relaxed);
+      health_[lane->id.device]->outstanding_batches.fetch_sub(1, std::memory_order_relaxed);
+      dispatch(batch);
+    }
+  }
+}
+
+}  // namespace batchd

@@ -1,0 +1,114 @@
+// Routes batches to the backend's devices and streams and keeps every request answered when a
+// device fails: a batch goes to the available device with the least outstanding work; a device
+// that fails or times out is marked unhealthy, its work re-runs elsewhere, and it is probed again
+// after a back-off; a batch that fails is retried once on another device and then split, until
+// a failing input fails alone. Owns the pool of batch objects and one worker thread per lane.
+#pragma once
+
+#include <concurrentqueue/blockingconcurrentqueue.h>
+#include <concurrentqueue/concurrentqueue.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "daemon/backend.hpp"
+#include "daemon/batch.hpp"
+#include "daemon/completer.hpp"
+#include "daemon/device_health.hpp"
+#include "daemon/router_options.hpp"
+
+namespace batchd {
+
+class Router {
+ public:
+  // on_batch_freed runs after each batch object returns to the pool (the drain loop uses it to
+  // wake itself when it was waiting for one).
+  Router(Backend& backend, Completer& completer, RouterOptions options,
+         std::function<void()> on_batch_freed);
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+  ~Router();
+
+  void start();
+  // Interrupts the backend, stops the workers and the watchdog. Call once nothing is pending.
+  void stop() noexcept;
+
+  // Drain thread: an empty batch to fill, or nullptr when all are in use.
+  [[nodiscard]] Batch* try_acquire() noexcept;
+  // Returns an unused batch (acquired but never dispatched).
+  void release(Batch* batch) noexcept;
+  // Any thread: sends a filled batch to a lane, or answers it "backend unavailable" when no
+  // device can take it.
+  void dispatch(Batch* batch) noexcept;
+  // No request is waiting on a batch (abandoned runs of hung devices do not count).
+  [[nodiscard]] bool idle() const noexcept {
+    return in_use_.load(std::memory_order_acquire) == abandoned_.load(std::memory_order_acquire);
+  }
+
+  [[nodiscard]] const std::vector<std::unique_ptr<DeviceHealth>>& devices() const noexcept {
+    return health_;
+  }
+
+ private:
+  struct Lane {
+    LaneId id;
+    moodycamel::BlockingConcurrentQueue<Batch*> queue;  // nullptr tells the worker to exit
+    std::atomic<std::uint64_t> outstanding{0};   // batches queued or running here
+    std::atomic<Batch*> running{nullptr};        // what the watchdog checks
+    std::atomic<std::uint64_t> running_token{0};
+    std::atomic<std::int64_t> started_ns{0};
+    std::atomic<bool> stuck{false};              // its run was abandoned and has not returned
+    std::thread worker;
+  };
+
+  enum class Verdict { kInputFails, kDeviceBroken, kUnknown };
+
+  void worker(Lane& lane) noexcept;
+  void finish(Lane& lane, Batch* batch, BackendStatus status) noexcept;
+  void on_failure(Lane& lane, Batch* batch, std::string message) noexcept;
+  // Runs the canary on this lane: tells a poison input from a broken device.
+  Verdict check_with_canary(Lane& lane) noexcept;
+  void remember_canary(const Batch& batch) noexcept;
+  void complete_single_failure(Batch* batch) noexcept;
+  void watchdog() noexcept;
+  void check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept;
+  void requeue_from_unavailable() noexcept;
+  Lane* pick_lane(const Batch& batch, std::int64_t now_ns) noexcept;
+  bool any_available_outside(std::uint64_t mask, std::int64_t now_ns) const noexcept;
+  Batch* acquire_extra();
+  void fail_unavailable(Batch* batch) noexcept;
+
+  Backend& backend_;
+  Completer& completer_;
+  RouterOptions options_;
+  std::function<void()> on_batch_freed_;
+
+  std::vector<std::unique_ptr<DeviceHealth>> health_;  // by device index
+  std::vector<std::unique_ptr<Lane>> lanes_;           // device-major: device d, stream s
+  std::mutex batches_mu_;                              // guards batches_ growth (rare path)
+  std::vector<std::unique_ptr<Batch>> batches_;        // owns every batch; queues borrow
+  moodycamel::ConcurrentQueue<Batch*> free_;
+  std::atomic<std::size_t> in_use_{0};
+  std::atomic<std::size_t> abandoned_{0};
+  std::atomic<std::uint32_t> rotation_{0};  // spreads ties between equally loaded lanes
+
+  // An input that ran successfully not long ago. When one input fails alone on two devices, the
+  // canary decides: if it fails too, the device is broken; if not, the input is.
+  static constexpr std::size_t kCanaryMaxBytes = 256;
+  std::mutex canary_mu_;
+  std::string canary_;                      // guarded by canary_mu_
+  std::atomic<bool> have_canary_{false};
+
+  std::mutex watchdog_mu_;
+  std::condition_variable watchdog_cv_;
+  bool stopping_ = false;  // guarded by watchdog_mu_
+  std::thread watchdog_;
+};
+
+}  // namespace batchd

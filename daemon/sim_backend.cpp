@@ -1,0 +1,93 @@
+#include "daemon/sim_backend.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "shm/futex.hpp"
+
+namespace batchd {
+
+std::string sim_expected_output(std::string_view input, unsigned repeat) {
+  std::string reversed;
+  reversed.reserve(input.size());
+  // Walk code points from the end: a code point starts at any byte that is not 10xxxxxx.
+  std::size_t end = input.size();
+  while (end > 0) {
+    std::size_t start = end - 1;
+    while (start > 0 && (static_cast<unsigned char>(input[start]) & 0xC0) == 0x80) --start;
+    reversed.append(input.substr(start, end - start));
+    end = start;
+  }
+  std::string out;
+  out.reserve(reversed.size() * repeat);
+  for (unsigned i = 0; i < repeat; ++i) out += reversed;
+  return out;
+}
+
+SimBackend::SimBackend(SimOptions options)
+    : options_(std::move(options)), started_ns_(shm::monotonic_ns()),
+      batches_run_(std::make_unique<std::atomic<std::uint64_t>[]>(std::max(1U, options_.devices))) {}
+
+void SimBackend::shutdown() noexcept {
+  {
+    std::lock_guard lock(mu_);
+    shutting_down_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool SimBackend::sleep_for_ns(std::int64_t ns) {
+  std::unique_lock lock(mu_);
+  return !cv_.wait_for(lock, std::chrono::nanoseconds(ns), [&] { return shutting_down_; });
+}
+
+std::string SimBackend::injected_fault(unsigned device, const BatchInput& in) {
+  const std::uint64_t nth = batches_run_[device].fetch_add(1, std::memory_order_relaxed) + 1;
+  if (options_.outage_ms != 0 &&
+      shm::monotonic_ns() - started_ns_ < static_cast<std::int64_t>(options_.outage_ms) * 1'000'000) {
+    return fmt::format("simulated outage of every device (first {} ms)", options_.outage_ms);
+  }
+  for (const auto& [d, every] : options_.fail_every) {
+    if (d == device && every != 0 && nth % every == 0) {
+      return fmt::format("simulated fault on device {} (fails every {}th batch)", device, every);
+    }
+  }
+  if (!options_.poison_prefix.empty()) {
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      if (in.at(i).starts_with(options_.poison_prefix)) {
+        return fmt::format("poison input (starts with '{}') in a batch of {}", options_.poison_prefix,
+                           in.size());
+      }
+    }
+  }
+  return {};
+}
+
+BackendStatus SimBackend::run(LaneId lane, const BatchInput& in, BatchOutput& out) {
+  const unsigned device = lane.device;
+  if (std::find(options_.hang_devices.begin(), options_.hang_devices.end(), device) !=
+      options_.hang_devices.end()) {
+    sleep_for_ns(static_cast<std::int64_t>(options_.hang_ms) * 1'000'000);
+    return BackendStatus::failure(fmt::format("simulated hang on device {}", device));
+  }
+  double factor = 1.0;
+  for (const auto& [d, f] : options_.slow) {
+    if (d == device) factor = f;
+  }
+  const double cost_ns = (options_.fixed_us * 1e3 + options_.per_item_us * 1e3 * static_cast<double>(in.size()) +
+                          options_.per_byte_ns * static_cast<double>(in.bytes.size())) * factor;
+  if (!sleep_for_ns(static_cast<std::int64_t>(cost_ns))) {
+    return BackendStatus::failure("shutting down");
+  }
+  if (auto fault = injected_fault(device, in); !fault.empty()) return BackendStatus::failure(fault);
+  out.clear();
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const std::string answer = sim_expected_output(in.at(i), options_.repeat);
+    std::copy(answer.begin(), answer.end(), out.append(answer.size()));
+  }
+  return BackendStatus::success();
+}
+
+}  // namespace batchd

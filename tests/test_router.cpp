@@ -1,0 +1,214 @@
+// The device router on the sim backend: faulty and hanging devices, poison inputs, a total
+// outage and its recovery, and load balancing away from a slow device.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
+#include "client_lib/client.hpp"
+#include "daemon/sim_backend.hpp"
+#include "tests/helpers.hpp"
+
+using namespace batchd;
+using namespace std::chrono_literals;
+
+namespace {
+
+DaemonConfig sim_config(const SimOptions& sim, double max_wait_ms) {
+  DaemonConfig c;
+  c.socket_path = test::temp_socket_path();
+  c.backend = "sim";
+  c.sim = sim;
+  c.batch.max_wait = std::chrono::nanoseconds(static_cast<std::int64_t>(max_wait_ms * 1e6));
+  c.segment = shm::SegmentParams{1024, 4096, 8192};
+  c.routing.device_timeout = 200ms;
+  c.routing.backoff = BackoffPolicy{50'000'000, 500'000'000, 10'000'000'000};
+  return c;
+}
+
+std::unique_ptr<Client> connect_to(const std::string& path) {
+  ClientOptions options;
+  options.socket_path = path;
+  Error error;
+  auto client = Client::connect(options, &error);
+  INFO(error.message);
+  REQUIRE(client);
+  return client;
+}
+
+struct Tally {
+  std::atomic<std::uint64_t> ok{0}, wrong{0};
+  std::mutex mu;
+  std::map<ErrorCode, std::uint64_t> errors;
+  std::vector<std::string> messages;
+
+  void record(const Result& r, const std::string& expected) {
+    if (r.ok()) {
+      (r.output() == expected ? ok : wrong).fetch_add(1);
+      return;
+    }
+    std::lock_guard lock(mu);
+    ++errors[r.error().code];
+    if (messages.size() < 8) messages.push_back(r.error().message);
+  }
+  std::uint64_t error_count() {
+    std::lock_guard lock(mu);
+    std::uint64_t n = 0;
+    for (auto& [code, count] : errors) n += count;
+    return n;
+  }
+};
+
+// Submits `count` requests asynchronously as one burst and waits for every callback.
+void burst(Client& client, const std::vector<std::string>& inputs, unsigned repeat, Tally& tally) {
+  std::atomic<std::size_t> answered{0};
+  for (const auto& input : inputs) {
+    auto refused = client.submit_async(input, 10s, [&, input](Result&& r) {
+      tally.record(r, sim_expected_output(input, repeat));
+      answered.fetch_add(1);
+    });
+    REQUIRE_FALSE(refused.has_value());
+  }
+  REQUIRE(test::eventually([&] { client.poll(); return answered.load() == inputs.size(); }, 20s));
+}
+
+}  // namespace
+
+TEST_CASE("sim: a device failing every 5th batch and a hanging one lose nothing and get less work") {
+  SimOptions sim;
+  sim.devices = 4;
+  sim.fixed_us = 300;
+  sim.per_item_us = 5;
+  sim.repeat = 2;
+  sim.fail_every = {{1, 5}};
+  sim.hang_devices = {2};
+  test::InProcessDaemon daemon(sim_config(sim, 1.0), nullptr);
+  auto client = connect_to(daemon.socket_path());
+  const int threads = 16;
+  const std::uint64_t per_thread = test::scaled(6250, 60);  // 100,000 requests at scale 1
+  Tally tally;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 7);
+      for (std::uint64_t i = 0; i < per_thread; ++i) {
+        const std::string input = std::to_string(t) + "/" + std::to_string(i) + " " +
+                                  test::random_utf8(rng, rng() % 64);
+        tally.record(client->submit(input, 10s), sim_expected_output(input, 2));
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  const auto& devices = daemon.devices();
+  std::uint64_t batches[4];
+  for (int d = 0; d < 4; ++d) batches[d] = devices[d]->batches_ok() + devices[d]->batches_failed();
+  MESSAGE("requests ", threads * per_thread, ": ok ", tally.ok.load(), ", wrong ", tally.wrong.load(),
+          ", errors ", tally.error_count());
+  MESSAGE("batches per device (ok+failed): ", batches[0], " ", batches[1], " ", batches[2], " ",
+          batches[3], "; device 1 failed ", devices[1]->batches_failed(), ", marked unhealthy ",
+          devices[1]->times_marked_unhealthy(), " times; device 2 timeouts ", devices[2]->timeouts());
+  CHECK(tally.wrong.load() == 0);
+  CHECK(tally.error_count() == 0);
+  CHECK(tally.ok.load() == threads * per_thread);
+  CHECK(batches[1] < batches[0]);
+  CHECK(batches[1] < batches[3]);
+  CHECK(batches[2] < batches[0]);
+  CHECK(batches[2] < batches[3]);
+  CHECK(devices[1]->batches_failed() > 0);
+  CHECK(devices[2]->timeouts() > 0);
+}
+
+TEST_CASE("sim: a poison input fails alone and the rest of its batch is answered") {
+  SimOptions sim;
+  sim.devices = 4;
+  sim.fixed_us = 200;
+  sim.per_item_us = 2;
+  sim.poison_prefix = "POISON";
+  // A long window: the 64 requests below fill exactly one batch.
+  test::InProcessDaemon daemon(sim_config(sim, 2000.0), nullptr);
+  auto client = connect_to(daemon.socket_path());
+  for (int poisons : {1, 2}) {
+    CAPTURE(poisons);
+    std::vector<std::string> inputs;
+    for (int i = 0; i < 64; ++i) inputs.push_back("input " + std::to_string(poisons) + "-" + std::to_string(i));
+    inputs[17] = "POISON one";
+    if (poisons == 2) inputs[50] = "POISON two";
+    const std::uint64_t batches_before = daemon.stats().batches.load();
+    Tally tally;
+    burst(*client, inputs, 1, tally);
+    CHECK(tally.ok.load() == 64U - static_cast<unsigned>(poisons));
+    CHECK(tally.wrong.load() == 0);
+    CHECK(tally.errors[ErrorCode::kBackendError] == static_cast<unsigned>(poisons));
+    CHECK(tally.error_count() == static_cast<unsigned>(poisons));
+    REQUIRE_FALSE(tally.messages.empty());
+    CHECK(tally.messages[0].find("poison") != std::string::npos);
+    MESSAGE(poisons, " poison: completed in ", daemon.stats().batches.load() - batches_before,
+            " batches after splitting");
+  }
+  // Isolation did not cost the healthy devices their health.
+  Result after = client->submit("healthy again", 5s);
+  REQUIRE(after.ok());
+  CHECK(after.output() == sim_expected_output("healthy again", 1));
+}
+
+TEST_CASE("sim: with every device failing callers get 'backend unavailable' in time, then service resumes") {
+  SimOptions sim;
+  sim.devices = 2;
+  sim.fixed_us = 100;
+  sim.per_item_us = 1;
+  sim.outage_ms = 1500;
+  test::InProcessDaemon daemon(sim_config(sim, 0.0), nullptr);
+  auto client = connect_to(daemon.socket_path());
+  std::uint64_t unavailable = 0, other_errors = 0, slow = 0;
+  const auto outage_end = std::chrono::steady_clock::now() + 1200ms;
+  while (std::chrono::steady_clock::now() < outage_end) {
+    const auto start = std::chrono::steady_clock::now();
+    Result r = client->submit("during the outage", 1s);
+    if (std::chrono::steady_clock::now() - start > 1100ms) ++slow;
+    REQUIRE_FALSE(r.ok());
+    if (r.error().code == ErrorCode::kBackendUnavailable) {
+      ++unavailable;
+      CHECK(r.error().message.find("unavailable") != std::string::npos);
+    } else {
+      CHECK(r.error().code == ErrorCode::kBackendError);  // while the devices were being found out
+      ++other_errors;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  MESSAGE("during the outage: ", unavailable, " backend unavailable, ", other_errors,
+          " backend errors before both devices were marked unhealthy");
+  CHECK(slow == 0);
+  CHECK(unavailable > other_errors);
+  // The outage ends at 1.5 s; probes after the back-off bring the devices back.
+  bool resumed = test::eventually([&] { return client->submit("after", 1s).ok(); }, 10s);
+  CHECK(resumed);
+  for (int i = 0; i < 20; ++i) CHECK(client->submit("steady " + std::to_string(i), 2s).ok());
+}
+
+TEST_CASE("sim: a slow device gets less work") {
+  SimOptions sim;
+  sim.devices = 2;
+  sim.fixed_us = 500;
+  sim.per_item_us = 10;
+  sim.slow = {{1, 4.0}};
+  test::InProcessDaemon daemon(sim_config(sim, 1.0), nullptr);
+  auto client = connect_to(daemon.socket_path());
+  Tally tally;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 8; ++t) {
+    workers.emplace_back([&, t] {
+      for (int i = 0; i < static_cast<int>(test::scaled(400, 50)); ++i) {
+        const std::string input = "slow-test " + std::to_string(t) + "/" + std::to_string(i);
+        tally.record(client->submit(input, 10s), sim_expected_output(input, 1));
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  CHECK(tally.error_count() == 0);
+  CHECK(tally.wrong.load() == 0);
+  const auto& devices = daemon.devices();
+  MESSAGE("requests on the fast device ", devices[0]->items_ok(), ", on the 4x slower one ",
+          devices[1]->items_ok());
+  CHECK(devices[0]->items_ok() > 2 * devices[1]->items_ok());
+}
