@@ -18,6 +18,7 @@
 #include "shm/memfd_region.hpp"
 #include "shm/ring.hpp"
 #include "shm/segment_view.hpp"
+#include "shm/status_page.hpp"
 
 namespace batchd {
 
@@ -79,6 +80,7 @@ class ClientImpl {
   [[nodiscard]] bool connected() const noexcept { return !daemon_gone_.load(std::memory_order_acquire); }
   [[nodiscard]] std::uint32_t max_input_bytes() const noexcept { return view_.geometry().params.max_input_bytes; }
   [[nodiscard]] std::uint32_t slot_count() const noexcept { return view_.slot_count(); }
+  [[nodiscard]] DaemonStatus daemon_status() const;
 
  private:
   enum class Use : std::uint8_t { kFree, kSync, kAsync, kAbandoned };
@@ -147,14 +149,14 @@ bool ClientImpl::validate(Error& error) {
     const std::int64_t comp_bytes = shm::file_bytes(completion_fd_.get());
     const std::int64_t status_bytes = shm::file_bytes(status_fd_.get());
     if (req_bytes < static_cast<std::int64_t>(sizeof(shm::SegmentHeader)) || comp_bytes <= 0 ||
-        status_bytes < static_cast<std::int64_t>(sizeof(shm::DaemonStatusPage))) {
+        status_bytes < static_cast<std::int64_t>(shm::kStatusPageBytes)) {
       error = {ErrorCode::kProtocolError, "daemon sent segment files too small to hold a header"};
       return false;
     }
     request_map_ = shm::map_fd(request_fd_.get(), static_cast<std::uint64_t>(req_bytes), true);
     // Read-only: the daemon sealed this region against writable mappings.
     completion_map_ = shm::map_fd(completion_fd_.get(), static_cast<std::uint64_t>(comp_bytes), false);
-    status_map_ = shm::map_fd(status_fd_.get(), sizeof(shm::DaemonStatusPage), false);
+    status_map_ = shm::map_fd(status_fd_.get(), shm::kStatusPageBytes, false);
     shm::SegmentHeader header{};
     std::memcpy(&header, request_map_.get_address(), sizeof(header));
     shm::Geometry geometry;
@@ -396,6 +398,38 @@ std::size_t ClientImpl::poll() {
   return count;
 }
 
+DaemonStatus ClientImpl::daemon_status() const {
+  static constexpr const char* kStates[] = {"healthy", "unhealthy", "probing"};
+  const shm::DaemonStatusPage& page = *status_;
+  DaemonStatus out;
+  char backend[sizeof(page.backend) + 1] = {};
+  std::memcpy(backend, page.backend, sizeof(page.backend));
+  out.backend = backend;
+  out.daemon_pid = page.daemon_pid;
+  out.age_ns = shm::monotonic_ns() - page.published_ns.load(std::memory_order_acquire);
+  out.healthy_devices = page.healthy_devices.load(std::memory_order_relaxed);
+  out.clients = page.clients.load(std::memory_order_relaxed);
+  out.requests_taken = page.requests_taken.load(std::memory_order_relaxed);
+  out.requests_ok = page.requests_ok.load(std::memory_order_relaxed);
+  out.requests_failed = page.requests_failed.load(std::memory_order_relaxed);
+  out.requests_rejected = page.requests_rejected.load(std::memory_order_relaxed);
+  out.in_flight = page.in_flight.load(std::memory_order_relaxed);
+  out.batches = page.batches.load(std::memory_order_relaxed);
+  out.batch_failures = page.batch_failures.load(std::memory_order_relaxed);
+  for (const auto& bucket : page.batch_sizes) out.batch_sizes.push_back(bucket.load(std::memory_order_relaxed));
+  const std::size_t listed = std::min<std::size_t>(page.devices.load(std::memory_order_relaxed), shm::kStatusDevices);
+  for (std::size_t d = 0; d < listed; ++d) {
+    const shm::StatusDevice& dev = page.device[d];
+    const std::uint32_t state = dev.state.load(std::memory_order_relaxed);
+    out.devices.push_back({state < 3 ? kStates[state] : "unknown", dev.batches_ok.load(std::memory_order_relaxed),
+                           dev.batches_failed.load(std::memory_order_relaxed),
+                           dev.timeouts.load(std::memory_order_relaxed),
+                           dev.outstanding_requests.load(std::memory_order_relaxed),
+                           dev.batch_ns.load(std::memory_order_relaxed)});
+  }
+  return out;
+}
+
 std::unique_ptr<Client> Client::connect(const ClientOptions& options, Error* error) {
   Error local;
   Error& err = error != nullptr ? *error : local;
@@ -427,5 +461,6 @@ int Client::event_fd() const noexcept { return impl_->event_fd(); }
 bool Client::connected() const noexcept { return impl_->connected(); }
 std::uint32_t Client::max_input_bytes() const noexcept { return impl_->max_input_bytes(); }
 std::uint32_t Client::slot_count() const noexcept { return impl_->slot_count(); }
+DaemonStatus Client::daemon_status() const { return impl_->daemon_status(); }
 
 }  // namespace batchd

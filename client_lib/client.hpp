@@ -58,6 +58,25 @@ class Result {
   std::optional<Error> error_;
 };
 
+// A snapshot of what the daemon publishes about itself (about every 50 ms).
+struct DaemonStatus {
+  struct Device {
+    std::string state;  // "healthy", "unhealthy" or "probing"
+    std::uint64_t batches_ok = 0, batches_failed = 0, timeouts = 0, outstanding_requests = 0;
+    std::uint64_t batch_ns = 0;  // measured batch time
+  };
+  std::string backend;
+  std::uint32_t daemon_pid = 0;
+  std::int64_t age_ns = 0;  // since the daemon last published
+  std::uint32_t healthy_devices = 0;
+  std::uint64_t clients = 0;
+  std::uint64_t requests_taken = 0, requests_ok = 0, requests_failed = 0, requests_rejected = 0;
+  std::uint64_t in_flight = 0;  // taken by the daemon and not yet answered
+  std::uint64_t batches = 0, batch_failures = 0;
+  std::vector<std::uint64_t> batch_sizes;  // bucket b counts batches of [2^b, 2^(b+1)) requests
+  std::vector<Device> devices;
+};
+
 struct ClientOptions {
   std::string socket_path;  // empty: the daemon's default path
   // How long connect() keeps trying to reach a daemon that is not (yet) there.
@@ -103,6 +122,8 @@ class Client {
   [[nodiscard]] bool connected() const noexcept;
   [[nodiscard]] std::uint32_t max_input_bytes() const noexcept;
   [[nodiscard]] std::uint32_t slot_count() const noexcept;
+  // What the daemon last published about itself. Any thread.
+  [[nodiscard]] DaemonStatus daemon_status() const;
 
  private:
   explicit Client(std::unique_ptr<ClientImpl> impl);

@@ -80,18 +80,24 @@ void Daemon::start() {
 
   doorbell_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!doorbell_.valid()) throw std::system_error(errno, std::generic_category(), "eventfd");
-  status_fd_ = shm::create_memfd("batchd-status", 4096);
-  status_map_ = shm::map_fd(status_fd_.get(), 4096, true);
+  status_fd_ = shm::create_memfd("batchd-status", shm::kStatusPageBytes);
+  status_map_ = shm::map_fd(status_fd_.get(), shm::kStatusPageBytes, true);
   shm::seal_memfd(status_fd_.get(), true);
   status_ = new (status_map_.get_address()) shm::DaemonStatusPage{};
-  status_->magic = shm::kAttachMagic;
+  status_->magic = shm::kStatusMagic;
   status_->daemon_pid = static_cast<std::uint32_t>(::getpid());
+  std::snprintf(status_->backend, sizeof(status_->backend), "%.*s",
+                static_cast<int>(backend_->name().size()), backend_->name().data());
 
   control_ = std::make_unique<ControlSocket>(config_.socket_path);
-  router_ = std::make_unique<Router>(*backend_, completer_, config_.routing, [this] {
-    // After the batch's seq_cst return to the pool (Router::release).
-    if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
-  });
+  router_ = std::make_unique<Router>(
+      *backend_, completer_, config_.routing,
+      [this] {
+        // After the batch's seq_cst return to the pool (Router::release).
+        if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
+      },
+      [this] { publish_status(); });
+  publish_status();
   router_->start();
   arm_poll(control_->fd(), pack(Op::kListen, 0));
   arm_doorbell_read();
@@ -101,6 +107,42 @@ void Daemon::start() {
                backend_->streams_per_device(), config_.batch.max_batch,
                std::chrono::duration_cast<std::chrono::microseconds>(config_.batch.max_wait).count(),
                config_.batch.max_batch_bytes);
+}
+
+void Daemon::publish_status() noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  shm::DaemonStatusPage& page = *status_;
+  const auto& devices = router_->devices();
+  std::uint32_t healthy = 0;
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    const DeviceHealth& h = *devices[d];
+    if (h.state() != DeviceState::kUnhealthy) ++healthy;
+    if (d >= shm::kStatusDevices) continue;
+    shm::StatusDevice& out = page.device[d];
+    out.state.store(static_cast<std::uint32_t>(h.state()), relaxed);
+    out.batches_ok.store(h.batches_ok(), relaxed);
+    out.batches_failed.store(h.batches_failed(), relaxed);
+    out.timeouts.store(h.timeouts(), relaxed);
+    out.outstanding_requests.store(h.outstanding_items.load(relaxed), relaxed);
+    out.batch_ns.store(h.batch_ns_estimate(shm::monotonic_ns()), relaxed);
+  }
+  page.devices.store(static_cast<std::uint32_t>(devices.size()), relaxed);
+  page.healthy_devices.store(healthy, relaxed);
+  page.clients.store(stats_.clients_attached.load(relaxed) - stats_.clients_detached.load(relaxed), relaxed);
+  const std::uint64_t taken = stats_.requests_taken.load(relaxed);
+  const std::uint64_t ok = stats_.requests_ok.load(relaxed);
+  const std::uint64_t failed = stats_.requests_failed.load(relaxed);
+  page.requests_taken.store(taken, relaxed);
+  page.requests_ok.store(ok, relaxed);
+  page.requests_failed.store(failed, relaxed);
+  page.requests_rejected.store(stats_.requests_rejected.load(relaxed), relaxed);
+  page.in_flight.store(taken > ok + failed ? taken - ok - failed : 0, relaxed);
+  page.batches.store(stats_.batches.load(relaxed), relaxed);
+  page.batch_failures.store(stats_.batch_failures.load(relaxed), relaxed);
+  for (std::size_t b = 0; b < shm::kBatchSizeBuckets; ++b) {
+    page.batch_sizes[b].store(stats_.batch_sizes[b].load(relaxed), relaxed);
+  }
+  page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
 }
 
 void Daemon::request_stop() noexcept {
@@ -299,6 +341,7 @@ void Daemon::drop_session(std::uint64_t id, const char* why) {
   } else {
     spdlog::debug("client {} (pid {}) detached", id, session->pid());
   }
+  stats_.clients_detached.fetch_add(1, std::memory_order_relaxed);
   // shutdown, not close: the pending poll holds the socket open, and the client must see the
   // hang-up now. The segment stays mapped until batches holding the session complete.
   ::shutdown(session->connection(), SHUT_RDWR);

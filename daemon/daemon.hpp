@@ -25,6 +25,7 @@
 #include "daemon/control_socket.hpp"
 #include "daemon/stats.hpp"
 #include "shm/attach_protocol.hpp"
+#include "shm/status_page.hpp"
 
 namespace batchd {
 
@@ -78,6 +79,8 @@ class Daemon {
   void arm_poll(int fd, std::uint64_t user_data);
   void arm_doorbell_read();
   void ring_doorbell() noexcept;
+  // Copies stats and device health into the status page (watchdog thread).
+  void publish_status() noexcept;
 
   DaemonConfig config_;
   std::unique_ptr<Backend> backend_;

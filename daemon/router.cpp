@@ -18,9 +18,9 @@ constexpr std::uint64_t device_bit(unsigned device) noexcept {
 }  // namespace
 
 Router::Router(Backend& backend, Completer& completer, RouterOptions options,
-               std::function<void()> on_batch_freed)
+               std::function<void()> on_batch_freed, std::function<void()> on_tick)
     : backend_(backend), completer_(completer), options_(options),
-      on_batch_freed_(std::move(on_batch_freed)) {
+      on_batch_freed_(std::move(on_batch_freed)), on_tick_(std::move(on_tick)) {
   const unsigned devices = backend_.devices();
   const unsigned streams = std::max(1U, backend_.streams_per_device());
   for (unsigned d = 0; d < devices; ++d) {
@@ -308,6 +308,7 @@ void Router::watchdog() noexcept {
     const std::int64_t now_ns = shm::monotonic_ns();
     for (auto& lane : lanes_) check_lane_timeout(*lane, now_ns);
     requeue_from_unavailable();
+    on_tick_();
   }
 }
 

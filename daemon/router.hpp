@@ -28,9 +28,10 @@ namespace batchd {
 class Router {
  public:
   // on_batch_freed runs after each batch object returns to the pool (the drain loop uses it to
-  // wake itself when it was waiting for one).
+  // wake itself when it was waiting for one); on_tick runs on the watchdog thread every few
+  // tens of milliseconds (the daemon publishes its status from it).
   Router(Backend& backend, Completer& completer, RouterOptions options,
-         std::function<void()> on_batch_freed);
+         std::function<void()> on_batch_freed, std::function<void()> on_tick);
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
   ~Router();
@@ -88,6 +89,7 @@ class Router {
   Completer& completer_;
   RouterOptions options_;
   std::function<void()> on_batch_freed_;
+  std::function<void()> on_tick_;
 
   std::vector<std::unique_ptr<DeviceHealth>> health_;  // by device index
   std::vector<std::unique_ptr<Lane>> lanes_;           // device-major: device d, stream s

@@ -6,12 +6,15 @@
 #include <atomic>
 #include <cstdint>
 
+#include "shm/status_page.hpp"
+
 namespace batchd {
 
 struct DaemonStats {
-  static constexpr std::size_t kBatchSizeBuckets = 16;  // bucket b: sizes in [2^b, 2^(b+1))
+  static constexpr std::size_t kBatchSizeBuckets = shm::kBatchSizeBuckets;
 
   std::atomic<std::uint64_t> clients_attached{0};
+  std::atomic<std::uint64_t> clients_detached{0};  // including those dropped for violations
   std::atomic<std::uint64_t> clients_dropped_for_violation{0};
   std::atomic<std::uint64_t> requests_taken{0};
   std::atomic<std::uint64_t> requests_ok{0};

@@ -4,7 +4,6 @@
 // open as the lease: either side closing it means the other has gone.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -37,7 +36,7 @@ enum AttachFd : int {
   kRequestRegionFd = 0,     // read-write for the client
   kCompletionRegionFd = 1,  // sealed so that the client can only map it read-only
   kDoorbellFd = 2,          // eventfd: written when the daemon's drain loop sleeps
-  kStatusPageFd = 3,        // sealed read-only: DaemonStatusPage
+  kStatusPageFd = 3,        // sealed read-only: shm::DaemonStatusPage (status_page.hpp)
   kAttachFdCount = 4,
 };
 
@@ -49,15 +48,7 @@ struct AttachReply {
   char message[240];  // NUL-terminated reason when status != kOk
 };
 
-// One page shared read-only with every client: what the drain loop is doing.
-struct alignas(64) DaemonStatusPage {
-  std::uint64_t magic;  // kAttachMagic
-  std::atomic<std::uint32_t> drain_sleeping;  // 1: a producer must ring the doorbell
-  std::uint32_t daemon_pid;
-};
-
 static_assert(std::is_standard_layout_v<Hello> && sizeof(Hello) == 16);
 static_assert(std::is_standard_layout_v<AttachReply> && sizeof(AttachReply) == 256);
-static_assert(std::is_standard_layout_v<DaemonStatusPage> && sizeof(DaemonStatusPage) == 64);
 
 }  // namespace batchd::shm

@@ -117,6 +117,22 @@ TEST_CASE("sim: a device failing every 5th batch and a hanging one lose nothing 
   CHECK(batches[2] < batches[3]);
   CHECK(devices[1]->batches_failed() > 0);
   CHECK(devices[2]->timeouts() > 0);
+
+  // What a client (batchctl, the front-end's /metrics) sees of the same, from the status page.
+  std::this_thread::sleep_for(200ms);  // a few watchdog ticks: the page is published periodically
+  const DaemonStatus status = client->daemon_status();
+  CHECK(status.backend == "sim");
+  REQUIRE(status.devices.size() == 4);
+  CHECK(status.devices[2].state == "unhealthy");
+  CHECK(status.devices[2].timeouts == devices[2]->timeouts());
+  CHECK(status.devices[0].batches_ok == devices[0]->batches_ok());
+  CHECK(status.requests_ok >= threads * per_thread);
+  CHECK(status.in_flight == 0);
+  CHECK(status.clients == 1);
+  CHECK(status.age_ns < 1'000'000'000);
+  std::uint64_t histogram_total = 0;
+  for (auto count : status.batch_sizes) histogram_total += count;
+  CHECK(histogram_total == status.batches);
 }
 
 TEST_CASE("sim: a poison input fails alone and the rest of its batch is answered") {

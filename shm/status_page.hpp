@@ -1,0 +1,53 @@
+// One page the daemon shares read-only with every client: whether its drain loop sleeps (so a
+// producer knows to ring its doorbell), and the statistics the daemon publishes for batchctl and
+// the front-end's /metrics and /readyz. Each field is its own atomic: a reader may see a mix of
+// two publications, which is fine for statistics and never unsafe.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace batchd::shm {
+
+inline constexpr std::uint64_t kStatusMagic = 0x5354415442415431ULL;  // "1TABTATS"
+inline constexpr std::size_t kStatusPageBytes = 4096;
+inline constexpr std::size_t kStatusDevices = 32;          // devices beyond this are not listed
+inline constexpr std::size_t kBatchSizeBuckets = 16;       // bucket b: sizes in [2^b, 2^(b+1))
+
+struct alignas(64) StatusDevice {
+  std::atomic<std::uint32_t> state;  // DeviceState: 0 healthy, 1 unhealthy, 2 probing
+  std::atomic<std::uint32_t> reserved;
+  std::atomic<std::uint64_t> batches_ok;
+  std::atomic<std::uint64_t> batches_failed;
+  std::atomic<std::uint64_t> timeouts;
+  std::atomic<std::uint64_t> outstanding_requests;
+  std::atomic<std::uint64_t> batch_ns;  // measured batch time (moving average)
+};
+
+struct alignas(64) DaemonStatusPage {
+  std::uint64_t magic;                        // kStatusMagic
+  std::atomic<std::uint32_t> drain_sleeping;  // 1: a producer must ring the doorbell
+  std::uint32_t daemon_pid;
+  char backend[16];                           // NUL-terminated backend name
+  std::atomic<std::int64_t> published_ns;     // CLOCK_MONOTONIC of the last publication
+  std::atomic<std::uint32_t> devices;         // backend devices (listed: min(devices, kStatusDevices))
+  std::atomic<std::uint32_t> healthy_devices;
+  std::atomic<std::uint64_t> clients;
+  std::atomic<std::uint64_t> requests_taken;
+  std::atomic<std::uint64_t> requests_ok;
+  std::atomic<std::uint64_t> requests_failed;
+  std::atomic<std::uint64_t> requests_rejected;
+  std::atomic<std::uint64_t> in_flight;       // taken and not yet answered
+  std::atomic<std::uint64_t> batches;
+  std::atomic<std::uint64_t> batch_failures;
+  std::atomic<std::uint64_t> batch_sizes[kBatchSizeBuckets];
+  StatusDevice device[kStatusDevices];
+};
+
+static_assert(std::is_standard_layout_v<DaemonStatusPage>);
+static_assert(sizeof(DaemonStatusPage) <= kStatusPageBytes, "the status page is one page");
+static_assert(offsetof(DaemonStatusPage, drain_sleeping) == 8, "part of the attach protocol");
+
+}  // namespace batchd::shm
