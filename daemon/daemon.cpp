@@ -69,6 +69,12 @@ void Daemon::start() {
     throw std::invalid_argument("bad segment parameters: " + bad);
   }
   if (config_.batch.max_batch == 0) throw std::invalid_argument("max batch must be at least 1");
+  if (config_.segment.max_input_bytes > config_.batch.max_batch_bytes) {
+    // A batch holds at least one input, and backends size their buffers by the byte budget.
+    throw std::invalid_argument("--max-input-bytes (" + std::to_string(config_.segment.max_input_bytes) +
+                                ") must not exceed --max-batch-bytes (" +
+                                std::to_string(config_.batch.max_batch_bytes) + ")");
+  }
   // steady_clock is CLOCK_MONOTONIC on Linux: the clock of every deadline in shared memory.
   static_assert(std::chrono::steady_clock::is_steady);
 

@@ -1,0 +1,280 @@
+#include "kernels/cuda_backend.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <thread>
+
+#include "kernels/cuda_check.hpp"
+#include "kernels/cuda_lanes.hpp"
+#include "kernels/reference_batchstring.hpp"
+#include "kernels/sha256_launch.hpp"
+
+namespace batchd {
+namespace {
+
+constexpr std::size_t kHexBytes = kernels::kDigestHexBytes;
+// After queueing a batch, poll its event by yielding this long (a small batch is done in tens of
+// microseconds), then by sleeping kPollSleep between polls so a long batch costs no CPU. Polling
+// rather than cudaEventSynchronize lets shutdown() interrupt the wait.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
+constexpr auto kPollSleep = std::chrono::microseconds(20);
+constexpr unsigned kMaxStreamsPerDevice = 64;
+constexpr std::uint32_t kMaxBatchInputs = 1U << 20;
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& options) noexcept
+      : cost_(options.cost),
+        streams_(options.streams_per_device),
+        limits_{options.max_batch, static_cast<std::uint32_t>(options.max_batch_bytes)} {}
+
+  // Makes the lanes of every device in `ordinals` and self-tests each device.
+  BackendStatus init(const std::vector<int>& ordinals);
+
+  [[nodiscard]] std::string_view name() const noexcept override { return "cuda"; }
+  [[nodiscard]] unsigned devices() const noexcept override {
+    return static_cast<unsigned>(devices_.size());
+  }
+  [[nodiscard]] unsigned streams_per_device() const noexcept override { return streams_; }
+  BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) override;
+  void shutdown() noexcept override { shutting_down_.store(true, std::memory_order_release); }
+
+ private:
+  BackendStatus check_batch(const BatchInput& in) const;
+  void stage(cuda::Lane& lane, const BatchInput& in) const noexcept;
+  BackendStatus enqueue(cuda::Lane& lane, std::uint32_t count, std::uint32_t input_bytes) const;
+  BackendStatus wait_for(cuda::Lane& lane) const;
+  BackendStatus self_test(unsigned device);
+
+  unsigned cost_;             // SHA-256 rounds per input
+  unsigned streams_;          // lanes per device
+  cuda::BatchLimits limits_;  // what one batch may hold; sizes every buffer
+  std::vector<std::unique_ptr<cuda::DeviceLanes>> devices_;  // index = LaneId::device
+  std::atomic<bool> shutting_down_{false};  // set by shutdown(); waits in run() give up
+};
+
+BackendStatus CudaBackend::init(const std::vector<int>& ordinals) {
+  for (const int ordinal : ordinals) {
+    devices_.push_back(std::make_unique<cuda::DeviceLanes>(ordinal));
+    BATCHD_RETURN_IF_FAILED(devices_.back()->init(streams_, limits_));
+    BATCHD_RETURN_IF_FAILED(self_test(static_cast<unsigned>(devices_.size() - 1)));
+  }
+  return BackendStatus::success();
+}
+
+// One input through every lane of the device: proves the kernel image fits the device and the
+// whole path works before the daemon takes traffic; it also loads the module (lazy loading), so
+// the first real batch does not pay for that.
+BackendStatus CudaBackend::self_test(unsigned device) {
+  // Cut to the byte limit, so that even a backend sized for one-byte batches can test itself.
+  const std::string_view input = std::string_view("batchd self-test").substr(0, limits_.max_bytes);
+  const std::uint32_t offsets[2] = {0, static_cast<std::uint32_t>(input.size())};
+  const BatchInput in{{input.data(), input.size()}, {offsets, 2}};
+  const std::string expected = kernels::reference_batchstring(input, cost_);
+  const std::string where = "cuda device " + std::to_string(devices_[device]->ordinal());
+  BatchOutput out;
+  for (unsigned stream = 0; stream < streams_; ++stream) {
+    const BackendStatus status = run({device, stream}, in, out);
+    if (!status.ok) return BackendStatus::failure(where + " self-test: " + status.message);
+    if (out.size() != 1 || out.at(0) != expected) {
+      return BackendStatus::failure(where + " self-test: wrong answer from the kernel");
+    }
+  }
+  return BackendStatus::success();
+}
+
+BackendStatus CudaBackend::run(LaneId id, const BatchInput& in, BatchOutput& out) {
+  out.clear();
+  if (id.device >= devices_.size() || id.stream >= streams_) {
+    return BackendStatus::failure("cuda backend: no lane " + std::to_string(id.device) + "/" +
+                                  std::to_string(id.stream));
+  }
+  if (shutting_down_.load(std::memory_order_acquire)) {
+    return BackendStatus::failure("cuda backend: shutting down");
+  }
+  BATCHD_RETURN_IF_FAILED(check_batch(in));
+  const auto count = static_cast<std::uint32_t>(in.size());
+  if (count == 0) return BackendStatus::success();
+  cuda::DeviceLanes& device = *devices_[id.device];
+  cuda::Lane& lane = device.lane(id.stream);
+  BATCHD_RETURN_IF_CUDA_ERR(cudaSetDevice(device.ordinal()), "cudaSetDevice");
+  if (lane.in_flight) {  // an abandoned batch may still read the staging buffers
+    BATCHD_RETURN_IF_CUDA_ERR(cudaStreamSynchronize(lane.stream), "earlier batch on this lane");
+    lane.in_flight = false;
+  }
+  stage(lane, in);
+  BATCHD_RETURN_IF_FAILED(enqueue(lane, count, in.offsets[count] - in.offsets[0]));
+  BATCHD_RETURN_IF_FAILED(wait_for(lane));
+  out.bytes.resize(std::size_t{count} * kHexBytes);
+  std::memcpy(out.bytes.data(), lane.host_out, out.bytes.size());
+  out.offsets.resize(std::size_t{count} + 1);
+  for (std::uint32_t i = 0; i <= count; ++i)
+    out.offsets[i] = static_cast<std::uint32_t>(i * kHexBytes);
+  return BackendStatus::success();
+}
+
+// The batch must fit the buffers sized at start-up (allocating here would stall every lane of
+// the device) and its offsets must stay inside its bytes (the kernel trusts them).
+BackendStatus CudaBackend::check_batch(const BatchInput& in) const {
+  const std::size_t count = in.size();
+  if (count > limits_.max_inputs) {
+    return BackendStatus::failure("cuda backend: batch of " + std::to_string(count) +
+                                  " inputs exceeds --max-batch " +
+                                  std::to_string(limits_.max_inputs));
+  }
+  if (count == 0) return BackendStatus::success();
+  for (std::size_t i = 0; i < count; ++i) {
+    if (in.offsets[i] > in.offsets[i + 1]) {
+      return BackendStatus::failure("cuda backend: batch offsets decrease at input " +
+                                    std::to_string(i));
+    }
+  }
+  if (in.offsets[count] > in.bytes.size()) {
+    return BackendStatus::failure("cuda backend: batch offsets run past its bytes");
+  }
+  const std::uint64_t input_bytes = in.offsets[count] - in.offsets[0];
+  if (input_bytes > limits_.max_bytes) {
+    return BackendStatus::failure("cuda backend: batch of " + std::to_string(input_bytes) +
+                                  " bytes exceeds --max-batch-bytes " +
+                                  std::to_string(limits_.max_bytes));
+  }
+  return BackendStatus::success();
+}
+
+// Copies the batch into the lane's pinned buffers, rebased so the first input starts at 0 (a
+// batch split for isolation may be a window of a larger one).
+void CudaBackend::stage(cuda::Lane& lane, const BatchInput& in) const noexcept {
+  const std::size_t count = in.size();
+  const std::uint32_t base = in.offsets[0];
+  std::memcpy(lane.host_bytes, in.bytes.data() + base, in.offsets[count] - base);
+  for (std::size_t i = 0; i <= count; ++i) lane.host_offsets[i] = in.offsets[i] - base;
+}
+
+BackendStatus CudaBackend::enqueue(cuda::Lane& lane, std::uint32_t count,
+                                   std::uint32_t input_bytes) const {
+  lane.in_flight = true;  // from the first queued copy on, the stream owns the buffers
+  BATCHD_RETURN_IF_CUDA_ERR(cudaMemcpyAsync(lane.device_bytes, lane.host_bytes, input_bytes,
+                                            cudaMemcpyHostToDevice, lane.stream),
+                            "copy of the batch to the device");
+  BATCHD_RETURN_IF_CUDA_ERR(cudaMemcpyAsync(lane.device_offsets, lane.host_offsets,
+                                            (std::size_t{count} + 1) * sizeof(std::uint32_t),
+                                            cudaMemcpyHostToDevice, lane.stream),
+                            "copy of the batch offsets to the device");
+  BATCHD_RETURN_IF_CUDA_ERR(kernels::launch_batchstring(lane.device_bytes, lane.device_offsets,
+                                                        count, cost_, lane.device_out, lane.stream),
+                            "batchstring kernel launch");
+  BATCHD_RETURN_IF_CUDA_ERR(
+      cudaMemcpyAsync(lane.host_out, lane.device_out, std::size_t{count} * kHexBytes,
+                      cudaMemcpyDeviceToHost, lane.stream),
+      "copy of the answers from the device");
+  BATCHD_RETURN_IF_CUDA_ERR(cudaEventRecord(lane.done, lane.stream), "cudaEventRecord");
+  return BackendStatus::success();
+}
+
+BackendStatus CudaBackend::wait_for(cuda::Lane& lane) const {
+  const auto spin_until = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+  for (;;) {
+    const cudaError_t err = cudaEventQuery(lane.done);
+    if (err == cudaSuccess) {
+      lane.in_flight = false;
+      return BackendStatus::success();
+    }
+    // Errors from the kernel or the copies surface here; a sticky one (an illegal address, say)
+    // fails every later call on the device too, and the router marks it unhealthy.
+    if (err != cudaErrorNotReady) return cuda::failure(err, "batch on the device");
+    if (shutting_down_.load(std::memory_order_acquire)) {
+      return BackendStatus::failure("cuda backend: shutting down; batch abandoned");
+    }
+    if (std::chrono::steady_clock::now() < spin_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(kPollSleep);
+    }
+  }
+}
+
+std::string check_options(const CudaBackendOptions& options) {
+  if (options.cost < 1) return "cost must be at least 1";
+  if (options.streams_per_device < 1 || options.streams_per_device > kMaxStreamsPerDevice) {
+    return "streams per device must be 1.." + std::to_string(kMaxStreamsPerDevice);
+  }
+  if (options.max_batch < 1 || options.max_batch > kMaxBatchInputs) {
+    return "max batch must be 1.." + std::to_string(kMaxBatchInputs) + " inputs";
+  }
+  if (options.max_batch_bytes < 1 ||
+      options.max_batch_bytes > std::numeric_limits<std::uint32_t>::max()) {
+    return "max batch bytes must be 1..4294967295 (input offsets are 32-bit)";
+  }
+  return {};
+}
+
+// The ordinals to use: the requested ones, each checked, or every visible device.
+std::string choose_devices(const std::vector<int>& requested, std::vector<int>& ordinals) {
+  std::string why;
+  const int visible = cuda_device_count(why);
+  if (visible == 0) return why;
+  if (requested.empty()) {
+    for (int d = 0; d < visible; ++d) ordinals.push_back(d);
+    return {};
+  }
+  for (const int d : requested) {
+    if (d < 0 || d >= visible) {
+      return "cuda device " + std::to_string(d) + " does not exist (" + std::to_string(visible) +
+             " visible)";
+    }
+    for (const int seen : ordinals) {
+      if (seen == d) return "cuda device " + std::to_string(d) + " is listed twice";
+    }
+    ordinals.push_back(d);
+  }
+  return {};
+}
+
+}  // namespace
+
+int cuda_device_count(std::string& why) noexcept {
+  try {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+      why = cuda::error_text(err, "no usable GPU: cudaGetDeviceCount");
+      if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice) {
+        why += "; this machine has no NVIDIA GPU or driver, or a driver older than CUDA " +
+               std::to_string(CUDART_VERSION / 1000) + "." +
+               std::to_string(CUDART_VERSION % 1000 / 10);
+      }
+      return 0;
+    }
+    if (count == 0) why = "no CUDA device is visible (is CUDA_VISIBLE_DEVICES empty?)";
+    return count;
+  } catch (const std::exception&) {
+    return 0;  // only a failed string allocation lands here; "no GPU" is still the answer
+  }
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options, std::string& why) {
+  try {
+    if (why = check_options(options); !why.empty()) {
+      why = "cuda backend: " + why;
+      return nullptr;
+    }
+    std::vector<int> ordinals;
+    if (why = choose_devices(options.devices, ordinals); !why.empty()) return nullptr;
+    auto backend = std::make_unique<CudaBackend>(options);
+    if (const BackendStatus status = backend->init(ordinals); !status.ok) {
+      why = status.message;
+      return nullptr;
+    }
+    return backend;
+  } catch (const std::exception& e) {
+    why = std::string("cuda backend: ") + e.what();
+    return nullptr;
+  }
+}
+
+}  // namespace batchd

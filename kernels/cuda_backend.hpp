@@ -1,0 +1,35 @@
+// The cuda backend: batchstring on one or more GPUs, several streams per device so that one
+// batch's copies overlap another's kernel. Plain C++: no CUDA header is included here, so daemon
+// code compiled by g++ can include it (only where meson found CUDA: BATCHD_HAVE_CUDA).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/backend.hpp"
+
+namespace batchd {
+
+struct CudaBackendOptions {
+  std::vector<int> devices;                  // CUDA device ordinals to use; empty: all visible ones
+  unsigned streams_per_device = 2;           // lanes per device; 2 lets consecutive batches overlap
+  unsigned cost = 1;                         // SHA-256 rounds per input (the "model cost")
+  std::uint32_t max_batch = 64;              // most inputs in one batch; sizes the pinned buffers
+  std::uint64_t max_batch_bytes = 8u << 20;  // most input bytes in one batch; likewise (< 4 GiB)
+};
+
+// Number of visible CUDA devices, or 0 with the reason in `why`. Any error from the CUDA runtime
+// counts as "no GPU" (without a driver the runtime reports "CUDA driver version is insufficient
+// for CUDA runtime version", not zero devices).
+int cuda_device_count(std::string& why) noexcept;
+
+// Allocates every stream, event, pinned host buffer and device buffer up front and runs a
+// one-input self-test on each device, so a missing kernel image or a broken device shows here
+// rather than on the first batch. Returns nullptr with the reason in `why` on any failure.
+// The backend's run() rejects (as a failed status, never by allocating) a batch larger than
+// max_batch inputs or max_batch_bytes bytes.
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options, std::string& why);
+
+}  // namespace batchd

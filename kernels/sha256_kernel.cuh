@@ -1,0 +1,188 @@
+// The arithmetic of the CUDA batchstring: SHA-256 (FIPS 180-4) and lowercase hex, as
+// __host__ __device__ functions. The kernel runs them on the GPU; the host tests compile the very
+// same functions with g++ and compare them with OpenSSL, so a machine without a GPU still checks
+// every bit of the kernel's arithmetic. No CUDA header is needed to include this file.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define BATCHD_HD __host__ __device__ __forceinline__
+#else
+#define BATCHD_HD inline
+#endif
+// Full unrolling keeps the message schedule in registers on the device. Only the device pass
+// sees the pragma: the host compiler would warn about it (and unrolls on its own at -O2).
+#if defined(__CUDA_ARCH__)
+#define BATCHD_UNROLL _Pragma("unroll")
+#else
+#define BATCHD_UNROLL
+#endif
+
+namespace batchd::kernels::sha256 {
+
+inline constexpr std::uint32_t kDigestHexChars = 64;
+
+// FIPS 180-4's round constants, written once for both copies below.
+#define BATCHD_SHA256_ROUND_CONSTANTS                                                             \
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, \
+      0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7,         \
+      0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa,         \
+      0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3,         \
+      0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,         \
+      0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70,         \
+      0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08,         \
+      0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3, 0x748f82ee,         \
+      0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2
+
+// The host copy serves the host instantiation; device code reads the __constant__ copy, because
+// device code may not read a host array (only scalar constexpr values).
+inline constexpr std::uint32_t kRoundConstants[64] = {BATCHD_SHA256_ROUND_CONSTANTS};
+#if defined(__CUDACC__)
+__constant__ std::uint32_t kRoundConstantsDevice[64] = {BATCHD_SHA256_ROUND_CONSTANTS};
+#endif
+
+BATCHD_HD std::uint32_t round_constant(int t) {
+#if defined(__CUDA_ARCH__)
+  return kRoundConstantsDevice[t];
+#else
+  return kRoundConstants[t];
+#endif
+}
+
+BATCHD_HD std::uint32_t rotr(std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+// The chaining value: eight words, kept in registers on the device.
+struct State {
+  std::uint32_t h[8];
+};
+
+BATCHD_HD State initial_state() {
+  return {{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
+           0x5be0cd19}};
+}
+
+// One 64-byte block as 16 big-endian words. The schedule is a rolling window of 16 words, so a
+// fully unrolled loop keeps it in registers instead of a 64-word array in local memory.
+BATCHD_HD void compress(State& state, const std::uint32_t (&block)[16]) {
+  std::uint32_t w[16];
+  BATCHD_UNROLL
+  for (int i = 0; i < 16; ++i) w[i] = block[i];
+  std::uint32_t a = state.h[0], b = state.h[1], c = state.h[2], d = state.h[3];
+  std::uint32_t e = state.h[4], f = state.h[5], g = state.h[6], h = state.h[7];
+  BATCHD_UNROLL
+  for (int t = 0; t < 64; ++t) {
+    if (t >= 16) {
+      const std::uint32_t w15 = w[(t - 15) & 15], w2 = w[(t - 2) & 15];
+      const std::uint32_t s0 = rotr(w15, 7) ^ rotr(w15, 18) ^ (w15 >> 3);
+      const std::uint32_t s1 = rotr(w2, 17) ^ rotr(w2, 19) ^ (w2 >> 10);
+      w[t & 15] += s0 + w[(t - 7) & 15] + s1;
+    }
+    const std::uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) +
+                             round_constant(t) + w[t & 15];
+    const std::uint32_t t2 =
+        (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+    h = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  state.h[0] += a, state.h[1] += b, state.h[2] += c, state.h[3] += d;
+  state.h[4] += e, state.h[5] += f, state.h[6] += g, state.h[7] += h;
+}
+
+BATCHD_HD std::uint32_t load_be32(const unsigned char* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         std::uint32_t{p[3]};
+}
+
+// Word j of the last message block: the `tail_bytes` (< 64) leftover bytes, then the 0x80 marker,
+// then zeros. Built without indexing by a runtime value, so the block stays in registers.
+BATCHD_HD std::uint32_t tail_word(const unsigned char* tail, std::uint32_t tail_bytes,
+                                  std::uint32_t j) {
+  std::uint32_t word = 0;
+  for (std::uint32_t k = 0; k < 4; ++k) {
+    const std::uint32_t pos = 4 * j + k;
+    const std::uint32_t byte = pos < tail_bytes ? tail[pos] : (pos == tail_bytes ? 0x80U : 0U);
+    word = (word << 8) | byte;
+  }
+  return word;
+}
+
+// SHA-256 of `length` bytes at `data` (any alignment).
+BATCHD_HD State hash_bytes(const unsigned char* data, std::uint32_t length) {
+  State state = initial_state();
+  std::uint32_t block[16];
+  const std::uint32_t full_blocks = length / 64;
+  for (std::uint32_t blk = 0; blk < full_blocks; ++blk) {
+    BATCHD_UNROLL
+    for (int j = 0; j < 16; ++j) block[j] = load_be32(data + 64 * blk + 4 * j);
+    compress(state, block);
+  }
+  const std::uint32_t tail_bytes = length % 64;
+  const unsigned char* tail = data + 64 * full_blocks;
+  BATCHD_UNROLL
+  for (std::uint32_t j = 0; j < 16; ++j) block[j] = tail_word(tail, tail_bytes, j);
+  if (tail_bytes >= 56) {  // no room for the 64-bit length: it goes in a block of its own
+    compress(state, block);
+    BATCHD_UNROLL
+    for (int j = 0; j < 16; ++j) block[j] = 0;
+  }
+  const std::uint64_t length_bits = std::uint64_t{length} * 8;
+  block[14] = static_cast<std::uint32_t>(length_bits >> 32);
+  block[15] = static_cast<std::uint32_t>(length_bits);
+  compress(state, block);
+  return state;
+}
+
+BATCHD_HD std::uint32_t hex_char(std::uint32_t nibble) {
+  return nibble < 10 ? '0' + nibble : 'a' - 10 + nibble;
+}
+
+// Four hex characters of a 16-bit value, packed big-endian as SHA-256 reads message words.
+BATCHD_HD std::uint32_t hex_word(std::uint32_t value16) {
+  return (hex_char((value16 >> 12) & 0xF) << 24) | (hex_char((value16 >> 8) & 0xF) << 16) |
+         (hex_char((value16 >> 4) & 0xF) << 8) | hex_char(value16 & 0xF);
+}
+
+// SHA-256 of the 64-character hex text of `digest`, without materialising the text: each message
+// word is four hex characters, i.e. one half of a digest word.
+BATCHD_HD State hash_hex_of(const State& digest) {
+  State state = initial_state();
+  std::uint32_t block[16];
+  BATCHD_UNROLL
+  for (int j = 0; j < 16; ++j) {
+    block[j] = hex_word((j % 2 == 0) ? (digest.h[j / 2] >> 16) : (digest.h[j / 2] & 0xFFFF));
+  }
+  compress(state, block);
+  BATCHD_UNROLL
+  for (int j = 0; j < 16; ++j) block[j] = 0;
+  block[0] = 0x80000000U;           // the marker right after the 64 text bytes
+  block[15] = kDigestHexChars * 8;  // the message length in bits
+  compress(state, block);
+  return state;
+}
+
+// Writes exactly kDigestHexChars lowercase hex characters.
+BATCHD_HD void write_hex(const State& digest, char* out) {
+  BATCHD_UNROLL
+  for (int i = 0; i < 8; ++i) {
+    BATCHD_UNROLL
+    for (int k = 0; k < 8; ++k)
+      out[8 * i + k] = static_cast<char>(hex_char((digest.h[i] >> (28 - 4 * k)) & 0xF));
+  }
+}
+
+// The whole batchstring of one input: `cost` (>= 1) rounds, round i hashing the hex of round i-1.
+BATCHD_HD void batchstring_one(const unsigned char* data, std::uint32_t length, unsigned cost,
+                               char* out) {
+  State digest = hash_bytes(data, length);
+  for (unsigned round = 1; round < cost; ++round) digest = hash_hex_of(digest);
+  write_hex(digest, out);
+}
+
+}  // namespace batchd::kernels::sha256

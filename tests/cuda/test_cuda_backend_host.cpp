@@ -1,0 +1,212 @@
+// The cuda backend's host logic against a fake CUDA runtime (fake_cuda_runtime.cpp): runs on
+// any machine. The real runtime and kernel are covered by test_cuda_backend.cpp on a GPU.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "kernels/cuda_backend.hpp"
+#include "kernels/reference_batchstring.hpp"
+#include "tests/cuda/cuda_test_inputs.hpp"
+#include "tests/cuda/fake_cuda_runtime.hpp"
+
+namespace {
+
+using batchd::cuda_test::FlatBatch;
+using batchd::cuda_test::random_input;
+
+batchd::CudaBackendOptions small_options(unsigned cost = 1) {
+  batchd::CudaBackendOptions options;
+  options.cost = cost;
+  options.max_batch = 64;
+  options.max_batch_bytes = 64 * 4096;
+  return options;
+}
+
+std::unique_ptr<batchd::Backend> make_backend(const batchd::CudaBackendOptions& options) {
+  std::string why;
+  auto backend = batchd::make_cuda_backend(options, why);
+  INFO("make_cuda_backend: " << why);
+  REQUIRE(backend != nullptr);
+  return backend;
+}
+
+FlatBatch random_batch(std::mt19937_64& rng, std::size_t count, std::size_t max_length) {
+  FlatBatch batch;
+  for (std::size_t i = 0; i < count; ++i) batch.add(random_input(rng, rng() % (max_length + 1)));
+  return batch;
+}
+
+void check_answers(const batchd::BatchInput& in, const batchd::BatchOutput& out, unsigned cost) {
+  REQUIRE(out.size() == in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    REQUIRE(out.at(i) == batchd::kernels::reference_batchstring(in.at(i), cost));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("batches are staged, hashed and collected in order, with event polling") {
+  for (const unsigned cost : {1U, 3U}) {
+    fake_cuda::reset().polls_before_ready = 5;
+    auto backend = make_backend(small_options(cost));
+    CHECK(backend->name() == "cuda");
+    CHECK(backend->devices() == 1);
+    CHECK(backend->streams_per_device() == 2);
+    std::mt19937_64 rng(cost);
+    batchd::BatchOutput out;
+    for (int i = 0; i < 10; ++i) {
+      const FlatBatch batch = random_batch(rng, 1 + rng() % 64, 4096);
+      REQUIRE(backend->run({0, static_cast<unsigned>(i % 2)}, batch.view(), out).ok);
+      check_answers(batch.view(), out, cost);
+    }
+  }
+}
+
+TEST_CASE("a window of a larger batch is rebased onto its own bytes") {
+  fake_cuda::reset();
+  auto backend = make_backend(small_options());
+  std::mt19937_64 rng(4);
+  const FlatBatch whole = random_batch(rng, 10, 100);
+  const batchd::BatchInput window{whole.view().bytes, {whole.offsets.data() + 3, 5}};
+  batchd::BatchOutput out;
+  REQUIRE(backend->run({0, 1}, window, out).ok);
+  check_answers(window, out, 1);
+}
+
+TEST_CASE("the pinned block fits its lanes for small and large limits") {
+  fake_cuda::reset();
+  batchd::CudaBackendOptions options;
+  options.max_batch = 1;
+  options.max_batch_bytes = 1;
+  options.streams_per_device = 1;
+  CHECK(make_backend(options)->streams_per_device() == 1);
+  options.max_batch = 4096;
+  options.max_batch_bytes = 64u << 20;
+  options.streams_per_device = 8;
+  auto backend = make_backend(options);
+  std::mt19937_64 rng(5);
+  const FlatBatch batch = random_batch(rng, 4096, 64);
+  batchd::BatchOutput out;
+  REQUIRE(backend->run({0, 7}, batch.view(), out).ok);
+  check_answers(batch.view(), out, 1);
+}
+
+TEST_CASE("lanes run concurrently from two threads") {
+  fake_cuda::reset().polls_before_ready = 2;
+  auto backend = make_backend(small_options());
+  auto worker = [&backend](unsigned stream) {
+    std::mt19937_64 rng(50 + stream);
+    batchd::BatchOutput out;
+    for (int i = 0; i < 30; ++i) {
+      const FlatBatch batch = random_batch(rng, 64, 300);
+      REQUIRE(backend->run({0, stream}, batch.view(), out).ok);
+      check_answers(batch.view(), out, 1);
+    }
+  };
+  std::thread second(worker, 1U);
+  worker(0);
+  second.join();
+}
+
+TEST_CASE("batches over the limits or with broken offsets fail without reaching the device") {
+  fake_cuda::reset();
+  auto backend = make_backend(small_options());
+  const int launches = fake_cuda::control().launches;
+  std::mt19937_64 rng(6);
+  batchd::BatchOutput out;
+  const auto too_many = backend->run({0, 0}, random_batch(rng, 65, 4).view(), out);
+  CHECK(too_many.message.find("--max-batch 64") != std::string::npos);
+  FlatBatch too_big;
+  too_big.add(std::string(64 * 4096 + 1, 'z'));
+  CHECK(backend->run({0, 0}, too_big.view(), out).message.find("--max-batch-bytes") !=
+        std::string::npos);
+  const std::vector<char> bytes(10, 'a');
+  const std::vector<std::uint32_t> decreasing{0, 6, 3};
+  CHECK(backend->run({0, 0}, {{bytes}, {decreasing}}, out).message.find("decrease") !=
+        std::string::npos);
+  const std::vector<std::uint32_t> past_end{0, 11};
+  CHECK(backend->run({0, 0}, {{bytes}, {past_end}}, out).message.find("past") != std::string::npos);
+  CHECK(fake_cuda::control().launches == launches);
+  CHECK(out.size() == 0);
+}
+
+TEST_CASE("a sticky device error fails the batch with the CUDA error text, and every later one") {
+  fake_cuda::reset();
+  auto backend = make_backend(small_options());
+  std::mt19937_64 rng(7);
+  fake_cuda::control().sticky_error = cudaErrorIllegalAddress;
+  batchd::BatchOutput out;
+  const auto first = backend->run({0, 0}, random_batch(rng, 4, 10).view(), out);
+  CHECK_FALSE(first.ok);
+  CHECK(first.message.find("an illegal memory access was encountered (cudaErrorIllegalAddress)") !=
+        std::string::npos);
+  CHECK_FALSE(backend->run({0, 1}, random_batch(rng, 4, 10).view(), out).ok);
+}
+
+TEST_CASE("shutdown() ends a wait for a batch that never completes") {
+  fake_cuda::reset();
+  auto backend = make_backend(small_options());
+  fake_cuda::control().never_ready = true;
+  std::mt19937_64 rng(8);
+  const FlatBatch batch = random_batch(rng, 4, 10);
+  batchd::BackendStatus status;
+  std::thread runner([&] {
+    batchd::BatchOutput out;
+    status = backend->run({0, 0}, batch.view(), out);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto asked = std::chrono::steady_clock::now();
+  backend->shutdown();
+  runner.join();
+  CHECK(std::chrono::steady_clock::now() - asked < std::chrono::seconds(1));
+  CHECK_FALSE(status.ok);
+  CHECK(status.message.find("shutting down") != std::string::npos);
+  batchd::BatchOutput out;
+  CHECK(backend->run({0, 1}, batch.view(), out).message.find("shutting down") != std::string::npos);
+  fake_cuda::control().never_ready = false;  // the destructor's stream waits then finish
+}
+
+TEST_CASE("chosen devices map to lanes in the order given") {
+  fake_cuda::reset().device_count = 3;
+  batchd::CudaBackendOptions options = small_options();
+  options.devices = {2, 0};
+  auto backend = make_backend(options);
+  REQUIRE(backend->devices() == 2);
+  std::mt19937_64 rng(9);
+  batchd::BatchOutput out;
+  REQUIRE(backend->run({0, 0}, random_batch(rng, 2, 10).view(), out).ok);
+  CHECK(fake_cuda::control().last_launch_device == 2);
+  REQUIRE(backend->run({1, 1}, random_batch(rng, 2, 10).view(), out).ok);
+  CHECK(fake_cuda::control().last_launch_device == 0);
+  CHECK_FALSE(backend->run({2, 0}, random_batch(rng, 2, 10).view(), out).ok);
+}
+
+TEST_CASE("start-up refuses missing devices, a broken kernel and no driver, saying why") {
+  std::string why;
+  fake_cuda::reset().device_count = 2;
+  batchd::CudaBackendOptions options = small_options();
+  options.devices = {2};
+  CHECK(batchd::make_cuda_backend(options, why) == nullptr);
+  CHECK(why == "cuda device 2 does not exist (2 visible)");
+  options.devices = {1, 1};
+  CHECK(batchd::make_cuda_backend(options, why) == nullptr);
+  CHECK(why == "cuda device 1 is listed twice");
+
+  fake_cuda::reset().corrupt_answers = true;
+  CHECK(batchd::make_cuda_backend(small_options(), why) == nullptr);
+  CHECK(why == "cuda device 0 self-test: wrong answer from the kernel");
+
+  fake_cuda::reset().device_count_error = cudaErrorInsufficientDriver;
+  CHECK(batchd::cuda_device_count(why) == 0);
+  CHECK(why.find("CUDA driver version is insufficient") != std::string::npos);
+  CHECK(batchd::make_cuda_backend(small_options(), why) == nullptr);
+  CHECK(why.find("no NVIDIA GPU or driver") != std::string::npos);
+
+  fake_cuda::reset().device_count = 0;
+  CHECK(batchd::cuda_device_count(why) == 0);
+  CHECK(why.find("no CUDA device is visible") != std::string::npos);
+}

@@ -1,0 +1,101 @@
+// The CUDA kernel's arithmetic (kernels/sha256_kernel.cuh), compiled for the CPU and checked
+// against OpenSSL through the reference batchstring. Runs without a GPU, so every machine checks
+// what the GPU will compute; also checks how the cuda backend refuses to start without one.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <random>
+#include <string>
+
+#include "kernels/cuda_backend.hpp"
+#include "kernels/reference_batchstring.hpp"
+#include "kernels/sha256_kernel.cuh"
+#include "tests/cuda/cuda_test_inputs.hpp"
+
+namespace {
+
+std::string kernel_batchstring(std::string_view input, unsigned cost) {
+  std::string out(batchd::kernels::sha256::kDigestHexChars, '\0');
+  batchd::kernels::sha256::batchstring_one(reinterpret_cast<const unsigned char*>(input.data()),
+                                           static_cast<std::uint32_t>(input.size()), cost,
+                                           out.data());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("known SHA-256 vectors (FIPS 180-4 examples)") {
+  CHECK(kernel_batchstring("", 1) ==
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(kernel_batchstring("abc", 1) ==
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(kernel_batchstring("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", 1) ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+TEST_CASE("iterated rounds hash the previous round's hex text") {
+  const std::string once = kernel_batchstring("hello", 1);
+  CHECK(kernel_batchstring("hello", 2) == kernel_batchstring(once, 1));
+  CHECK(kernel_batchstring("hello", 3) == batchd::kernels::reference_batchstring("hello", 3));
+}
+
+TEST_CASE("every length 0..300 and each block boundary to 4096 matches the reference") {
+  std::mt19937_64 rng(1);
+  std::vector<std::size_t> lengths;
+  for (std::size_t n = 0; n <= 300; ++n) lengths.push_back(n);
+  for (std::size_t block = 5; block <= 64; ++block) {
+    for (const int delta : {-9, -8, -7, -1, 0, 1}) {
+      lengths.push_back(static_cast<std::size_t>(static_cast<int>(block * 64) + delta));
+    }
+  }
+  for (const unsigned cost : {1U, 3U}) {
+    for (const std::size_t n : lengths) {
+      const std::string input = batchd::cuda_test::random_input(rng, n);
+      REQUIRE_MESSAGE(
+          kernel_batchstring(input, cost) == batchd::kernels::reference_batchstring(input, cost),
+          "length " << n << " cost " << cost);
+    }
+  }
+}
+
+TEST_CASE("random UTF-8 inputs up to 4096 bytes, costs 1, 2, 3 and 17") {
+  std::mt19937_64 rng(2);
+  for (int i = 0; i < 400; ++i) {
+    const std::string input = batchd::cuda_test::random_input(rng, rng() % 4097);
+    for (const unsigned cost : {1U, 2U, 3U, 17U}) {
+      REQUIRE(kernel_batchstring(input, cost) ==
+              batchd::kernels::reference_batchstring(input, cost));
+    }
+  }
+}
+
+TEST_CASE("unaligned input addresses") {
+  std::mt19937_64 rng(3);
+  const std::string buffer = batchd::cuda_test::random_input(rng, 1000);
+  for (std::size_t start = 0; start < 8; ++start) {
+    const std::string_view input(buffer.data() + start, 200 + start * 37);
+    CHECK(kernel_batchstring(input, 1) == batchd::kernels::reference_batchstring(input, 1));
+  }
+}
+
+TEST_CASE("the cuda backend refuses bad options before touching a device") {
+  std::string why;
+  batchd::CudaBackendOptions options;
+  options.cost = 0;
+  CHECK(batchd::make_cuda_backend(options, why) == nullptr);
+  CHECK(why.find("cost") != std::string::npos);
+  options = {};
+  options.max_batch_bytes = std::uint64_t{1} << 32;
+  CHECK(batchd::make_cuda_backend(options, why) == nullptr);
+  CHECK(why.find("32-bit") != std::string::npos);
+}
+
+TEST_CASE("without a GPU the cuda backend says why instead of failing later") {
+  std::string why;
+  if (batchd::cuda_device_count(why) > 0) return;  // tests/cuda/test_cuda_backend.cpp covers GPUs
+  MESSAGE("no GPU here: " << why);
+  CHECK(why.find("cudaGetDeviceCount") != std::string::npos);
+  std::string make_why;
+  CHECK(batchd::make_cuda_backend({}, make_why) == nullptr);
+  CHECK(make_why == why);
+}
