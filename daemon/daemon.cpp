@@ -151,6 +151,33 @@ void Daemon::publish_status() noexcept {
   page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
 }
 
+void Daemon::update_limits(const BatchLimits& limits) {
+  {
+    std::lock_guard lock(limits_mu_);
+    pending_limits_ = limits;
+  }
+  limits_changed_.store(true, std::memory_order_release);
+  ring_doorbell();
+}
+
+void Daemon::apply_pending_limits() {
+  if (!limits_changed_.exchange(false, std::memory_order_acq_rel)) return;
+  std::lock_guard lock(limits_mu_);
+  config_.batch = pending_limits_;
+  batcher_.set_limits(pending_limits_);
+}
+
+void Daemon::set_watchdog(std::chrono::nanoseconds interval, std::function<void()> ping) {
+  watchdog_interval_ns_ = std::max<std::int64_t>(interval.count(), 1'000'000);
+  watchdog_ping_ = std::move(ping);
+}
+
+void Daemon::ping_watchdog_if_due(std::int64_t now_ns) {
+  if (watchdog_interval_ns_ == 0 || now_ns < next_watchdog_ns_) return;
+  watchdog_ping_();
+  next_watchdog_ns_ = now_ns + watchdog_interval_ns_;
+}
+
 void Daemon::request_stop() noexcept {
   stop_requested_.store(true, std::memory_order_relaxed);
   ring_doorbell();
@@ -457,6 +484,10 @@ void Daemon::sleep_until_work() {
     if (auto deadline = batcher_.deadline()) {
       wait_ns = std::max<std::int64_t>(0, to_ns(*deadline) - shm::monotonic_ns());
     }
+    if (watchdog_interval_ns_ != 0) {
+      const std::int64_t until_ping = std::max<std::int64_t>(0, next_watchdog_ns_ - shm::monotonic_ns());
+      wait_ns = wait_ns < 0 ? until_ping : std::min(wait_ns, until_ping);
+    }
     if (stop_requested_.load(std::memory_order_relaxed)) {
       // Stopping: poll for the last batches to come back rather than wait on clients.
       wait_ns = wait_ns < 0 ? kStopPollNs : std::min(wait_ns, kStopPollNs);
@@ -478,7 +509,9 @@ void Daemon::run() {
   const std::int64_t spin_ns = static_cast<std::int64_t>(config_.drain_spin_us) * 1000;
   for (;;) {
     handle_completions();
+    apply_pending_limits();
     const std::int64_t now_ns = shm::monotonic_ns();
+    ping_watchdog_if_due(now_ns);
     const bool progressed = drain_rings(now_ns);
     if (batcher_.due(from_ns(now_ns))) flush_open_batch(now_ns);
 

@@ -12,6 +12,8 @@
 #include <atomic>
 #include <boost/interprocess/mapped_region.hpp>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -47,6 +49,14 @@ class Daemon {
   // Any thread, and async-signal-safe.
   void request_stop() noexcept;
 
+  // Any thread: the batching policy's new limits, applied by the drain loop before it next
+  // batches (an open batch that is now over its limits is flushed at once; nothing is dropped).
+  void update_limits(const BatchLimits& limits);
+
+  // Before run(): call ping from the drain loop at least every `interval` (the service
+  // manager's watchdog), so a loop that hangs stops the pings.
+  void set_watchdog(std::chrono::nanoseconds interval, std::function<void()> ping);
+
   [[nodiscard]] const std::string& socket_path() const noexcept { return config_.socket_path; }
   [[nodiscard]] const DaemonStats& stats() const noexcept { return stats_; }
   // Per-device health and counters; valid after start().
@@ -74,6 +84,8 @@ class Daemon {
   void flush_open_batch(std::int64_t now_ns);
   bool work_waiting();
   void sleep_until_work();
+  void apply_pending_limits();
+  void ping_watchdog_if_due(std::int64_t now_ns);
 
   io_uring_sqe* next_sqe();
   void arm_poll(int fd, std::uint64_t user_data);
@@ -109,6 +121,14 @@ class Daemon {
   std::uint64_t next_batch_id_ = 1;
 
   std::atomic<bool> stop_requested_{false};
+
+  std::mutex limits_mu_;
+  BatchLimits pending_limits_;           // guarded by limits_mu_
+  std::atomic<bool> limits_changed_{false};
+
+  std::int64_t watchdog_interval_ns_ = 0;  // 0: no watchdog
+  std::int64_t next_watchdog_ns_ = 0;
+  std::function<void()> watchdog_ping_;
 };
 
 }  // namespace batchd

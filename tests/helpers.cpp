@@ -1,5 +1,7 @@
 #include "tests/helpers.hpp"
 
+#include <doctest/doctest.h>
+
 #include "daemon/backend_factory.hpp"
 
 #include <signal.h>
@@ -131,6 +133,16 @@ int DaemonProcess::stop() {
   ::waitpid(pid_, &status, 0);
   pid_ = -1;
   return status;
+}
+
+std::unique_ptr<Client> connect(const std::string& path) {
+  ClientOptions options;
+  options.socket_path = path;
+  Error error;
+  auto client = Client::connect(options, &error);
+  INFO(error.message);
+  REQUIRE(client);
+  return client;
 }
 
 InProcessDaemon::InProcessDaemon(DaemonConfig config, std::unique_ptr<Backend> backend)

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "client_lib/client.hpp"
 #include "daemon/backend.hpp"
 #include "daemon/config.hpp"
 #include "daemon/daemon.hpp"
@@ -70,6 +71,9 @@ class InProcessDaemon {
   Daemon daemon_;
   std::thread thread_;
 };
+
+// Connects a client to the daemon at path; fails the test (with the reason) if it cannot.
+std::unique_ptr<Client> connect(const std::string& path);
 
 // Waits for pred up to timeout, polling; returns its last value.
 template <class Pred>

@@ -30,16 +30,6 @@ DaemonConfig small_config(double max_wait_ms = 1.0) {
   return c;
 }
 
-std::unique_ptr<Client> connect_to(const std::string& path) {
-  ClientOptions options;
-  options.socket_path = path;
-  Error error;
-  auto client = Client::connect(options, &error);
-  INFO(error.message);
-  REQUIRE(client);
-  return client;
-}
-
 // Holds every batch until released, so requests stay in flight as long as a test needs.
 class GateBackend final : public Backend {
  public:
@@ -83,7 +73,7 @@ class ShortBackend final : public Backend {
 
 TEST_CASE("many threads funnel through one client and each gets its own answer") {
   test::InProcessDaemon daemon(small_config(0.5), std::make_unique<CpuBackend>(1, 2));
-  auto client = connect_to(daemon.socket_path());
+  auto client = test::connect(daemon.socket_path());
   const int threads = 16;
   const std::uint64_t per_thread = test::scaled(2000, 50);
   std::atomic<std::uint64_t> ok{0}, wrong{0}, failed{0};
@@ -118,7 +108,7 @@ TEST_CASE("a client with every slot in flight is told it is overloaded") {
   DaemonConfig config = small_config(0.0);
   config.segment.slot_count = 8;
   test::InProcessDaemon daemon(config, std::move(backend));
-  auto client = connect_to(daemon.socket_path());
+  auto client = test::connect(daemon.socket_path());
   std::atomic<int> answered{0}, correct{0};
   for (int i = 0; i < 8; ++i) {
     const std::string input = "req-" + std::to_string(i);
@@ -144,7 +134,7 @@ TEST_CASE("a client with every slot in flight is told it is overloaded") {
 
 TEST_CASE("a client that breaks the protocol is dropped while others carry on") {
   test::InProcessDaemon daemon(small_config(0.5), std::make_unique<CpuBackend>(1, 1));
-  auto good = connect_to(daemon.socket_path());
+  auto good = test::connect(daemon.socket_path());
   REQUIRE(good->submit("before", 5s).ok());
 
   Attachment raw;
@@ -173,7 +163,7 @@ TEST_CASE("a client that breaks the protocol is dropped while others carry on") 
 
 TEST_CASE("a backend that returns the wrong number of results fails its batch clearly") {
   test::InProcessDaemon daemon(small_config(0.0), std::make_unique<ShortBackend>());
-  auto client = connect_to(daemon.socket_path());
+  auto client = test::connect(daemon.socket_path());
   Result r = client->submit("anything", 5s);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().code == ErrorCode::kBackendError);
@@ -184,7 +174,7 @@ TEST_CASE("a backend that returns the wrong number of results fails its batch cl
 TEST_CASE("stopping the daemon finishes the requests it holds") {
   DaemonConfig config = small_config(10'000.0);  // batches would wait 10 s
   test::InProcessDaemon daemon(config, std::make_unique<CpuBackend>(1, 1));
-  auto client = connect_to(daemon.socket_path());
+  auto client = test::connect(daemon.socket_path());
   std::atomic<int> ok{0}, answered{0};
   for (int i = 0; i < 20; ++i) {
     const std::string input = "held-" + std::to_string(i);
@@ -214,13 +204,13 @@ TEST_CASE("an attach whose completion fd is not an eventfd is refused") {
   Error error;
   CHECK_FALSE(attach_to_daemon(daemon.socket_path(), 2s, write_end.get(), raw, error));
   CHECK(error.message.find("not an eventfd") != std::string::npos);
-  auto good = connect_to(daemon.socket_path());
+  auto good = test::connect(daemon.socket_path());
   CHECK(good->submit("unaffected", 5s).ok());
 }
 
 TEST_CASE("a client scribbling over its own segment hurts only itself") {
   test::InProcessDaemon daemon(small_config(0.2), std::make_unique<CpuBackend>(1, 1));
-  auto good = connect_to(daemon.socket_path());
+  auto good = test::connect(daemon.socket_path());
   std::atomic<bool> stop{false};
   std::atomic<int> hostile_attaches{0};
   std::thread hostile([&] {

@@ -27,16 +27,6 @@ DaemonConfig sim_config(const SimOptions& sim, double max_wait_ms) {
   return c;
 }
 
-std::unique_ptr<Client> connect_to(const std::string& path) {
-  ClientOptions options;
-  options.socket_path = path;
-  Error error;
-  auto client = Client::connect(options, &error);
-  INFO(error.message);
-  REQUIRE(client);
-  return client;
-}
-
 struct Tally {
   std::atomic<std::uint64_t> ok{0}, wrong{0};
   std::mutex mu;
@@ -84,7 +74,7 @@ TEST_CASE("sim: a device failing every 5th batch and a hanging one lose nothing 
   sim.fail_every = {{1, 5}};
   sim.hang_devices = {2};
   test::InProcessDaemon daemon(sim_config(sim, 1.0), nullptr);
-  auto client = connect_to(daemon.socket_path());
+  auto client = test::connect(daemon.socket_path());
   const int threads = 16;
   const std::uint64_t per_thread = test::scaled(6250, 60);  // 100,000 requests at scale 1
   Tally tally;
@@ -143,7 +133,7 @@ TEST_CASE("sim: a poison input fails alone and the rest of its batch is answered
   sim.poison_prefix = "POISON";
   // A long window: the 64 requests below fill exactly one batch.
   test::InProcessDaemon daemon(sim_config(sim, 2000.0), nullptr);
-  auto client = connect_to(daemon.socket_path());
+  auto client = test::connect(daemon.socket_path());
   for (int poisons : {1, 2}) {
     CAPTURE(poisons);
     std::vector<std::string> inputs;
@@ -175,7 +165,7 @@ TEST_CASE("sim: with every device failing callers get 'backend unavailable' in t
   sim.per_item_us = 1;
   sim.outage_ms = 1500;
   test::InProcessDaemon daemon(sim_config(sim, 0.0), nullptr);
-  auto client = connect_to(daemon.socket_path());
+  auto client = test::connect(daemon.socket_path());
   std::uint64_t unavailable = 0, other_errors = 0, slow = 0;
   const auto outage_end = std::chrono::steady_clock::now() + 1200ms;
   while (std::chrono::steady_clock::now() < outage_end) {
@@ -209,7 +199,7 @@ TEST_CASE("sim: a slow device gets less work") {
   sim.per_item_us = 10;
   sim.slow = {{1, 4.0}};
   test::InProcessDaemon daemon(sim_config(sim, 1.0), nullptr);
-  auto client = connect_to(daemon.socket_path());
+  auto client = test::connect(daemon.socket_path());
   Tally tally;
   std::vector<std::thread> workers;
   for (int t = 0; t < 8; ++t) {

@@ -1,0 +1,79 @@
+#include "daemon/config_file.hpp"
+
+#include <fmt/format.h>
+
+#include <toml++/toml.h>
+
+namespace batchd {
+namespace {
+
+std::string flag_name(const std::string& table, std::string_view key) {
+  std::string name = "--" + (table.empty() ? std::string() : table + "-") + std::string(key);
+  for (char& c : name) {
+    if (c == '_') c = '-';
+  }
+  return name;
+}
+
+// One scalar as the text a flag takes; false for tables, dates and other shapes no flag takes.
+bool scalar_text(const toml::node& node, std::string& out) {
+  if (auto s = node.value<std::string>()) {
+    out = *s;
+  } else if (node.is_boolean()) {
+    out = *node.value<bool>() ? "true" : "false";
+  } else if (node.is_integer()) {
+    out = std::to_string(*node.value<std::int64_t>());
+  } else if (node.is_floating_point()) {
+    out = fmt::format("{}", *node.value<double>());
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool add_key(const std::string& path, const std::string& table, std::string_view key,
+             const toml::node& node, ConfigArgs& out, std::string& error) {
+  const std::string flag = flag_name(table, key);
+  out.lines[flag] = node.source().begin.line;
+  std::vector<const toml::node*> values;
+  if (const toml::array* array = node.as_array()) {
+    for (const toml::node& item : *array) values.push_back(&item);  // repeated flag
+  } else {
+    values.push_back(&node);
+  }
+  for (const toml::node* value : values) {
+    std::string text;
+    if (!scalar_text(*value, text)) {
+      error = fmt::format("{} line {}: '{}' must be a string, number, boolean or a list of them",
+                          path, value->source().begin.line, key);
+      return false;
+    }
+    out.args.push_back(flag);
+    out.args.push_back(text);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool read_config_file(const std::string& path, ConfigArgs& out, std::string& error) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    error = fmt::format("{} line {}: {}", path, e.source().begin.line, e.description());
+    return false;
+  }
+  for (const auto& [key, node] : root) {
+    if (const toml::table* table = node.as_table()) {
+      for (const auto& [inner_key, inner] : *table) {
+        if (!add_key(path, std::string(key.str()), inner_key.str(), inner, out, error)) return false;
+      }
+    } else if (!add_key(path, "", key.str(), node, out, error)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace batchd

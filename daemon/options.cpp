@@ -1,0 +1,175 @@
+#include "daemon/options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <thread>
+
+#include "daemon/config_file.hpp"
+
+namespace batchd {
+namespace {
+
+// Option values that need converting after parsing.
+struct RawOptions {
+  double max_wait_ms = 50.0;
+  std::int64_t device_timeout_ms = 2000;
+  std::vector<std::string> fail_every, slow;
+};
+
+// "D:V" pairs for the sim fault flags.
+template <class V>
+std::vector<std::pair<unsigned, V>> parse_pairs(const std::vector<std::string>& items, const char* flag) {
+  std::vector<std::pair<unsigned, V>> out;
+  for (const auto& item : items) {
+    const auto colon = item.find(':');
+    if (colon == std::string::npos) {
+      throw CLI::ValidationError(flag, "expects DEVICE:VALUE, got '" + item + "'");
+    }
+    out.emplace_back(static_cast<unsigned>(std::stoul(item.substr(0, colon))),
+                     static_cast<V>(std::stod(item.substr(colon + 1))));
+  }
+  return out;
+}
+
+void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
+  DaemonConfig& c = o.config;
+  // The last value wins, so a flag overrides the same key from the config file.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--config", o.config_path, "TOML config file; flags override its keys");
+  app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error")
+      ->capture_default_str()->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  app.add_option("--socket", c.socket_path,
+                 "control socket path (default: $XDG_RUNTIME_DIR/batchd/batchd.sock, or "
+                 "/run/batchd/batchd.sock as root)");
+  app.add_option("--backend", c.backend,
+                 "auto (cuda if a GPU is visible, else cpu), cpu, sim, cuda, or plugin:PATH")
+      ->capture_default_str();
+  app.add_option("--devices", c.cuda_devices, "cuda devices to use (default: all visible)")
+      ->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--streams-per-device", c.streams_per_device, "cuda streams per device")
+      ->capture_default_str()->check(CLI::Range(1U, 16U));
+  app.add_option("--plugin-config", c.plugin_config, "string passed to a plug-in's init");
+  app.add_option("--device-timeout-ms", raw.device_timeout_ms,
+                 "a batch running longer marks its device unhealthy")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}));
+  auto* sim = app.add_option_group("sim backend", "simulated GPUs for tests and benchmarks");
+  sim->add_option("--sim-devices", c.sim.devices, "simulated devices")->capture_default_str();
+  sim->add_option("--sim-fixed-us", c.sim.fixed_us, "cost per batch")->capture_default_str();
+  sim->add_option("--sim-per-item-us", c.sim.per_item_us, "cost per request")->capture_default_str();
+  sim->add_option("--sim-per-byte-ns", c.sim.per_byte_ns, "cost per input byte")->capture_default_str();
+  sim->add_option("--sim-repeat", c.sim.repeat, "answer = input reversed, repeated this often")
+      ->capture_default_str()->check(CLI::Range(1U, 64U));
+  sim->add_option("--sim-fail-every", raw.fail_every, "DEVICE:K: that device fails every K-th batch")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sim->add_option("--sim-slow", raw.slow, "DEVICE:FACTOR: that device's costs times FACTOR")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sim->add_option("--sim-hang", c.sim.hang_devices, "DEVICE: every batch there hangs")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sim->add_option("--sim-hang-ms", c.sim.hang_ms, "how long a hang lasts")->capture_default_str();
+  sim->add_option("--sim-poison", c.sim.poison_prefix,
+                  "an input starting with this fails its whole batch");
+  sim->add_option("--sim-outage-ms", c.sim.outage_ms,
+                  "every device fails for this long after start")->capture_default_str();
+  app.add_option("--max-batch", c.batch.max_batch, "flush a batch at this many requests")
+      ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
+  app.add_option("--max-wait-ms", raw.max_wait_ms,
+                 "flush a batch when its oldest request has waited this long (fractional; 0: at once)")
+      ->capture_default_str()->check(CLI::Range(0.0, 60'000.0));
+  app.add_option("--max-batch-bytes", c.batch.max_batch_bytes,
+                 "flush before a batch's inputs would exceed this many bytes")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 34));
+  app.add_option("--cost", c.cost, "SHA-256 rounds per input (cpu backend)")
+      ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
+  app.add_option("--cpu-threads", c.cpu_threads, "cpu backend worker threads")
+      ->capture_default_str()->check(CLI::Range(1U, 1024U));
+  app.add_option("--slots-per-client", c.segment.slot_count,
+                 "requests one client may have in flight (power of two)")->capture_default_str();
+  app.add_option("--max-input-bytes", c.segment.max_input_bytes, "largest accepted input")
+      ->capture_default_str();
+  app.add_option("--max-output-bytes", c.segment.max_output_bytes, "largest answer")
+      ->capture_default_str();
+  app.add_option("--max-clients", c.max_clients, "attached clients at most")
+      ->capture_default_str();
+  app.add_option("--allow-uid", c.allowed_uids, "also accept clients with this uid")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--allow-gid", c.allowed_gids, "also accept clients with this gid")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--drain-spin-us", c.drain_spin_us,
+                 "busy-poll this long before the drain loop sleeps")->capture_default_str();
+}
+
+void finish(DaemonOptions& o, const RawOptions& raw) {
+  DaemonConfig& c = o.config;
+  c.batch.max_wait = std::chrono::nanoseconds(static_cast<std::int64_t>(raw.max_wait_ms * 1e6));
+  c.routing.device_timeout = std::chrono::milliseconds(raw.device_timeout_ms);
+  c.sim.fail_every = parse_pairs<unsigned>(raw.fail_every, "--sim-fail-every");
+  c.sim.slow = parse_pairs<double>(raw.slow, "--sim-slow");
+}
+
+// CLI11 parses a reversed vector.
+void parse_args(CLI::App& app, std::vector<std::string> args) {
+  std::reverse(args.begin(), args.end());
+  app.parse(args);
+}
+
+std::string find_config_path(const std::vector<std::string>& args) {
+  std::string path;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--config" && i + 1 < args.size()) path = args[i + 1];
+    if (args[i].starts_with("--config=")) path = args[i].substr(9);
+  }
+  return path;
+}
+
+// The file alone, so that an error can name its line.
+bool check_config_file(const std::string& path, const ConfigArgs& file, std::string& message) {
+  DaemonOptions scratch;
+  RawOptions raw;
+  CLI::App app;
+  define_options(app, scratch, raw);
+  for (const auto& [flag, line] : file.lines) {
+    if (flag == "--config" || app.get_option_no_throw(flag) == nullptr) {
+      message = path + " line " + std::to_string(line) + ": unknown key for option " + flag;
+      return false;
+    }
+  }
+  try {
+    parse_args(app, file.args);
+    finish(scratch, raw);
+  } catch (const CLI::Error& e) {
+    message = path + ": " + e.what();
+    for (const auto& [flag, line] : file.lines) {
+      if (std::string(e.what()).find(flag) != std::string::npos) {
+        message = path + " line " + std::to_string(line) + ": " + e.what();
+      }
+    }
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int parse_daemon_options(const std::vector<std::string>& args, DaemonOptions& out, std::string& message) {
+  ConfigArgs file;
+  if (const std::string path = find_config_path(args); !path.empty()) {
+    if (!read_config_file(path, file, message) || !check_config_file(path, file, message)) return 2;
+  }
+  CLI::App app{"batchd: batches single string requests from local processes onto a backend"};
+  out = DaemonOptions{};
+  out.config.backend = "auto";
+  out.config.cpu_threads = std::max(1U, std::thread::hardware_concurrency());
+  RawOptions raw;
+  define_options(app, out, raw);
+  std::vector<std::string> all = file.args;
+  all.insert(all.end(), args.begin(), args.end());
+  try {
+    parse_args(app, all);
+    finish(out, raw);
+  } catch (const CLI::CallForHelp&) {
+    message = app.help();
+    return 0;
+  } catch (const CLI::Error& e) {
+    message = e.what();
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace batchd

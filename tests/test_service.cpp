@@ -1,0 +1,141 @@
+// The daemon as a service: its config file, flags over the file, SIGHUP reload without losing a
+// request, and readiness and watchdog notifications to the service manager.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "client_lib/client.hpp"
+#include "daemon/options.hpp"
+#include "kernels/reference_batchstring.hpp"
+#include "tests/helpers.hpp"
+
+using namespace batchd;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = test::temp_socket_path(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+int parse(const std::vector<std::string>& args, DaemonOptions& out, std::string& message) {
+  return parse_daemon_options(args, out, message);
+}
+
+std::chrono::milliseconds time_one(Client& client, const std::string& input) {
+  const auto start = std::chrono::steady_clock::now();
+  Result r = client.submit(input, 10s);
+  REQUIRE(r.ok());
+  CHECK(r.output() == kernels::reference_batchstring(input, 1));
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+}
+
+}  // namespace
+
+TEST_CASE("the config file sets options and flags override it") {
+  const std::string path = write_file("ok.toml",
+                                      "max_batch = 32\nmax_wait_ms = 2.5\nbackend = \"sim\"\n"
+                                      "[sim]\ndevices = 3\nfail_every = [\"1:5\", \"2:7\"]\n");
+  DaemonOptions options;
+  std::string message;
+  REQUIRE(parse({"--config", path, "--max-batch", "16"}, options, message) == -1);
+  CHECK(options.config.batch.max_batch == 16);  // the flag wins
+  CHECK(options.config.batch.max_wait == 2500us);
+  CHECK(options.config.backend == "sim");
+  CHECK(options.config.sim.devices == 3);
+  REQUIRE(options.config.sim.fail_every.size() == 2);
+  CHECK(options.config.sim.fail_every[1] == std::pair<unsigned, unsigned>{2, 7});
+}
+
+TEST_CASE("a bad config file is refused with its line and the reason") {
+  DaemonOptions options;
+  std::string message;
+  const std::string unknown = write_file("unknown.toml", "max_batch = 8\n\nno_such_key = 1\n");
+  CHECK(parse({"--config", unknown}, options, message) == 2);
+  CHECK(message.find("line 3") != std::string::npos);
+  CHECK(message.find("no-such-key") != std::string::npos);
+
+  const std::string bad_value = write_file("value.toml", "max_wait_ms = 1\nmax_batch = 0\n");
+  CHECK(parse({"--config", bad_value}, options, message) == 2);
+  CHECK(message.find("line 2") != std::string::npos);
+  CHECK(message.find("--max-batch") != std::string::npos);
+
+  const std::string syntax = write_file("syntax.toml", "max_batch = 8\nmax_wait_ms = = 3\n");
+  CHECK(parse({"--config", syntax}, options, message) == 2);
+  CHECK(message.find("line 2") != std::string::npos);
+
+  CHECK(parse({"--config", "/nonexistent/batchd.toml"}, options, message) == 2);
+  CHECK(parse({"--max-batch", "many"}, options, message) == 2);
+}
+
+TEST_CASE("SIGHUP reloads the batching policy without dropping a request") {
+  const std::string config = write_file("reload.toml", "max_wait_ms = 600\n");
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--config", config, "--backend", "cpu"});
+  auto client = test::connect(socket);
+  CHECK(time_one(*client, "slow window") >= 500ms);
+
+  // Requests waiting in the 600 ms window while the policy changes are answered.
+  std::atomic<int> answered{0}, correct{0};
+  for (int i = 0; i < 10; ++i) {
+    const std::string input = "in flight " + std::to_string(i);
+    REQUIRE_FALSE(client->submit_async(input, 10s, [&, input](Result&& r) {
+      answered.fetch_add(1);
+      if (r.ok() && r.output() == kernels::reference_batchstring(input, 1)) correct.fetch_add(1);
+    }).has_value());
+  }
+  std::ofstream(config) << "max_wait_ms = 0\n";
+  REQUIRE(::kill(daemon.pid(), SIGHUP) == 0);
+  CHECK(test::eventually([&] { client->poll(); return answered.load() == 10; }, 5s));
+  CHECK(correct.load() == 10);
+  CHECK(test::eventually([&] { return time_one(*client, "fast window") < 100ms; }, 3s));
+
+  // A broken file on reload keeps the running configuration.
+  std::ofstream(config) << "max_wait_ms = [\n";
+  REQUIRE(::kill(daemon.pid(), SIGHUP) == 0);
+  std::this_thread::sleep_for(200ms);
+  CHECK(time_one(*client, "still fast") < 100ms);
+  CHECK(daemon.stop() == 0);
+}
+
+TEST_CASE("the daemon tells the service manager it is ready and pings its watchdog") {
+  const std::string notify_path = test::temp_socket_path("notify.sock");
+  shm::UniqueFd notify(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, notify_path.c_str(), sizeof(addr.sun_path) - 1);
+  REQUIRE(::bind(notify.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  timeval tv{0, 200'000};
+  ::setsockopt(notify.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+
+  ::setenv("NOTIFY_SOCKET", notify_path.c_str(), 1);
+  ::setenv("WATCHDOG_USEC", "100000", 1);  // pings every 50 ms
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu"});
+  ::unsetenv("NOTIFY_SOCKET");
+  ::unsetenv("WATCHDOG_USEC");
+
+  bool ready = false;
+  int pings = 0;
+  const auto until = std::chrono::steady_clock::now() + 1s;
+  while (std::chrono::steady_clock::now() < until) {
+    char buf[512];
+    const ssize_t n = ::recv(notify.get(), buf, sizeof(buf) - 1, 0);
+    if (n <= 0) continue;
+    const std::string message(buf, static_cast<std::size_t>(n));
+    ready = ready || message.find("READY=1") != std::string::npos;
+    pings += message.find("WATCHDOG=1") != std::string::npos ? 1 : 0;
+  }
+  MESSAGE("watchdog pings in 1 s of idling: ", pings);
+  CHECK(ready);
+  CHECK(pings >= 5);  // the drain loop wakes for its watchdog even while idle
+}
