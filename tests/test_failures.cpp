@@ -1,0 +1,112 @@
+// Failure tests with real processes: clients killed while submitting must cost the daemon
+// nothing (no leaked segment, descriptor or mapping) and must not disturb a normal client.
+#include <doctest/doctest.h>
+#include <dirent.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+
+#include "client_lib/client.hpp"
+#include "kernels/reference_batchstring.hpp"
+#include "tests/helpers.hpp"
+
+extern char** environ;
+
+using namespace batchd;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::size_t count_entries(const std::string& dir) {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.' ? 1 : 0;
+    ::closedir(d);
+  }
+  return n;
+}
+
+std::size_t count_segment_mappings(pid_t pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::size_t n = 0;
+  for (std::string line; std::getline(maps, line);) {
+    n += line.find("memfd:batchd-") != std::string::npos ? 1 : 0;
+  }
+  return n;
+}
+
+pid_t spawn_victim(const std::string& socket, unsigned seed) {
+  const char* stress = std::getenv("BATCHD_STRESS_BIN");
+  REQUIRE(stress != nullptr);
+  std::vector<std::string> args{stress, "--socket", socket, "--threads", "4", "--duration", "30",
+                                "--quiet", "--input-bytes", "0:2048", "--seed", std::to_string(seed)};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  REQUIRE(::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) == 0);
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("clients killed at random moments while submitting leak nothing and disturb no one") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  auto normal = test::connect(socket);
+  REQUIRE(normal->submit("warm up", 5s).ok());
+  std::this_thread::sleep_for(100ms);
+  const std::string fd_dir = "/proc/" + std::to_string(daemon.pid()) + "/fd";
+  const std::size_t fds_before = count_entries(fd_dir);
+  const std::size_t maps_before = count_segment_mappings(daemon.pid());
+  const std::size_t shm_before = count_entries("/dev/shm");
+
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> ok{0}, bad{0};
+  std::thread steady([&] {
+    for (std::uint64_t i = 0; !stop.load(); ++i) {
+      const std::string input = "steady " + std::to_string(i);
+      Result r = normal->submit(input, 10s);
+      (r.ok() && r.output() == kernels::reference_batchstring(input, 1) ? ok : bad).fetch_add(1);
+    }
+  });
+
+  const unsigned victims = static_cast<unsigned>(test::scaled(200, 20));
+  std::mt19937 rng(1234);
+  std::vector<pid_t> alive;
+  for (unsigned v = 0; v < victims; ++v) {
+    alive.push_back(spawn_victim(socket, v));
+    if (alive.size() < 8) continue;
+    // Kill one at a random moment of its life: attaching, submitting, or waiting for answers.
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 60));
+    const std::size_t pick = rng() % alive.size();
+    ::kill(alive[pick], SIGKILL);
+    ::waitpid(alive[pick], nullptr, 0);
+    alive.erase(alive.begin() + static_cast<std::ptrdiff_t>(pick));
+  }
+  for (pid_t pid : alive) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  CHECK(test::eventually([&] { return normal->daemon_status().clients == 1; }, 10s));
+  std::this_thread::sleep_for(200ms);  // in-flight batches of the dead release their segments
+  stop.store(true);
+  steady.join();
+
+  const std::size_t fds_after = count_entries(fd_dir);
+  const std::size_t maps_after = count_segment_mappings(daemon.pid());
+  MESSAGE(victims, " clients killed; normal client ok ", ok.load(), ", bad ", bad.load(),
+          "; daemon fds ", fds_before, " -> ", fds_after, ", segment mappings ", maps_before, " -> ",
+          maps_after);
+  CHECK(bad.load() == 0);
+  CHECK(ok.load() > 0);
+  CHECK(fds_after == fds_before);
+  CHECK(maps_after == maps_before);
+  CHECK(count_entries("/dev/shm") == shm_before);
+  CHECK(normal->daemon_status().requests_taken > ok.load());  // the victims did submit
+}
