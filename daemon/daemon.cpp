@@ -386,47 +386,89 @@ void Daemon::drop_session(std::uint64_t id, const char* why) {
                      drain_order_.end());
 }
 
-bool Daemon::admit(const std::shared_ptr<ClientSession>& session, const TakenRequest& taken,
+void Daemon::reject(const PendingRequest& request, shm::WireStatus status, const char* why) {
+  stats_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+  completer_.complete_one(RequestRef{request.session, request.taken.slot, request.taken.generation,
+                                     request.taken.deadline_mono_ns},
+                          status, why);
+}
+
+bool Daemon::admit(std::shared_ptr<ClientSession> session, const TakenRequest& taken,
                    std::int64_t now_ns) {
+  PendingRequest request{std::move(session), taken, now_ns};
+  const shm::RequestSlotHeader& header = *request.session->view().request_slot(taken.slot);
+  if (header.cancel_generation.load(std::memory_order_relaxed) == taken.generation) {
+    reject(request, shm::WireStatus::kCancelled, "request withdrawn by the client");
+    return false;
+  }
+  if (taken.deadline_mono_ns != 0) {
+    if (taken.deadline_mono_ns <= now_ns) {
+      reject(request, shm::WireStatus::kTimeout, "deadline passed before the daemon took the request");
+      return false;
+    }
+    // Everything taken and not yet answered is ahead of this request. Rejecting now, when it
+    // cannot make its deadline anyway, keeps the backlog (and memory) bounded by what can be
+    // served in time, and tells the caller at once instead of at its deadline.
+    const std::uint64_t ahead = stats_.requests_taken.load(std::memory_order_relaxed) -
+                                stats_.requests_ok.load(std::memory_order_relaxed) -
+                                stats_.requests_failed.load(std::memory_order_relaxed);
+    const std::int64_t delay_ns = router_->estimate_delay_ns(ahead, config_.batch.max_batch, now_ns);
+    if (delay_ns > (taken.deadline_mono_ns - now_ns) * 9 / 10) {
+      reject(request, shm::WireStatus::kOverloaded,
+             "overloaded: the daemon's backlog would outlast this request's deadline; retry later");
+      return false;
+    }
+  }
+  pending_.push_back(std::move(request));
+  return true;
+}
+
+bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
   Batch& batch = *open_;
+  const TakenRequest& taken = request.taken;
+  if (taken.deadline_mono_ns != 0 && taken.deadline_mono_ns <= now_ns) {
+    reject(request, shm::WireStatus::kTimeout, "deadline passed before the request was batched");
+    return false;
+  }
   const std::size_t start = batch.input_bytes.size();
   batch.input_bytes.resize(start + taken.input_bytes);
   // Copy first, check the copy: the client may still be scribbling on its slot.
   if (taken.input_bytes > 0) std::memcpy(batch.input_bytes.data() + start, taken.input, taken.input_bytes);
-  const shm::RequestSlotHeader& header = *session->view().request_slot(taken.slot);
-  const bool withdrawn =
-      header.cancel_generation.load(std::memory_order_relaxed) == taken.generation;
-  session->mark_in_flight(taken.slot, taken.generation);
-  session->pop();
-  stats_.requests_taken.fetch_add(1, std::memory_order_relaxed);
-
-  RequestRef ref{session, taken.slot, taken.generation, taken.deadline_mono_ns};
-  const char* reject = nullptr;
-  shm::WireStatus status = shm::WireStatus::kOk;
-  if (withdrawn) {
-    status = shm::WireStatus::kCancelled;
-    reject = "request withdrawn by the client";
-  } else if (taken.deadline_mono_ns != 0 && taken.deadline_mono_ns <= now_ns) {
-    status = shm::WireStatus::kTimeout;
-    reject = "deadline passed before the request was batched";
-  } else if (!simdjson::validate_utf8(batch.input_bytes.data() + start, taken.input_bytes)) {
-    status = shm::WireStatus::kInvalidUtf8;
-    reject = "input is not valid UTF-8";
-  }
-  if (reject != nullptr) {
+  if (!simdjson::validate_utf8(batch.input_bytes.data() + start, taken.input_bytes)) {
     batch.input_bytes.resize(start);
-    stats_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
-    completer_.complete_one(ref, status, reject);
+    reject(request, shm::WireStatus::kInvalidUtf8, "input is not valid UTF-8");
     return false;
   }
-  if (batch.requests.empty()) batch.opened_ns = now_ns;
+  if (batch.requests.empty()) batch.opened_ns = request.arrival_ns;
   batch.input_offsets.push_back(static_cast<std::uint32_t>(batch.input_bytes.size()));
-  batch.requests.push_back(std::move(ref));
-  batcher_.add(taken.input_bytes, from_ns(now_ns));
+  batch.requests.push_back(RequestRef{std::move(request.session), taken.slot, taken.generation,
+                                      taken.deadline_mono_ns});
+  batcher_.add(taken.input_bytes, from_ns(request.arrival_ns));
   return true;
 }
 
-void Daemon::flush_open_batch(std::int64_t /*now_ns*/) {
+bool Daemon::fill_batches(std::int64_t now_ns) {
+  bool progressed = false;
+  while (!pending_.empty()) {
+    if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) break;
+    PendingRequest& request = pending_.front();
+    if (!batcher_.fits(request.taken.input_bytes)) {
+      batcher_.mark_full();
+      flush_open_batch();
+      continue;  // the same request goes into the next batch
+    }
+    move_into_batch(request, now_ns);
+    pending_.pop_front();
+    progressed = true;
+    if (batcher_.count() >= batcher_.limits().max_batch) flush_open_batch();
+  }
+  // Checked once the batch holds all it can: a request that waited for a batch object does not
+  // make a batch of one.
+  if (batcher_.due(from_ns(now_ns))) flush_open_batch();
+  return progressed;
+}
+
+void Daemon::flush_open_batch() {
   if (open_ == nullptr || open_->requests.empty()) return;
   open_->id = next_batch_id_++;
   router_->dispatch(open_);
@@ -441,11 +483,7 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
   for (std::size_t visited = 0; visited < clients && !drain_order_.empty(); ++visited) {
     if (drain_cursor_ >= drain_order_.size()) drain_cursor_ = 0;
     std::shared_ptr<ClientSession> session = drain_order_[drain_cursor_++];
-    for (unsigned taken_here = 0; taken_here < kBurstPerClient;) {
-      if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) {
-        session->publish();
-        return progressed;  // every batch is busy: leave the rest in the rings
-      }
+    for (unsigned taken_here = 0; taken_here < kBurstPerClient; ++taken_here) {
       TakenRequest taken;
       const TakeResult result = session->take(taken, why);
       if (result == TakeResult::kEmpty) break;
@@ -453,15 +491,11 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
         drop_session(session->id(), why.c_str());
         break;
       }
-      if (!batcher_.fits(taken.input_bytes)) {
-        batcher_.mark_full();
-        flush_open_batch(now_ns);
-        continue;  // the same entry goes into the next batch
-      }
+      session->mark_in_flight(taken.slot, taken.generation);
+      session->pop();
+      stats_.requests_taken.fetch_add(1, std::memory_order_relaxed);
       admit(session, taken, now_ns);
       progressed = true;
-      ++taken_here;
-      if (batcher_.due(from_ns(now_ns))) flush_open_batch(now_ns);
     }
     session->publish();
   }
@@ -469,9 +503,11 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
 }
 
 bool Daemon::work_waiting() {
-  if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) return false;
-  return std::any_of(drain_order_.begin(), drain_order_.end(),
-                     [](const auto& s) { return s->has_pending(); });
+  if (std::any_of(drain_order_.begin(), drain_order_.end(),
+                  [](const auto& s) { return s->has_pending(); })) {
+    return true;  // rings are drained whether or not a batch object is free
+  }
+  return !pending_.empty() && (open_ != nullptr || (open_ = router_->try_acquire()) != nullptr);
 }
 
 void Daemon::sleep_until_work() {
@@ -480,7 +516,9 @@ void Daemon::sleep_until_work() {
   status_->drain_sleeping.store(1, std::memory_order_seq_cst);
   if (!work_waiting()) {
     std::int64_t wait_ns = -1;  // none: until an event
-    if (open_ == nullptr) wait_ns = kPoolPollNs;  // every batch busy: a worker's doorbell wakes us
+    if (!pending_.empty() && open_ == nullptr) {
+      wait_ns = kPoolPollNs;  // every batch busy: a worker's doorbell wakes us; this is a net
+    }
     if (auto deadline = batcher_.deadline()) {
       wait_ns = std::max<std::int64_t>(0, to_ns(*deadline) - shm::monotonic_ns());
     }
@@ -512,8 +550,8 @@ void Daemon::run() {
     apply_pending_limits();
     const std::int64_t now_ns = shm::monotonic_ns();
     ping_watchdog_if_due(now_ns);
-    const bool progressed = drain_rings(now_ns);
-    if (batcher_.due(from_ns(now_ns))) flush_open_batch(now_ns);
+    const bool drained = drain_rings(now_ns);
+    const bool progressed = fill_batches(now_ns) || drained;
 
     if (stop_requested_.load(std::memory_order_relaxed)) {
       if (stop_at_ns == 0) {
@@ -524,7 +562,7 @@ void Daemon::run() {
       const bool rings_empty = !work_waiting() || now_ns - stop_at_ns > kStopGraceNs;
       if (rings_empty && !progressed) {
         // Whatever is open runs now rather than waiting out its window.
-        flush_open_batch(now_ns);
+        flush_open_batch();
         if (open_ != nullptr && open_->requests.empty()) {
           router_->release(open_);
           open_ = nullptr;

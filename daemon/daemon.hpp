@@ -25,6 +25,7 @@
 #include "daemon/completer.hpp"
 #include "daemon/config.hpp"
 #include "daemon/control_socket.hpp"
+#include "daemon/pending_queue.hpp"
 #include "daemon/stats.hpp"
 #include "shm/attach_protocol.hpp"
 #include "shm/status_page.hpp"
@@ -79,9 +80,13 @@ class Daemon {
   void drop_session(std::uint64_t id, const char* why);
 
   bool drain_rings(std::int64_t now_ns);
-  bool admit(const std::shared_ptr<ClientSession>& session, const TakenRequest& taken,
-             std::int64_t now_ns);
-  void flush_open_batch(std::int64_t now_ns);
+  // Rejects what must not wait (withdrawn, expired, or bound to miss its deadline behind the
+  // backlog) and queues the rest; returns whether it was queued.
+  bool admit(std::shared_ptr<ClientSession> session, const TakenRequest& taken, std::int64_t now_ns);
+  void reject(const PendingRequest& request, shm::WireStatus status, const char* why);
+  bool fill_batches(std::int64_t now_ns);
+  bool move_into_batch(PendingRequest& request, std::int64_t now_ns);
+  void flush_open_batch();
   bool work_waiting();
   void sleep_until_work();
   void apply_pending_limits();
@@ -116,6 +121,7 @@ class Daemon {
   std::vector<std::shared_ptr<ClientSession>> drain_order_;  // round-robin order of sessions_
   std::size_t drain_cursor_ = 0;
 
+  PendingQueue pending_;  // admitted, waiting for a batch
   WaitOrFullBatcher batcher_;
   Batch* open_ = nullptr;  // the batch being filled, from the router's pool
   std::uint64_t next_batch_id_ = 1;

@@ -122,6 +122,22 @@ Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns) noexcep
   return nullptr;
 }
 
+std::int64_t Router::estimate_delay_ns(std::uint64_t requests_ahead, std::uint32_t max_batch,
+                                      std::int64_t now_ns) const noexcept {
+  const std::uint64_t streams = std::max(1U, backend_.streams_per_device());
+  std::uint64_t lanes = 0;
+  std::uint64_t batch_ns_sum = 0;
+  for (const auto& h : health_) {
+    if (!h->available(now_ns)) continue;
+    lanes += streams;
+    batch_ns_sum += h->batch_ns_estimate(now_ns);
+  }
+  if (lanes == 0 || batch_ns_sum == 0) return 0;
+  const std::uint64_t batch_ns = batch_ns_sum * streams / lanes;  // mean over available devices
+  const std::uint64_t batches = requests_ahead / std::max<std::uint32_t>(1, max_batch) + 1;
+  return static_cast<std::int64_t>(batches * batch_ns / lanes);
+}
+
 bool Router::any_available_outside(std::uint64_t mask, std::int64_t now_ns) const noexcept {
   for (unsigned d = 0; d < health_.size(); ++d) {
     if ((mask & device_bit(d)) == 0 && health_[d]->available(now_ns)) return true;

@@ -52,6 +52,12 @@ class Router {
     return in_use_.load(std::memory_order_acquire) == abandoned_.load(std::memory_order_acquire);
   }
 
+  // How long `requests_ahead` queued requests will take to clear at the measured batch times,
+  // in batches of max_batch spread over the available lanes; 0 while nothing is measured or no
+  // device is available (then dispatch answers at once anyway).
+  [[nodiscard]] std::int64_t estimate_delay_ns(std::uint64_t requests_ahead, std::uint32_t max_batch,
+                                               std::int64_t now_ns) const noexcept;
+
   [[nodiscard]] const std::vector<std::unique_ptr<DeviceHealth>>& devices() const noexcept {
     return health_;
   }

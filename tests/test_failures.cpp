@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 
 #include "client_lib/client.hpp"
 #include "kernels/reference_batchstring.hpp"
@@ -109,4 +110,79 @@ TEST_CASE("clients killed at random moments while submitting leak nothing and di
   CHECK(maps_after == maps_before);
   CHECK(count_entries("/dev/shm") == shm_before);
   CHECK(normal->daemon_status().requests_taken > ok.load());  // the victims did submit
+}
+
+namespace {
+
+std::uint64_t rss_kib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.starts_with("VmRSS:")) return std::stoull(line.substr(6));
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("3x overload: accepted requests meet their deadlines, the rest are refused at once") {
+  // One simulated device: a batch of 32 takes 20 ms + 32 x 0.2 ms = 26.4 ms, about 1,200
+  // requests/s. Offered: 3,600/s with a 300 ms deadline each.
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "sim", "--sim-devices", "1", "--sim-fixed-us", "20000",
+                                      "--sim-per-item-us", "200", "--max-batch", "32",
+                                      "--max-wait-ms", "5"});
+  auto client = test::connect(socket);
+  const double rate = 3600;
+  const auto duration = std::chrono::milliseconds(static_cast<std::int64_t>(test::scaled(20'000, 5'000)));
+  const std::uint64_t rss_start = rss_kib(daemon.pid());
+  std::uint64_t rss_peak = rss_start;
+
+  struct Counts { std::uint64_t ok = 0, late = 0, overloaded = 0, slow_refusals = 0, timeout = 0, other = 0; } c;
+  std::mutex mu;
+  std::atomic<std::uint64_t> outstanding{0};
+  const auto start = std::chrono::steady_clock::now();
+  std::uint64_t sent = 0;
+  while (std::chrono::steady_clock::now() - start < duration) {
+    const auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (; static_cast<double>(sent) < elapsed * rate; ++sent) {
+      const std::string input = "overload " + std::to_string(sent);
+      const auto sent_at = std::chrono::steady_clock::now();
+      outstanding.fetch_add(1);
+      auto refused = client->submit_async(input, 300ms, [&, sent_at, input](Result&& r) {
+        const auto took = std::chrono::steady_clock::now() - sent_at;
+        std::lock_guard lock(mu);
+        if (r.ok()) {
+          ++(took <= 300ms ? c.ok : c.late);
+        } else if (r.error().code == ErrorCode::kOverloaded) {
+          ++c.overloaded;
+          c.slow_refusals += took > 50ms ? 1 : 0;
+        } else if (r.error().code == ErrorCode::kTimeout) {
+          ++c.timeout;
+        } else {
+          ++c.other;
+        }
+        outstanding.fetch_sub(1);
+      });
+      if (refused) {
+        outstanding.fetch_sub(1);
+        std::lock_guard lock(mu);
+        ++(refused->code == ErrorCode::kOverloaded ? c.overloaded : c.other);
+      }
+    }
+    client->poll();
+    rss_peak = std::max(rss_peak, rss_kib(daemon.pid()));
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(test::eventually([&] { client->poll(); return outstanding.load() == 0; }, 5s));
+  const double seconds = std::chrono::duration<double>(duration).count();
+  MESSAGE("offered ", sent, " in ", seconds, " s: ok ", c.ok, " (", c.ok / seconds, "/s), late ", c.late,
+          ", overloaded ", c.overloaded, " (", c.slow_refusals, " after > 50 ms), timeouts ", c.timeout,
+          ", other ", c.other, "; daemon RSS ", rss_start, " KiB -> peak ", rss_peak, " KiB");
+  CHECK(c.other == 0);
+  CHECK(c.late == 0);
+  CHECK(c.timeout <= c.ok / 100);          // accepted requests meet their deadlines
+  CHECK(c.ok >= 0.7 * 1200 * seconds);     // and the device stays busy
+  CHECK(c.overloaded >= sent / 2);         // two thirds cannot be served
+  CHECK(c.slow_refusals <= c.overloaded / 100);  // refusals come at once, not at the deadline
+  CHECK(rss_peak < rss_start + 32 * 1024);  // the backlog is bounded: memory stays flat
 }
