@@ -134,7 +134,8 @@ std::int64_t Router::estimate_delay_ns(std::uint64_t requests_ahead, std::uint32
   }
   if (lanes == 0 || batch_ns_sum == 0) return 0;
   const std::uint64_t batch_ns = batch_ns_sum * streams / lanes;  // mean over available devices
-  const std::uint64_t batches = requests_ahead / std::max<std::uint32_t>(1, max_batch) + 1;
+  // The batches ahead, plus this request's own.
+  const std::uint64_t batches = requests_ahead / std::max<std::uint32_t>(1, max_batch) + 2;
   return static_cast<std::int64_t>(batches * batch_ns / lanes);
 }
 
