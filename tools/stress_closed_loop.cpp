@@ -8,28 +8,27 @@
 
 namespace batchd::stress {
 
-namespace {
-
-// Room for the samples we expect, so the vector rarely grows mid-run; bounded so thousands of
-// threads do not reserve gigabytes between them.
-std::size_t samples_to_reserve(const Options& options) {
+// Bounded so thousands of threads do not reserve gigabytes between them.
+std::size_t closed_samples_to_reserve(const Options& options) {
   const std::size_t budget = (std::size_t{1} << 24) / options.threads;
   if (options.requests) return std::min<std::size_t>(budget, *options.requests / options.threads + 1);
   return std::min<std::size_t>(budget, std::size_t{1} << 20);
 }
 
-std::int64_t end_ns_of(const RunContext& ctx) {
-  if (!ctx.options.duration_s) return std::numeric_limits<std::int64_t>::max();
-  return ctx.start_ns + static_cast<std::int64_t>(*ctx.options.duration_s * 1e9);
+std::int64_t run_end_ns(const Options& options, std::int64_t start_ns) {
+  if (!options.duration_s) return std::numeric_limits<std::int64_t>::max();
+  return start_ns + static_cast<std::int64_t>(*options.duration_s * 1e9);
 }
+
+namespace {
 
 void closed_worker(RunContext& ctx, std::atomic<std::uint64_t>& next_id, Tally& tally) {
   Recorder recorder(tally, ctx.live, ctx.options.cost);
   const std::uint64_t cap = ctx.options.requests.value_or(std::numeric_limits<std::uint64_t>::max());
-  const std::int64_t end_ns = end_ns_of(ctx);
+  const std::int64_t end_ns = run_end_ns(ctx.options, ctx.start_ns);
   std::string input;
   input.reserve(ctx.inputs.max_bytes());
-  tally.latencies_ns.reserve(samples_to_reserve(ctx.options));
+  tally.latencies_ns.reserve(closed_samples_to_reserve(ctx.options));
   for (;;) {
     if (now_ns() >= end_ns || !ctx.client.connected() ||
         ctx.interrupted.load(std::memory_order_relaxed)) {

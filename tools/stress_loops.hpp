@@ -28,6 +28,11 @@ struct RunResult {
   double wall_s = 0.0;  // from the first send until the last request finished
 };
 
+// When a run that started at start_ns stops sending: after --duration, or never without one.
+std::int64_t run_end_ns(const Options& options, std::int64_t start_ns);
+// Latency samples one closed-loop thread reserves up front, so its vector rarely grows mid-run.
+std::size_t closed_samples_to_reserve(const Options& options);
+
 RunResult run_closed_loop(RunContext& ctx);
 RunResult run_open_loop(RunContext& ctx);
 

@@ -1,5 +1,6 @@
-// batchd-stress: loads a batchd daemon through the client library, checks every answer against
-// the local reference and reports throughput, errors by kind and latency percentiles.
+// batchd-stress: loads a batchd daemon through the client library (or an HTTP front-end with
+// --http), checks every answer against the local reference and reports throughput, errors by
+// kind and latency percentiles.
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -8,9 +9,11 @@
 #include <csignal>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "client_lib/client.hpp"
 #include "tools/stress_clock.hpp"
+#include "tools/stress_http_loops.hpp"
 #include "tools/stress_inputs.hpp"
 #include "tools/stress_loops.hpp"
 #include "tools/stress_options.hpp"
@@ -65,15 +68,52 @@ std::unique_ptr<batchd::Client> connect(const batchd::stress::Options& options) 
   return client;
 }
 
-batchd::stress::RunResult run(batchd::stress::RunContext& ctx) {
-  const bool show_progress = !ctx.options.quiet && ::isatty(STDERR_FILENO) == 1;
+// Runs `loop` with the live progress line on stderr when a person is watching.
+template <class Loop>
+batchd::stress::RunResult with_progress(const batchd::stress::Options& options,
+                                        batchd::stress::LiveStats& live, Loop loop) {
+  const bool show_progress = !options.quiet && ::isatty(STDERR_FILENO) == 1;
   std::optional<batchd::stress::Progress> progress;
-  if (show_progress) progress.emplace(ctx.live, batchd::stress::now_ns());
-  batchd::stress::RunResult result = ctx.options.mode == batchd::stress::Mode::kOpen
-                                         ? batchd::stress::run_open_loop(ctx)
-                                         : batchd::stress::run_closed_loop(ctx);
+  if (show_progress) progress.emplace(live, batchd::stress::now_ns());
+  batchd::stress::RunResult result = loop();
   if (progress) progress->stop();
   return result;
+}
+
+// Over shared memory; nothing when the daemon cannot be reached.
+std::optional<batchd::stress::RunResult> run_shm(const batchd::stress::Options& options,
+                                                 batchd::stress::LiveStats& live) {
+  using namespace batchd::stress;
+  const std::unique_ptr<batchd::Client> client = connect(options);
+  if (!client) return std::nullopt;
+  warn_about_limits(*client, options);
+  const InputPool inputs(options.min_input_bytes, options.max_input_bytes, options.seed);
+  RunContext ctx{*client, options, inputs, live, g_interrupted};
+  return with_progress(options, live, [&ctx] {
+    return ctx.options.mode == Mode::kOpen ? run_open_loop(ctx) : run_closed_loop(ctx);
+  });
+}
+
+// Over HTTP; nothing when the front-end cannot be reached. All connections are opened first,
+// so connecting is not charged to the first requests' latency.
+std::optional<batchd::stress::RunResult> run_http(const batchd::stress::Options& options,
+                                                  batchd::stress::LiveStats& live) {
+  using namespace batchd::stress;
+  http::Url url;
+  http::parse_url(options.http_url, url);  // already checked by parse_options
+  http::Endpoint endpoint;
+  std::vector<int> fds;
+  std::string why = http::resolve(url, endpoint);
+  if (why.empty()) why = http::connect_all(endpoint, options.connections, options.connect_timeout, fds);
+  if (!why.empty()) {
+    fmt::print(stderr, "batchd-stress: {}\n", why);
+    return std::nullopt;
+  }
+  const InputPool inputs(options.min_input_bytes, options.max_input_bytes, options.seed);
+  HttpRunContext ctx{url, endpoint, std::move(fds), options, inputs, live, g_interrupted};
+  return with_progress(options, live, [&ctx] {
+    return ctx.options.mode == Mode::kOpen ? run_http_open_loop(ctx) : run_http_closed_loop(ctx);
+  });
 }
 
 }  // namespace
@@ -85,14 +125,12 @@ int main(int argc, char** argv) {
   if (!options) return exit_code;
   // Before connecting, so an early Ctrl-C still ends the run gracefully rather than being lost.
   install_interrupt_handler();
-  const std::unique_ptr<batchd::Client> client = connect(*options);
-  if (!client) return kExitConnect;
-  warn_about_limits(*client, *options);
-  const InputPool inputs(options->min_input_bytes, options->max_input_bytes, options->seed);
   LiveStats live;
-  RunContext ctx{*client, *options, inputs, live, g_interrupted};
-  RunResult result = run(ctx);
-  const Summary summary = summarize(result);
+  std::optional<RunResult> result = options->transport == Transport::kHttp
+                                        ? run_http(*options, live)
+                                        : run_shm(*options, live);
+  if (!result) return kExitConnect;
+  const Summary summary = summarize(*result);
   print_text(stdout, summary, *options);
   if (options->json) print_json(stdout, summary, *options);
   std::fflush(stdout);

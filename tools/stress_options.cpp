@@ -2,17 +2,26 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <random>
+
+#include "tools/stress_http_proto.hpp"
 
 namespace batchd::stress {
 
 const char* mode_name(Mode mode) noexcept { return mode == Mode::kOpen ? "open" : "closed"; }
+
+const char* transport_name(Transport transport) noexcept {
+  return transport == Transport::kHttp ? "http" : "shm";
+}
 
 namespace {
 
 constexpr double kDefaultDurationS = 10.0;
 // sysexits' EX_USAGE: apart from the run's own 0, 1 and 2 (connect failure).
 constexpr int kExitUsage = 64;
+// Open loop over HTTP: enough connections that pipelining rarely queues behind a slow answer.
+constexpr unsigned kDefaultOpenConnections = 64;
 
 // "MIN:MAX" -> the two bounds; a lone number means a fixed length.
 std::string parse_input_bytes(const std::string& text, Options& options) {
@@ -39,7 +48,12 @@ std::string parse_input_bytes(const std::string& text, Options& options) {
 
 void add_options(CLI::App& app, Options& o, std::string& input_bytes, std::int64_t& timeout_ms,
                  std::int64_t& connect_ms, std::uint64_t& requests, double& duration) {
-  app.add_option("--socket", o.socket_path, "daemon control socket (default: the client's default)");
+  auto* socket = app.add_option("--socket", o.socket_path,
+                                 "daemon control socket (default: the client's default)");
+  app.add_option("--http", o.http_url,
+                 "load an HTTP front-end instead, e.g. http://127.0.0.1:8080 (POST "
+                 "/v1/batchstring; a URL with a path uses that path)")
+      ->excludes(socket);
   auto* threads = app.add_option("--threads", o.threads, "closed loop: threads each submitting in a loop")
                       ->capture_default_str()->check(CLI::Range(1U, 4096U));
   app.add_option("--rate", o.rate, "open loop: requests per second, paced by intended send time")
@@ -52,13 +66,55 @@ void add_options(CLI::App& app, Options& o, std::string& input_bytes, std::int64
       ->capture_default_str();
   app.add_option("--cost", o.cost, "SHA-256 rounds; must match the daemon's --cost")
       ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
-  app.add_option("--timeout-ms", timeout_ms, "per-request timeout")->capture_default_str()
+  app.add_option("--timeout-ms", timeout_ms,
+                 "per-request timeout (--http: 1 s more unless --http-timeout-ms is shorter, so "
+                 "the server's own 504 arrives first)")
+      ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}));
   app.add_option("--connect-timeout-ms", connect_ms, "how long to wait for the daemon")
       ->capture_default_str()->check(CLI::Range(std::int64_t{0}, std::int64_t{86'400'000}));
   app.add_option("--seed", o.seed, "seed for the inputs (default: random, printed in the summary)");
   app.add_flag("--json", o.json, "also print the summary as one JSON object on the last stdout line");
   app.add_flag("--quiet", o.quiet, "no live progress line on stderr");
+}
+
+void add_http_options(CLI::App& app, Options& o, std::int64_t& http_timeout_ms) {
+  app.add_option("--connections", o.connections,
+                 "--http: keep-alive connections (default: --threads closed loop, 64 open loop)")
+      ->check(CLI::Range(1U, 65536U));
+  app.add_option("--pipeline-depth", o.pipeline_depth,
+                 "--http open loop: requests outstanding per connection (HTTP/1.1 pipelining)")
+      ->capture_default_str()->check(CLI::Range(1U, 4096U));
+  app.add_option("--io-threads", o.io_threads, "--http open loop: epoll threads")
+      ->capture_default_str()->check(CLI::Range(1U, 256U));
+  app.add_option("--http-timeout-ms", http_timeout_ms,
+                 "--http: X-Timeout-Ms sent with each request (default: --timeout-ms)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}));
+}
+
+// Fills in the HTTP settings that depend on others; returns why they cannot work, or nothing.
+std::string finish_http(const CLI::App& app, Options& o) {
+  const bool http_only = app.count("--connections") + app.count("--pipeline-depth") +
+                             app.count("--io-threads") + app.count("--http-timeout-ms") > 0;
+  if (o.http_url.empty()) {
+    if (http_only) {
+      return "--connections, --pipeline-depth, --io-threads and --http-timeout-ms need --http";
+    }
+    return {};
+  }
+  http::Url url;
+  if (std::string why = http::parse_url(o.http_url, url); !why.empty()) return "--http: " + why;
+  o.transport = Transport::kHttp;
+  if (app.count("--connections") == 0) {
+    o.connections = o.mode == Mode::kClosed ? o.threads : kDefaultOpenConnections;
+  }
+  // Each closed-loop thread owns its connections, so there must be one at least per thread.
+  if (o.mode == Mode::kClosed && o.connections < o.threads) {
+    return "closed loop over HTTP needs --connections >= --threads";
+  }
+  if (app.count("--http-timeout-ms") == 0) o.http_timeout = o.timeout;
+  o.io_threads = std::min(o.io_threads, o.connections);
+  return {};
 }
 
 }  // namespace
@@ -68,20 +124,25 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
   std::string input_bytes = "16:256";
   std::int64_t timeout_ms = o.timeout.count();
   std::int64_t connect_ms = o.connect_timeout.count();
+  std::int64_t http_timeout_ms = 0;
   std::uint64_t requests = 0;
   double duration = 0.0;
   CLI::App app{"batchd-stress: load a batchd daemon and check every answer"};
   add_options(app, o, input_bytes, timeout_ms, connect_ms, requests, duration);
+  add_http_options(app, o, http_timeout_ms);
   try {
     app.parse(argc, argv);
     if (std::string why = parse_input_bytes(input_bytes, o); !why.empty()) {
       throw CLI::ValidationError("--input-bytes", why);
     }
+    o.mode = app.count("--rate") > 0 ? Mode::kOpen : Mode::kClosed;
+    o.timeout = std::chrono::milliseconds(timeout_ms);
+    o.http_timeout = std::chrono::milliseconds(http_timeout_ms);
+    if (std::string why = finish_http(app, o); !why.empty()) throw CLI::ValidationError(why);
   } catch (const CLI::ParseError& e) {
     exit_code = app.exit(e) == 0 ? 0 : kExitUsage;
     return std::nullopt;
   }
-  o.mode = app.count("--rate") > 0 ? Mode::kOpen : Mode::kClosed;
   if (app.count("--requests") > 0) o.requests = requests;
   if (app.count("--duration") > 0) {
     o.duration_s = duration;
@@ -89,7 +150,6 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     o.duration_s = kDefaultDurationS;  // an unbounded run is never what a stress test wants
   }
   if (app.count("--seed") == 0) o.seed = std::random_device{}();
-  o.timeout = std::chrono::milliseconds(timeout_ms);
   o.connect_timeout = std::chrono::milliseconds(connect_ms);
   return o;
 }

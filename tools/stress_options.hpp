@@ -9,9 +9,16 @@
 namespace batchd::stress {
 
 enum class Mode { kClosed, kOpen };
+// How requests reach the daemon: its shared-memory client library, or an HTTP front-end.
+enum class Transport { kShm, kHttp };
 
 struct Options {
   std::string socket_path;  // empty: the client library's default path
+  Transport transport = Transport::kShm;
+  std::string http_url;             // --http: the front-end's base URL
+  unsigned connections = 0;         // --http: keep-alive connections (set by parse_options)
+  unsigned pipeline_depth = 16;     // --http open loop: requests outstanding per connection
+  unsigned io_threads = 2;          // --http open loop: epoll threads sharing the connections
   Mode mode = Mode::kClosed;
   unsigned threads = 4;             // closed loop
   double rate = 0.0;                // open loop, requests per second
@@ -22,12 +29,14 @@ struct Options {
   unsigned cost = 1;
   std::chrono::milliseconds timeout{5000};
   std::chrono::milliseconds connect_timeout{2000};
+  std::chrono::milliseconds http_timeout{5000};  // sent as X-Timeout-Ms (default: timeout)
   std::uint64_t seed = 0;
   bool json = false;
   bool quiet = false;
 };
 
 const char* mode_name(Mode mode) noexcept;
+const char* transport_name(Transport transport) noexcept;
 
 // Parses argv. Returns the options, or sets exit_code when parsing ended the program: 0 after
 // --help, 64 after a usage error (already printed).

@@ -21,8 +21,29 @@ double percentile_us(const std::vector<std::int64_t>& sorted, double q) {
 }
 
 std::string load_description(const Options& options) {
-  if (options.mode == Mode::kOpen) return fmt::format("open loop at {} req/s", options.rate);
-  return fmt::format("closed loop with {} thread{}", options.threads, options.threads == 1 ? "" : "s");
+  std::string text = options.mode == Mode::kOpen
+                         ? fmt::format("open loop at {} req/s", options.rate)
+                         : fmt::format("closed loop with {} thread{}", options.threads,
+                                       options.threads == 1 ? "" : "s");
+  if (options.transport == Transport::kHttp) {
+    fmt::format_to(std::back_inserter(text), " over HTTP to {} ({} connections", options.http_url,
+                   options.connections);
+    if (options.mode == Mode::kOpen) {
+      fmt::format_to(std::back_inserter(text), ", pipeline depth {}", options.pipeline_depth);
+    }
+    text += ')';
+  }
+  return text;
+}
+
+// The transport and, over HTTP, its settings, as JSON members each followed by a comma.
+std::string transport_json(const Options& options) {
+  std::string text = fmt::format("\"transport\":\"{}\",", transport_name(options.transport));
+  if (options.transport == Transport::kHttp) {
+    fmt::format_to(std::back_inserter(text), "\"connections\":{},\"pipeline_depth\":{},",
+                   options.connections, options.mode == Mode::kOpen ? options.pipeline_depth : 1U);
+  }
+  return text;
 }
 
 }  // namespace
@@ -56,7 +77,7 @@ void print_text(std::FILE* out, const Summary& s, const Options& options) {
              s.wrong, s.errors, s.rps);
   for (std::size_t i = 0; i < kErrorKinds; ++i) {
     if (s.errors_by_kind[i] == 0) continue;
-    fmt::print(out, "    {:<20} {}\n", error_code_name(static_cast<ErrorCode>(i)), s.errors_by_kind[i]);
+    fmt::print(out, "    {:<20} {}\n", error_kind_name(i), s.errors_by_kind[i]);
   }
   if (s.samples == 0) {
     fmt::print(out, "  latency: no answered requests\n");
@@ -71,15 +92,17 @@ void print_json(std::FILE* out, const Summary& s, const Options& options) {
   std::string kinds;
   for (std::size_t i = 0; i < kErrorKinds; ++i) {
     fmt::format_to(std::back_inserter(kinds), "{}\"{}\":{}", i == 0 ? "" : ",",
-                   error_code_name(static_cast<ErrorCode>(i)), s.errors_by_kind[i]);
+                   error_kind_name(i), s.errors_by_kind[i]);
   }
-  // Error names are fixed identifiers and everything else is a number: nothing needs escaping.
+  // Error names and the transport are fixed identifiers and everything else is a number: nothing
+  // needs escaping (the URL is left out for that reason).
   fmt::print(out,
-             "{{\"mode\":\"{}\",\"threads\":{},\"rate\":{},\"duration_s\":{:.6f},\"cost\":{},"
+             "{{\"mode\":\"{}\",{}\"threads\":{},\"rate\":{},\"duration_s\":{:.6f},\"cost\":{},"
              "\"seed\":{},\"sent\":{},\"ok\":{},\"errors\":{},\"wrong\":{},\"errors_by_kind\":{{{}}},"
              "\"rps\":{:.3f},\"latency_samples\":{},\"p50_us\":{:.3f},\"p90_us\":{:.3f},"
              "\"p99_us\":{:.3f},\"p999_us\":{:.3f},\"max_us\":{:.3f}}}\n",
-             mode_name(options.mode), options.mode == Mode::kClosed ? options.threads : 0U,
+             mode_name(options.mode), transport_json(options),
+             options.mode == Mode::kClosed ? options.threads : 0U,
              options.mode == Mode::kOpen ? options.rate : 0.0, s.wall_s, options.cost, options.seed,
              s.sent, s.ok, s.errors, s.wrong, kinds, s.rps, s.samples, s.p50_us, s.p90_us, s.p99_us,
              s.p999_us, s.max_us);

@@ -7,6 +7,19 @@
 
 namespace batchd::stress {
 
+const char* error_kind_name(std::size_t kind) noexcept {
+  if (kind < kClientErrorKinds) return error_code_name(static_cast<ErrorCode>(kind));
+  if (kind == kBadRequestKind) return "bad_request";
+  return "unknown";
+}
+
+std::size_t error_kind_by_name(std::string_view name) noexcept {
+  for (std::size_t kind = 0; kind < kErrorKinds; ++kind) {
+    if (name == error_kind_name(kind)) return kind;
+  }
+  return kErrorKinds;
+}
+
 std::size_t LiveHistogram::bucket_of(std::uint64_t us) noexcept {
   if (us < 16) return static_cast<std::size_t>(us);
   const unsigned exponent = static_cast<unsigned>(std::bit_width(us)) - 1;  // >= 4
@@ -80,8 +93,8 @@ void Recorder::answered(std::string_view input, std::string_view output, std::in
   live_.finished.fetch_add(1, std::memory_order_relaxed);
 }
 
-void Recorder::failed(ErrorCode code) noexcept {
-  ++tally_.errors[static_cast<std::size_t>(code)];
+void Recorder::failed_kind(std::size_t kind) noexcept {
+  ++tally_.errors[kind];
   live_.errors.fetch_add(1, std::memory_order_relaxed);
   live_.finished.fetch_add(1, std::memory_order_relaxed);
 }

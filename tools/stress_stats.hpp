@@ -13,7 +13,21 @@
 
 namespace batchd::stress {
 
-inline constexpr std::size_t kErrorKinds = static_cast<std::size_t>(ErrorCode::kProtocolError) + 1;
+// Error kinds are counted by index: first the client library's codes (same order, same names),
+// then kinds only the HTTP transport can produce, which have no ErrorCode.
+inline constexpr std::size_t kClientErrorKinds =
+    static_cast<std::size_t>(ErrorCode::kProtocolError) + 1;
+// HTTP 400 that names no known code: the request was malformed (a bug on one side or the other).
+inline constexpr std::size_t kBadRequestKind = kClientErrorKinds;
+inline constexpr std::size_t kErrorKinds = kClientErrorKinds + 1;
+
+inline constexpr std::size_t error_kind(ErrorCode code) noexcept {
+  return static_cast<std::size_t>(code);
+}
+// "timeout", "overloaded", ..., "bad_request": the names the summary and --json use.
+const char* error_kind_name(std::size_t kind) noexcept;
+// The kind with this name, or kErrorKinds when none has it.
+std::size_t error_kind_by_name(std::string_view name) noexcept;
 
 // Log-linear latency histogram in microseconds (8 steps per power of two, so within ~12%),
 // updated with relaxed atomics: good enough for a progress line, never used for the summary.
@@ -58,7 +72,8 @@ class Recorder {
   // An answer came back: compares it with the local reference and records its latency.
   void answered(std::string_view input, std::string_view output, std::int64_t latency_ns);
   // Failed without an answer; errors carry no latency sample.
-  void failed(ErrorCode code) noexcept;
+  void failed(ErrorCode code) noexcept { failed_kind(error_kind(code)); }
+  void failed_kind(std::size_t kind) noexcept;
 
  private:
   Tally& tally_;

@@ -1,0 +1,222 @@
+#include "tools/stress_http_conn.hpp"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <utility>
+
+#include "client_lib/client.hpp"
+#include "tools/stress_clock.hpp"
+#include "tools/stress_stats.hpp"
+
+namespace batchd::stress::http {
+
+namespace {
+
+constexpr std::int64_t kReconnectNs = 100'000'000;
+// Distinct problems worth printing; past this a broken server has made its point.
+constexpr std::size_t kMaxWarnings = 16;
+constexpr std::size_t kReadChunk = 64 * 1024;
+
+enum class Wait { kReady, kTimeout, kError };
+
+Wait wait_for(int fd, short events, std::int64_t deadline_ns) {
+  for (;;) {
+    const std::int64_t left_ns = deadline_ns - now_ns();
+    if (left_ns <= 0) return Wait::kTimeout;
+    pollfd p{fd, events, 0};
+    // Rounded up, so a wait never ends just before the deadline and spins.
+    const auto ms = std::min<std::int64_t>((left_ns + 999'999) / 1'000'000, 1 << 30);
+    const int n = ::poll(&p, 1, static_cast<int>(ms));
+    if (n > 0) return (p.revents & (events | POLLHUP | POLLERR)) != 0 ? Wait::kReady : Wait::kError;
+    if (n < 0 && errno != EINTR) return Wait::kError;
+  }
+}
+
+Exchange failure(std::size_t kind) {
+  Exchange ex;
+  ex.error_kind = kind;
+  return ex;
+}
+
+}  // namespace
+
+void warn_once(std::string_view problem) {
+  static std::mutex mu;
+  static std::vector<std::string> seen;
+  static const bool tty = ::isatty(STDERR_FILENO) == 1;
+  std::lock_guard lock(mu);
+  if (seen.size() >= kMaxWarnings || std::find(seen.begin(), seen.end(), problem) != seen.end()) {
+    return;
+  }
+  seen.emplace_back(problem);
+  // On a terminal, first erase the progress line this would otherwise be glued to.
+  fmt::print(stderr, "{}batchd-stress: {}\n", tty ? "\r\x1b[K" : "", problem);
+}
+
+std::string resolve(const Url& url, Endpoint& endpoint) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(url.host.c_str(), url.port.c_str(), &hints, &found); rc != 0) {
+    return fmt::format("cannot resolve {}: {}", url.host, ::gai_strerror(rc));
+  }
+  std::memcpy(&endpoint.address, found->ai_addr, found->ai_addrlen);
+  endpoint.length = found->ai_addrlen;
+  endpoint.text = url.host_header;
+  ::freeaddrinfo(found);
+  return {};
+}
+
+int start_connect(const Endpoint& endpoint) {
+  const int fd = ::socket(endpoint.address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                          IPPROTO_TCP);
+  if (fd < 0) return -1;
+  // Requests are written whole; Nagle would only hold back the tail of a pipelined batch.
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&endpoint.address), endpoint.length) == 0 ||
+      errno == EINPROGRESS) {
+    return fd;
+  }
+  const int saved = errno;
+  ::close(fd);
+  errno = saved;
+  return -1;
+}
+
+std::string connect_result(int fd) {
+  int error = 0;
+  socklen_t length = sizeof(error);
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
+  return error == 0 ? std::string() : std::string(std::strerror(error));
+}
+
+std::string connect_all(const Endpoint& endpoint, unsigned n, std::chrono::milliseconds timeout,
+                        std::vector<int>& fds) {
+  std::string why;
+  for (unsigned i = 0; i < n && why.empty(); ++i) {
+    const int fd = start_connect(endpoint);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      break;
+    }
+    fds.push_back(fd);
+    const Wait w = wait_for(fd, POLLOUT, now_ns() + timeout.count() * 1'000'000);
+    why = w == Wait::kTimeout ? "timed out" : connect_result(fd);
+  }
+  if (why.empty()) return {};
+  for (const int fd : fds) ::close(fd);
+  fds.clear();
+  return fmt::format("cannot connect to {}: {}", endpoint.text, why);
+}
+
+SyncConnection::SyncConnection(SyncConnection&& other) noexcept
+    : endpoint_(other.endpoint_), fd_(std::exchange(other.fd_, -1)), retry_ns_(other.retry_ns_),
+      in_(std::move(other.in_)), last_response_bytes_(other.last_response_bytes_),
+      close_after_last_(other.close_after_last_) {}
+
+void SyncConnection::close_fd() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  in_.clear();
+}
+
+bool SyncConnection::ensure_connected(std::int64_t deadline_ns) {
+  if (fd_ >= 0) return true;
+  if (now_ns() < retry_ns_) sleep_until_ns(std::min(retry_ns_, deadline_ns));
+  fd_ = start_connect(*endpoint_);
+  std::string why;
+  if (fd_ < 0) {
+    why = std::strerror(errno);
+  } else if (wait_for(fd_, POLLOUT, deadline_ns) != Wait::kReady) {
+    why = "no connection before the request's deadline";
+  } else {
+    why = connect_result(fd_);
+  }
+  if (why.empty()) return true;
+  warn_once(fmt::format("cannot connect to {}: {}", endpoint_->text, why));
+  close_fd();
+  retry_ns_ = now_ns() + kReconnectNs;
+  return false;
+}
+
+bool SyncConnection::send_all(std::string_view request, std::int64_t deadline_ns) {
+  while (!request.empty()) {
+    const ssize_t n = ::send(fd_, request.data(), request.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      request.remove_prefix(static_cast<std::size_t>(n));
+    } else if (n < 0 && errno == EAGAIN) {
+      if (wait_for(fd_, POLLOUT, deadline_ns) != Wait::kReady) return false;
+    } else if (n < 0 && errno != EINTR) {
+      warn_once(fmt::format("send to {}: {}", endpoint_->text, std::strerror(errno)));
+      return false;
+    }
+  }
+  return true;
+}
+
+bool SyncConnection::read_some() {
+  const std::size_t had = in_.size();
+  in_.resize(had + kReadChunk);
+  const ssize_t n = ::recv(fd_, in_.data() + had, kReadChunk, 0);
+  in_.resize(had + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return true;
+  if (n < 0) warn_once(fmt::format("receive from {}: {}", endpoint_->text, std::strerror(errno)));
+  close_fd();
+  return false;
+}
+
+Exchange SyncConnection::read_response(std::int64_t deadline_ns) {
+  for (;;) {
+    const Response r = frame_response(in_);
+    if (r.framing == Framing::kBad) {
+      warn_once(fmt::format("bad response from {}: {}", endpoint_->text, r.problem));
+      close_fd();
+      return failure(error_kind(ErrorCode::kProtocolError));
+    }
+    if (r.framing == Framing::kComplete && r.status < 200) {  // 1xx: informational, skip it
+      in_.erase(0, r.total_bytes);
+      continue;
+    }
+    if (r.framing == Framing::kComplete) {
+      if (in_.size() > r.total_bytes) warn_once("the server sent more than one response per request");
+      last_response_bytes_ = r.total_bytes;
+      close_after_last_ = r.close || in_.size() > r.total_bytes;
+      Exchange ex;
+      ex.responded = true;
+      ex.status = r.status;
+      ex.body = std::string_view(in_).substr(r.body_offset, r.body_bytes);
+      return ex;
+    }
+    const Wait w = wait_for(fd_, POLLIN, deadline_ns);
+    // A late answer would be taken for the next request's: only a fresh connection is safe.
+    if (w != Wait::kReady) close_fd();
+    if (w == Wait::kTimeout) return failure(error_kind(ErrorCode::kTimeout));
+    if (w == Wait::kError || !read_some()) return failure(error_kind(ErrorCode::kDaemonUnavailable));
+  }
+}
+
+Exchange SyncConnection::exchange(std::string_view request, std::int64_t deadline_ns) {
+  in_.erase(0, std::exchange(last_response_bytes_, 0));
+  if (std::exchange(close_after_last_, false)) close_fd();
+  if (!ensure_connected(deadline_ns)) return failure(error_kind(ErrorCode::kDaemonUnavailable));
+  if (!send_all(request, deadline_ns)) {
+    const bool timed_out = now_ns() >= deadline_ns;
+    close_fd();
+    return failure(error_kind(timed_out ? ErrorCode::kTimeout : ErrorCode::kDaemonUnavailable));
+  }
+  return read_response(deadline_ns);
+}
+
+}  // namespace batchd::stress::http
