@@ -1,0 +1,96 @@
+// The daemon's published status (Client::daemon_status) as Prometheus series, so one scrape of a
+// front-end shows both sides: queue depth, batch sizes and each device's health.
+#include <fmt/format.h>
+
+#include <iterator>
+
+#include "frontend/metrics.hpp"
+
+namespace batchd::http {
+
+namespace {
+
+void family(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void render_batch_sizes(const DaemonStatus& status, std::string& out) {
+  // The daemon counts batches of [2^b, 2^(b+1)) requests in bucket b, so bucket b's upper bound
+  // is 2^(b+1) - 1. It publishes no sum of sizes, so the histogram has no _sum series.
+  family(out, "batchd_daemon_batch_size", "histogram", "Requests per batch the daemon ran.");
+  std::uint64_t cumulative = 0;
+  for (std::size_t b = 0; b < status.batch_sizes.size(); ++b) {
+    cumulative += status.batch_sizes[b];
+    fmt::format_to(std::back_inserter(out), "batchd_daemon_batch_size_bucket{{le=\"{}\"}} {}\n",
+                   (std::uint64_t{2} << b) - 1, cumulative);
+  }
+  fmt::format_to(std::back_inserter(out), "batchd_daemon_batch_size_bucket{{le=\"+Inf\"}} {}\n", cumulative);
+  fmt::format_to(std::back_inserter(out), "batchd_daemon_batch_size_count {}\n", cumulative);
+}
+
+void render_devices(const DaemonStatus& status, std::string& out) {
+  static constexpr std::string_view kStates[] = {"healthy", "unhealthy", "probing"};
+  family(out, "batchd_daemon_device_state", "gauge", "1 for each device's current state.");
+  for (std::size_t d = 0; d < status.devices.size(); ++d) {
+    for (const std::string_view state : kStates) {
+      fmt::format_to(std::back_inserter(out), "batchd_daemon_device_state{{device=\"{}\",state=\"{}\"}} {}\n", d,
+                     state, status.devices[d].state == state ? 1 : 0);
+    }
+  }
+  family(out, "batchd_daemon_device_batches_total", "counter", "Batches each device ran, by result.");
+  for (std::size_t d = 0; d < status.devices.size(); ++d) {
+    const auto& dev = status.devices[d];
+    fmt::format_to(std::back_inserter(out), "batchd_daemon_device_batches_total{{device=\"{}\",result=\"ok\"}} {}\n",
+                   d, dev.batches_ok);
+    fmt::format_to(std::back_inserter(out),
+                   "batchd_daemon_device_batches_total{{device=\"{}\",result=\"failed\"}} {}\n", d,
+                   dev.batches_failed);
+  }
+  family(out, "batchd_daemon_device_timeouts_total", "counter", "Batches that overran the device timeout.");
+  for (std::size_t d = 0; d < status.devices.size(); ++d) {
+    fmt::format_to(std::back_inserter(out), "batchd_daemon_device_timeouts_total{{device=\"{}\"}} {}\n", d,
+                   status.devices[d].timeouts);
+  }
+  family(out, "batchd_daemon_device_outstanding_requests", "gauge", "Requests each device is running.");
+  for (std::size_t d = 0; d < status.devices.size(); ++d) {
+    fmt::format_to(std::back_inserter(out), "batchd_daemon_device_outstanding_requests{{device=\"{}\"}} {}\n", d,
+                   status.devices[d].outstanding_requests);
+  }
+  family(out, "batchd_daemon_device_batch_seconds", "gauge", "Each device's measured time per batch.");
+  for (std::size_t d = 0; d < status.devices.size(); ++d) {
+    fmt::format_to(std::back_inserter(out), "batchd_daemon_device_batch_seconds{{device=\"{}\"}} {}\n", d,
+                   static_cast<double>(status.devices[d].batch_ns) / 1e9);
+  }
+}
+
+}  // namespace
+
+void render_daemon_status(const DaemonStatus* status, std::string& out) {
+  family(out, "batchd_daemon_up", "gauge", "1 while this front-end is attached to a daemon.");
+  fmt::format_to(std::back_inserter(out), "batchd_daemon_up {}\n", status != nullptr ? 1 : 0);
+  if (status == nullptr) return;
+  auto gauge = [&](std::string_view name, std::string_view type, std::string_view help, auto value) {
+    family(out, name, type, help);
+    fmt::format_to(std::back_inserter(out), "{} {}\n", name, value);
+  };
+  gauge("batchd_daemon_status_age_seconds", "gauge", "Time since the daemon last published its status.",
+        static_cast<double>(status->age_ns) / 1e9);
+  gauge("batchd_daemon_healthy_devices", "gauge", "Devices the daemon can run batches on.", status->healthy_devices);
+  gauge("batchd_daemon_clients", "gauge", "Clients attached to the daemon.", status->clients);
+  gauge("batchd_daemon_queue_depth", "gauge", "Requests the daemon has taken and not yet answered.",
+        status->in_flight);
+  family(out, "batchd_daemon_requests_total", "counter", "Requests the daemon finished, by result.");
+  fmt::format_to(std::back_inserter(out), "batchd_daemon_requests_total{{result=\"ok\"}} {}\n", status->requests_ok);
+  fmt::format_to(std::back_inserter(out), "batchd_daemon_requests_total{{result=\"failed\"}} {}\n",
+                 status->requests_failed);
+  fmt::format_to(std::back_inserter(out), "batchd_daemon_requests_total{{result=\"rejected\"}} {}\n",
+                 status->requests_rejected);
+  gauge("batchd_daemon_requests_taken_total", "counter", "Requests the daemon took from its clients.",
+        status->requests_taken);
+  gauge("batchd_daemon_batches_total", "counter", "Batches the daemon ran.", status->batches);
+  gauge("batchd_daemon_batch_failures_total", "counter", "Batches that failed.", status->batch_failures);
+  render_batch_sizes(*status, out);
+  render_devices(*status, out);
+}
+
+}  // namespace batchd::http

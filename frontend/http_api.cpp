@@ -1,0 +1,186 @@
+#include "frontend/http_api.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+namespace batchd::http {
+
+namespace beast_http = boost::beast::http;
+
+namespace {
+
+std::string_view path_of(std::string_view target) {
+  const std::size_t query = target.find('?');
+  return query == std::string_view::npos ? target : target.substr(0, query);
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// text/plain (any parameters, e.g. charset) asks for plain text; anything else is read as JSON,
+// since a JSON body often arrives mislabelled (curl -d sends application/x-www-form-urlencoded),
+// and a body that is not JSON gets a clear 400 either way.
+bool is_text_plain(std::string_view content_type) {
+  return iequals(trim(content_type.substr(0, content_type.find(';'))), "text/plain");
+}
+
+Response method_not_allowed(std::string_view allow) {
+  Response response = error_response(405, "method_not_allowed",
+                                     std::string("this resource allows only ") + std::string(allow));
+  response.allow = allow;
+  return response;
+}
+
+bool is_get(const Request& request) {
+  return request.method() == beast_http::verb::get || request.method() == beast_http::verb::head;
+}
+
+Response json_ok(std::string body) {
+  Response response;
+  response.body = std::move(body);
+  return response;
+}
+
+}  // namespace
+
+Api::Api(const ApiLimits& limits, ApiContext& context)
+    : limits_(limits), context_(context), json_(std::max<std::size_t>(limits.max_body_bytes, 64)) {}
+
+Action Api::route(const Request& request) {
+  const std::string_view path = path_of(std::string_view(request.target().data(), request.target().size()));
+  if (path == "/v1/batchstring") {
+    if (request.method() != beast_http::verb::post) return method_not_allowed("POST");
+    return batchstring(request);
+  }
+  if (path == "/healthz" || path == "/readyz" || path == "/metrics") {
+    if (!is_get(request)) return method_not_allowed("GET, HEAD");
+    if (path == "/healthz") return json_ok(R"({"status":"ok"})");
+    if (path == "/readyz") return readyz();
+    Response metrics;
+    metrics.content_type = kPrometheusType;
+    metrics.body = context_.metrics_text();
+    return metrics;
+  }
+  std::string message = "no such resource: ";
+  message.append(path.substr(0, 256));  // an attacker's megabyte-long path is not echoed whole
+  return error_response(404, "not_found", message);
+}
+
+Response Api::readyz() {
+  Readiness readiness = context_.readiness();
+  if (readiness.ready) return json_ok(R"({"status":"ready"})");
+  return error_response(503, readiness.code, readiness.message, 1);
+}
+
+Action Api::batchstring(const Request& request) {
+  std::chrono::milliseconds timeout = limits_.default_timeout;
+  if (const auto it = request.find("X-Timeout-Ms"); it != request.end()) {
+    const std::string_view value = trim(std::string_view(it->value().data(), it->value().size()));
+    std::uint64_t ms = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
+    if (ec != std::errc() || end != value.data() + value.size() || ms == 0) {
+      return error_response(400, "bad_timeout", "X-Timeout-Ms must be a positive whole number of milliseconds");
+    }
+    timeout = std::min(limits_.max_timeout, std::chrono::milliseconds(std::min<std::uint64_t>(ms, 1ULL << 40)));
+  }
+  const auto content_type = request[beast_http::field::content_type];
+  if (!is_text_plain(std::string_view(content_type.data(), content_type.size()))) {
+    return parse_json_input(request, timeout);
+  }
+  const std::string& body = request.body();
+  if (!simdjson::validate_utf8(body.data(), body.size())) {
+    return error_response(400, "invalid_utf8", "the request body is not valid UTF-8");
+  }
+  const std::uint32_t max_input = context_.max_input_bytes();
+  if (max_input != 0 && body.size() > max_input) {
+    return error_response(413, "too_large", "the input exceeds the daemon's limit of " +
+                                                std::to_string(max_input) + " bytes");
+  }
+  return SubmitAction{body, timeout, BodyFormat::kText};
+}
+
+Action Api::parse_json_input(const Request& request, std::chrono::milliseconds timeout) {
+  simdjson::dom::element root;
+  const simdjson::error_code parsed = json_.parse(request.body()).get(root);
+  if (parsed == simdjson::UTF8_ERROR) {
+    return error_response(400, "invalid_utf8", "the request body is not valid UTF-8");
+  }
+  if (parsed != simdjson::SUCCESS) {
+    return error_response(400, "invalid_json",
+                          std::string("the body is not valid JSON: ") + simdjson::error_message(parsed));
+  }
+  if (!root.is_object()) {
+    return error_response(400, "bad_request", R"(the body must be a JSON object {"input": "..."})");
+  }
+  simdjson::dom::element field;
+  if (root.get_object().at_key("input").get(field) != simdjson::SUCCESS) {
+    return error_response(400, "missing_field", R"(the JSON object has no "input" field)");
+  }
+  std::string_view input;
+  if (field.get_string().get(input) != simdjson::SUCCESS) {
+    return error_response(400, "bad_request", R"("input" must be a JSON string)");
+  }
+  const std::uint32_t max_input = context_.max_input_bytes();
+  if (max_input != 0 && input.size() > max_input) {
+    return error_response(413, "too_large", "the input exceeds the daemon's limit of " +
+                                                std::to_string(max_input) + " bytes");
+  }
+  return SubmitAction{std::string(input), timeout, BodyFormat::kJson};
+}
+
+Response response_for_error(const Error& error) {
+  struct Mapping {
+    unsigned status;
+    std::string_view code;
+    unsigned retry_after_s;
+  };
+  auto map = [](ErrorCode code) -> Mapping {
+    switch (code) {
+      case ErrorCode::kTimeout: return {504, "timeout", 0};
+      case ErrorCode::kOverloaded: return {503, "overloaded", 1};
+      case ErrorCode::kTooLarge: return {413, "too_large", 0};
+      case ErrorCode::kInvalidUtf8: return {400, "invalid_utf8", 0};
+      case ErrorCode::kDaemonUnavailable: return {503, "daemon_unavailable", 1};
+      case ErrorCode::kBackendError: return {500, "backend_error", 0};
+      case ErrorCode::kBackendUnavailable: return {503, "backend_unavailable", 1};
+      case ErrorCode::kCancelled: return {503, "cancelled", 1};
+      case ErrorCode::kProtocolError: return {500, "internal_error", 0};
+    }
+    return {500, "internal_error", 0};
+  };
+  const Mapping m = map(error.code);
+  return error_response(m.status, m.code, error.message, m.retry_after_s);
+}
+
+Response response_for_result(Result&& result, BodyFormat format) {
+  if (!result.ok()) return response_for_error(result.error());
+  std::string& output = result.output();
+  Response response;
+  if (format == BodyFormat::kText) {
+    response.content_type = kTextType;
+    response.body = std::move(output);
+    return response;
+  }
+  // A JSON string cannot carry bytes that are not UTF-8; a backend may produce them.
+  if (!simdjson::validate_utf8(output.data(), output.size())) {
+    return error_response(500, "invalid_output",
+                          "the backend's output is not valid UTF-8; send Content-Type: text/plain to get raw bytes");
+  }
+  response.body.reserve(output.size() + 14);
+  response.body.append(R"({"output":")");
+  append_json_escaped(output, response.body);
+  response.body.append("\"}");
+  return response;
+}
+
+}  // namespace batchd::http

@@ -1,0 +1,81 @@
+// The HTTP API: which request goes where, what it must look like, and which response each outcome
+// gets. Free of io_uring and of the daemon connection (those sit behind ApiContext), so unit tests
+// and the fuzz target drive it directly.
+#pragma once
+
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <simdjson.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "client_lib/client.hpp"
+#include "frontend/http_response.hpp"
+
+namespace batchd::http {
+
+using Request = boost::beast::http::request<boost::beast::http::string_body>;
+
+// How the caller sent its input, and so how its answer is written.
+enum class BodyFormat : std::uint8_t { kJson, kText };
+
+// A batchstring request that passed every check here and now goes to the daemon.
+struct SubmitAction {
+  std::string input;
+  std::chrono::milliseconds timeout;
+  BodyFormat format;
+};
+
+using Action = std::variant<Response, SubmitAction>;
+
+struct Readiness {
+  bool ready = false;
+  std::string_view code;  // why not ("daemon_unavailable", "overloaded", ...); empty when ready
+  std::string message;
+};
+
+// What the API needs from the process around it. Called on the event loop's thread.
+class ApiContext {
+ public:
+  virtual ~ApiContext() = default;
+  virtual Readiness readiness() = 0;
+  virtual std::string metrics_text() = 0;
+  // The daemon's largest input, or 0 while no daemon is attached (the client checks again).
+  virtual std::uint32_t max_input_bytes() = 0;
+};
+
+struct ApiLimits {
+  std::chrono::milliseconds default_timeout{5000};  // without X-Timeout-Ms
+  std::chrono::milliseconds max_timeout{60000};     // X-Timeout-Ms is capped to this
+  std::size_t max_body_bytes = 1 << 20;             // the JSON parser's capacity
+};
+
+// One per event loop: it owns a JSON parser whose buffers are reused between requests.
+class Api {
+ public:
+  Api(const ApiLimits& limits, ApiContext& context);
+
+  // Decides what to do with one complete request: answer now, or submit its input.
+  Action route(const Request& request);
+
+ private:
+  Action batchstring(const Request& request);
+  Action parse_json_input(const Request& request, std::chrono::milliseconds timeout);
+  Response readyz();
+
+  ApiLimits limits_;
+  ApiContext& context_;  // borrowed; outlives the Api
+  simdjson::dom::parser json_;
+};
+
+// The response for an answered request: 200 with the output, or the error's mapping.
+Response response_for_result(Result&& result, BodyFormat format);
+
+// The one table from client-library errors to HTTP: status, code, Retry-After.
+Response response_for_error(const Error& error);
+
+}  // namespace batchd::http

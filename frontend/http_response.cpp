@@ -1,0 +1,110 @@
+#include "frontend/http_response.hpp"
+
+#include <simdjson.h>
+
+#include <ctime>
+
+namespace batchd::http {
+
+std::string_view reason_phrase(unsigned status) noexcept {
+  switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Content Too Large";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Unknown";
+  }
+}
+
+void serialize(const Response& response, const Framing& framing, std::string& out) {
+  out.append("HTTP/1.1 ");
+  out.append(std::to_string(response.status));
+  out.push_back(' ');
+  out.append(reason_phrase(response.status));
+  out.append("\r\nContent-Type: ");
+  out.append(response.content_type);
+  out.append("\r\nContent-Length: ");
+  out.append(std::to_string(response.body.size()));
+  if (!framing.date.empty()) {
+    out.append("\r\nDate: ");
+    out.append(framing.date);
+  }
+  if (response.retry_after_s != 0) {
+    out.append("\r\nRetry-After: ");
+    out.append(std::to_string(response.retry_after_s));
+  }
+  if (!response.allow.empty()) {
+    out.append("\r\nAllow: ");
+    out.append(response.allow);
+  }
+  if (framing.close) out.append("\r\nConnection: close");
+  out.append("\r\n\r\n");
+  if (!framing.head) out.append(response.body);
+}
+
+void append_json_escaped(std::string_view text, std::string& out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (byte < 0x20) {
+      // \u00XX covers every control character; the short forms would only save bytes.
+      out.append("\\u00");
+      out.push_back(kHex[byte >> 4]);
+      out.push_back(kHex[byte & 0xF]);
+    } else {
+      out.push_back(c);
+    }
+  }
+}
+
+namespace {
+
+// Messages may quote what the caller sent (a path), which need not be UTF-8; a JSON body must be.
+// Such a message keeps its ASCII and shows every other byte as '?'.
+std::string printable_message(std::string_view message) {
+  std::string out(message);
+  if (!simdjson::validate_utf8(out.data(), out.size())) {
+    for (char& c : out) {
+      if (static_cast<unsigned char>(c) >= 0x80) c = '?';
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Response error_response(unsigned status, std::string_view code, std::string_view message,
+                        unsigned retry_after_s) {
+  Response response;
+  response.status = status;
+  response.retry_after_s = retry_after_s;
+  response.body.reserve(40 + code.size() + message.size());
+  response.body.append(R"({"error":{"code":")");
+  append_json_escaped(code, response.body);
+  response.body.append(R"(","message":")");
+  append_json_escaped(printable_message(message), response.body);
+  response.body.append("\"}}");
+  return response;
+}
+
+std::string http_date(std::int64_t unix_seconds) {
+  const auto t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[64];
+  // The C locale's names are the ones RFC 9110 requires; the process never changes its locale.
+  const std::size_t n = std::strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  return std::string(buf, n);
+}
+
+}  // namespace batchd::http

@@ -1,0 +1,156 @@
+// The event loop's side of requests: routing each one, submitting it to the daemon without
+// waiting, harvesting answers when the client's eventfd fires, and what /readyz and /metrics say.
+#include <poll.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+
+#include "frontend/loop_internal.hpp"
+
+namespace batchd::http {
+
+namespace {
+
+// The daemon publishes about every 50 ms; a page older than this means it is stuck.
+constexpr std::int64_t kStatusStaleNs = 2'000'000'000;
+
+}  // namespace
+
+// What an answer callback needs to find its way back; the connection may be gone by then, which
+// the slot's generation tells.
+struct EventLoop::Answer {
+  EventLoop* loop;
+  std::uint32_t index;
+  std::uint32_t generation;
+  std::uint64_t seq;
+  std::int64_t started_ns;
+  BodyFormat format;
+};
+
+void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
+  Action action = api_->route(request);
+  if (const Response* response = std::get_if<Response>(&action)) {
+    answer(conn, seq, *response, now_ns_);
+    return;
+  }
+  const SubmitAction& submit = std::get<SubmitAction>(action);
+  Client* client = link_.client();
+  if (client == nullptr || !client->connected()) {
+    answer(conn, seq,
+           error_response(503, "daemon_unavailable", "not attached to the batchd daemon: " + link_.last_error(), 1),
+           now_ns_);
+    return;
+  }
+  const Answer target{this, conn.index, conn.generation, seq, now_ns_, submit.format};
+  std::optional<Error> refused = client->submit_async(
+      submit.input, submit.timeout, [target](Result&& result) { target.loop->on_answer(target, std::move(result)); });
+  if (refused) {
+    answer(conn, seq, response_for_error(*refused), now_ns_);
+    return;
+  }
+  ++answers_owed_;
+  metrics_.add_in_flight(1);
+}
+
+void EventLoop::answer(Conn& conn, std::uint64_t seq, const Response& response, std::int64_t started_ns) {
+  metrics_.record_response(response.status, now_ns_ - started_ns);
+  conn.http.complete(seq, response);
+  mark_dirty(conn);
+}
+
+void EventLoop::on_answer(const Answer& target, Result&& result) {
+  --answers_owed_;
+  metrics_.add_in_flight(-1);
+  Conn* conn = lookup(target.index, target.generation);
+  if (conn == nullptr || conn->state == Conn::State::kClosing) {
+    metrics_.answer_dropped();  // the caller left; nothing else to undo
+    return;
+  }
+  answer(*conn, target.seq, response_for_result(std::move(result), target.format), target.started_ns);
+}
+
+void EventLoop::post_daemon_event() {
+  Client* client = link_.client();
+  if (client == nullptr || daemon_event_posted_) return;
+  io_uring_sqe* entry = sqe();
+  if (daemon_event_by_poll_) {
+    io_uring_prep_poll_add(entry, client->event_fd(), POLLIN);
+  } else {
+    io_uring_prep_read(entry, client->event_fd(), &daemon_event_value_, sizeof(daemon_event_value_), 0);
+  }
+  io_uring_sqe_set_data64(entry, pack_user_data(static_cast<std::uint8_t>(Op::kDaemonEvent), 0, 0));
+  daemon_event_posted_ = true;
+}
+
+void EventLoop::on_daemon_event(int res) {
+  daemon_event_posted_ = false;
+  if (res == -EAGAIN && !daemon_event_by_poll_) {
+    // The client's eventfd is non-blocking, and some kernels then fail the read at once instead
+    // of waiting: watch it with poll, and let poll() below read it.
+    spdlog::debug("batchd-http: eventfd read would block; waiting on it with poll instead");
+    daemon_event_by_poll_ = true;
+  }
+  poll_daemon();
+}
+
+void EventLoop::poll_daemon() {
+  Client* client = link_.client();
+  if (client == nullptr) return;
+  client->poll();
+  if (client->connected()) {
+    post_daemon_event();
+    return;
+  }
+  // The daemon went away. Its client signals the eventfd when that happens, so a posted read
+  // completes soon; the client is dropped only then, when nothing in the ring refers to it.
+  if (daemon_event_posted_) return;
+  client->poll();  // now certainly after the client saw the loss: every owed callback runs
+  metrics_.set_attached(false);
+  link_.retire();
+}
+
+Readiness EventLoop::readiness() {
+  if (stopping_) return {false, "draining", "the server is shutting down"};
+  Client* client = link_.client();
+  if (client == nullptr || !client->connected()) {
+    return {false, "daemon_unavailable", "not attached to the batchd daemon: " + link_.last_error()};
+  }
+  // Every loop, not just the one answering: the port spreads callers over all of them.
+  const unsigned attached = context_.metrics->attached_workers();
+  if (attached < context_.metrics->workers()) {
+    return {false, "daemon_unavailable",
+            std::to_string(context_.metrics->workers() - attached) + " worker(s) not yet attached to the daemon"};
+  }
+  const DaemonStatus status = client->daemon_status();
+  if (status.age_ns > kStatusStaleNs) {
+    return {false, "daemon_stale",
+            "the daemon has not published its status for " + std::to_string(status.age_ns / 1'000'000) + " ms"};
+  }
+  if (status.healthy_devices == 0) return {false, "no_healthy_device", "the daemon has no healthy device"};
+  if (status.in_flight >= options_.ready_max_queue) {
+    return {false, "overloaded", "the daemon's queue holds " + std::to_string(status.in_flight) + " requests"};
+  }
+  const std::uint64_t capacity = std::uint64_t{client->slot_count()} * options_.workers;
+  const auto in_flight = static_cast<std::uint64_t>(std::max<std::int64_t>(0, context_.metrics->in_flight()));
+  if (in_flight * 10 >= capacity * 9) {
+    return {false, "overloaded",
+            "this front-end has " + std::to_string(in_flight) + " of its " + std::to_string(capacity) +
+                " request slots in flight"};
+  }
+  return {true, {}, {}};
+}
+
+std::string EventLoop::metrics_text() {
+  Client* client = link_.client();
+  if (client == nullptr || !client->connected()) return context_.metrics->render(nullptr);
+  const DaemonStatus status = client->daemon_status();
+  return context_.metrics->render(&status);
+}
+
+std::uint32_t EventLoop::max_input_bytes() {
+  Client* client = link_.client();
+  return client != nullptr ? client->max_input_bytes() : 0;
+}
+
+}  // namespace batchd::http

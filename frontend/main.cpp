@@ -1,0 +1,151 @@
+// batchd-http: the HTTP/1.1 front-end. Turns synchronous HTTP requests into asynchronous requests
+// to the local batchd daemon, on N io_uring event loops that share one port (SO_REUSEPORT), each
+// with its own client of the daemon. SIGTERM or SIGINT: stop accepting, finish what is in flight,
+// exit 0.
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "frontend/event_loop.hpp"
+#include "frontend/io_uring_probe.hpp"
+#include "frontend/listener.hpp"
+#include "frontend/metrics.hpp"
+#include "frontend/options.hpp"
+
+namespace {
+
+using batchd::http::FrontendOptions;
+
+void add_flags(CLI::App& app, FrontendOptions& o, std::string& io_mode, std::string& log_level) {
+  // A flag given twice takes the last value, so a wrapper's defaults can be overridden.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--listen", o.listen, "ADDR:PORT to serve HTTP on ([ADDR]:PORT for IPv6; port 0: any free one)")
+      ->capture_default_str();
+  app.add_option("--socket", o.socket_path, "the daemon's control socket (default: the daemon's default path)");
+  app.add_option("--workers", o.workers, "event loops sharing the port, each with its own daemon client")
+      ->capture_default_str()->check(CLI::Range(1U, 256U));
+  app.add_option("--port-file", o.port_file, "write the bound port here once listening (for --listen ...:0)");
+  app.add_option("--io-mode", io_mode, "auto (multishot io_uring where the kernel has it) or basic (single-shot)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "basic"}));
+  app.add_option("--max-header-bytes", o.max_header_bytes, "largest request header (431 beyond)")
+      ->capture_default_str()->check(CLI::Range(256U, 1U << 20));
+  app.add_option("--max-body-bytes", o.max_body_bytes, "largest request body (413 beyond)")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 30));
+  app.add_option("--max-connections", o.max_connections, "open connections at most, for the whole process")
+      ->capture_default_str()->check(CLI::Range(1U, 1U << 22));
+  app.add_option("--max-pipelined", o.max_pipelined, "unanswered requests per connection before it is not read")
+      ->capture_default_str()->check(CLI::Range(1U, 65536U));
+  app.add_option("--idle-timeout-ms", o.idle_timeout_ms, "close a quiet keep-alive connection or a stalled reader")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}));
+  app.add_option("--header-timeout-ms", o.header_timeout_ms, "a request's header must arrive within this (408)")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}));
+  app.add_option("--body-timeout-ms", o.body_timeout_ms, "a whole request must arrive within this (408)")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}));
+  app.add_option("--timeout-ms", o.default_timeout_ms, "a request's deadline without X-Timeout-Ms (504 after)")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}));
+  app.add_option("--max-timeout-ms", o.max_timeout_ms, "X-Timeout-Ms is capped to this")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}));
+  app.add_option("--ready-max-queue", o.ready_max_queue, "/readyz fails while the daemon's queue is this deep")
+      ->capture_default_str();
+  app.add_option("--drain-timeout-ms", o.drain_timeout_ms,
+                 "on SIGTERM, wait at most this long for answers owed (0: --max-timeout-ms + 1 s)")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+}
+
+void write_port_file(const std::string& path, std::uint16_t port) {
+  // Written whole and renamed into place, so a reader never sees half a number.
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << port << '\n';
+    if (!out) throw std::runtime_error("cannot write " + temp);
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + temp);
+}
+
+// Runs one loop per listener until a signal; returns the exit code.
+int run_workers(const FrontendOptions& options, const batchd::http::UringFeatures& features,
+                const std::vector<int>& listeners, const sigset_t& signals) {
+  batchd::http::MetricsRegistry metrics(options.workers);
+  std::atomic<bool> stop{false};
+  std::atomic<bool> failed{false};
+  std::vector<int> wake_fds;
+  for (unsigned i = 0; i < options.workers; ++i) wake_fds.push_back(::eventfd(0, EFD_CLOEXEC));
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < options.workers; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        batchd::http::EventLoop loop({i, listeners[i], wake_fds[i], &stop, &options, &features, &metrics});
+        loop.run();
+      } catch (const std::exception& e) {
+        spdlog::critical("batchd-http: worker {}: {}", i, e.what());
+        failed.store(true);
+        ::kill(::getpid(), SIGTERM);  // releases the main thread from sigwait: all stop
+      }
+    });
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("batchd-http: signal {}: no new connections; finishing the requests in flight", sig);
+  stop.store(true, std::memory_order_release);
+  for (const int fd : wake_fds) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
+  }
+  for (auto& t : threads) t.join();
+  for (const int fd : wake_fds) ::close(fd);
+  return failed.load() ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  FrontendOptions options;
+  options.workers = std::clamp(std::thread::hardware_concurrency(), 1U, 64U);
+  std::string io_mode = "auto";
+  std::string log_level = "info";
+  CLI::App app{"batchd-http: HTTP/1.1 front-end for the batchd batching daemon"};
+  add_flags(app, options, io_mode, log_level);
+  CLI11_PARSE(app, argc, argv);
+  options.io_mode = io_mode == "basic" ? batchd::http::IoMode::kBasic : batchd::http::IoMode::kAuto;
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  // Signals are taken by the main thread with sigwait; the loops and their helper threads
+  // inherit the blocked mask, so no handler ever interrupts a loop.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  try {
+    const batchd::http::ListenAddress address = batchd::http::parse_listen_address(options.listen);
+    const batchd::http::UringFeatures features = batchd::http::probe_uring_features();
+    if (!features.basic_ops) {
+      spdlog::critical("batchd-http: this kernel's io_uring lacks basic operations (Linux 5.6 or later needed)");
+      return 1;
+    }
+    std::uint16_t port = 0;
+    const std::vector<int> listeners = batchd::http::open_listeners(address, options.workers, &port);
+    spdlog::info("batchd-http: listening on {} (port {}) with {} workers; io_uring: {}{}", options.listen, port,
+                 options.workers, features.describe(), options.io_mode == batchd::http::IoMode::kBasic ? " (basic mode forced)" : "");
+    if (!options.port_file.empty()) write_port_file(options.port_file, port);
+    return run_workers(options, features, listeners, signals);
+  } catch (const std::exception& e) {
+    spdlog::critical("batchd-http: {}", e.what());
+    return 1;
+  }
+}

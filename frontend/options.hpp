@@ -1,0 +1,34 @@
+// batchd-http's settings, one field per flag (main.cpp defines the flags and their help).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace batchd::http {
+
+enum class IoMode : std::uint8_t {
+  kAuto,   // multishot accept and receive with provided buffers where the kernel has them
+  kBasic,  // single-shot accept, plain receive into per-connection buffers, and a poll (not a
+           // read) on the daemon client's eventfd: what the oldest supported kernels can do
+};
+
+struct FrontendOptions {
+  std::string listen = "127.0.0.1:8080";  // ADDR:PORT; port 0 picks a free one (see port_file)
+  std::string socket_path;                // the daemon's control socket; empty: its default
+  unsigned workers = 1;                   // event loops sharing the port (SO_REUSEPORT)
+  std::string port_file;                  // if set, the bound port is written here once listening
+  IoMode io_mode = IoMode::kAuto;
+  std::uint32_t max_header_bytes = 8192;
+  std::uint64_t max_body_bytes = 1 << 20;
+  std::uint32_t max_connections = 10000;  // per process, over all loops
+  std::uint32_t max_pipelined = 128;      // requests owed on one connection before it is not read
+  std::int64_t idle_timeout_ms = 30000;   // a quiet keep-alive connection, or a stalled reader
+  std::int64_t header_timeout_ms = 5000;  // from a request's first byte to its header's end
+  std::int64_t body_timeout_ms = 30000;   // from a request's first byte to its body's end
+  std::int64_t default_timeout_ms = 5000; // a request without X-Timeout-Ms
+  std::int64_t max_timeout_ms = 60000;    // X-Timeout-Ms is capped to this
+  std::uint64_t ready_max_queue = 65536;  // /readyz fails when the daemon's queue is this deep
+  std::int64_t drain_timeout_ms = 0;      // SIGTERM: longest wait for answers; 0: max_timeout_ms + 1 s
+};
+
+}  // namespace batchd::http

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds a libFuzzer target with clang (the project's compiler is g++, which has no libFuzzer) and
+# runs it for a bounded time from its seed corpus. Targets: http (batchd-http's request parsing
+# and routing) and segment (the daemon's reader of a client's shared-memory segment).
+# Usage: run-fuzz.sh SOURCE_ROOT BUILD_DIR [SECONDS] [TARGET]. SECONDS is scaled by
+# BATCHD_TEST_SCALE. Exits 77 (skipped) where clang++ or the libFuzzer runtime is missing.
+set -euo pipefail
+src=$1
+out=$2/fuzz
+seconds=${3:-20}
+target=${4:-http}
+cxx=${CLANGXX:-clang++}
+
+if ! command -v "$cxx" >/dev/null; then
+  echo "skipped: $cxx not found (scripts/setup.sh installs clang)"
+  exit 77
+fi
+mkdir -p "$out"
+if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
+    "$cxx" -fsanitize=fuzzer -x c++ - -o "$out/probe" 2>"$out/probe.log"; then
+  echo "skipped: no libFuzzer runtime for $cxx (scripts/setup.sh installs libclang-rt-14-dev)"
+  cat "$out/probe.log"
+  exit 77
+fi
+
+case $target in
+  http)
+    sources=("$src/tests/fuzz/fuzz_http.cpp" "$src/frontend/connection.cpp" "$src/frontend/http_api.cpp"
+             "$src/frontend/http_response.cpp")
+    headers=("$src"/frontend/*.hpp "$src/client_lib/client.hpp")
+    packages=(simdjson)
+    seeds=$src/tests/fuzz/corpus ;;
+  segment)
+    sources=("$src/tests/fuzz/fuzz_segment.cpp" "$src/daemon/client_session.cpp" "$src/shm/layout.cpp"
+             "$src/shm/memfd_region.cpp" "$src/shm/fd.cpp" "$src/shm/futex.cpp")
+    headers=("$src"/shm/*.hpp "$src/daemon/client_session.hpp")
+    packages=(fmt)
+    seeds=$src/tests/fuzz/corpus-segment ;;
+  *) echo "unknown fuzz target $target"; exit 2 ;;
+esac
+binary=$out/fuzz_$target
+# Rebuilt only when a source or header of the protocol layer changed since the last build.
+if [ ! -x "$binary" ] || [ -n "$(find "${sources[@]}" "${headers[@]}" -newer "$binary" 2>/dev/null)" ]; then
+  echo "building $binary with $cxx"
+  # shellcheck disable=SC2046  # pkg-config's words are meant to split
+  "$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
+    -fno-sanitize-recover=undefined -I"$src" -isystem /usr/include/concurrentqueue \
+    $(pkg-config --cflags "${packages[@]}") "${sources[@]}" $(pkg-config --libs "${packages[@]}") \
+    -o "$binary.tmp"
+  mv "$binary.tmp" "$binary"
+fi
+
+scale=${BATCHD_TEST_SCALE:-1}
+run_seconds=$(awk -v s="$seconds" -v k="$scale" 'BEGIN { t = int(s * k); print (t < 5 ? 5 : t) }')
+mkdir -p "$out/corpus-$target"
+# The sanitizer builds' ASAN_OPTIONS would make libFuzzer abort without its report: use its own.
+export ASAN_OPTIONS=detect_leaks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+echo "fuzzing for $run_seconds s"
+# libFuzzer's own failure exit code is 77, which meson would count as "skipped": make it 1.
+"$binary" -max_total_time="$run_seconds" -error_exitcode=1 -timeout_exitcode=1 -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
+  -print_final_stats=1 -artifact_prefix="$out/$target-" "$out/corpus-$target" "$seeds"

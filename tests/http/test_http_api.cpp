@@ -1,0 +1,226 @@
+// Every status batchd-http answers with, end to end: the batchd binary, the batchd-http binary and
+// real HTTP over TCP, in both io modes (multishot io_uring, and the basic fallback).
+#include <doctest/doctest.h>
+
+#include "kernels/reference_batchstring.hpp"
+#include "tests/http/http_test_support.hpp"
+
+using namespace batchd;
+using namespace batchd::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::vector<std::string> kModes = {"auto", "basic"};
+
+// A cpu daemon (inputs up to 1 KiB) and a front-end with small limits, in one io mode.
+struct Stack {
+  explicit Stack(const std::string& mode, std::vector<std::string> frontend_args = {},
+                 std::vector<std::string> daemon_args = {"--max-wait-ms", "1", "--max-input-bytes", "1024"})
+      : socket(temp_socket_path()), daemon(socket, daemon_args), frontend(socket, with_mode(mode, frontend_args)) {}
+
+  static std::vector<std::string> with_mode(const std::string& mode, std::vector<std::string> args) {
+    std::vector<std::string> all{"--io-mode", mode, "--workers", "2", "--max-body-bytes", "4096",
+                                 "--max-header-bytes", "2048", "--timeout-ms", "3000"};
+    all.insert(all.end(), args.begin(), args.end());
+    return all;
+  }
+
+  HttpResponse call(const std::string& request, bool head = false) const {
+    HttpClient client(frontend.port());
+    auto response = client.round_trip(request, head);
+    REQUIRE(response.has_value());
+    return *response;
+  }
+
+  std::string socket;
+  DaemonProcess daemon;
+  FrontendProcess frontend;
+};
+
+void check_error(const HttpResponse& r, unsigned status, const std::string& code) {
+  CHECK(r.status == status);
+  CHECK(r.header("content-type") == "application/json");
+  CHECK(error_code_of(r.body) == code);
+  CHECK(r.body.find(R"("message":")") != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("200: JSON and plain-text answers, several on one keep-alive connection") {
+  for (const auto& mode : kModes) {
+    CAPTURE(mode);
+    Stack stack(mode);
+    HttpClient client(stack.frontend.port());
+    for (const std::string input : {"hello", "", "tab\tquote\"é🙂", "line\nbreak"}) {
+      auto r = client.round_trip(batch_request(input));
+      REQUIRE(r.has_value());
+      CHECK(r->status == 200);
+      CHECK(r->body == expected_json_output(input));
+      CHECK(r->keep_alive);
+    }
+    auto text = client.round_trip(make_request("POST", "/v1/batchstring", "hello", {"Content-Type: text/plain"}));
+    REQUIRE(text.has_value());
+    CHECK(text->status == 200);
+    CHECK(text->header("content-type") == "text/plain; charset=utf-8");
+    CHECK(text->body == kernels::reference_batchstring("hello", 1));
+  }
+}
+
+TEST_CASE("400: malformed JSON, missing or wrong field, invalid UTF-8, bad timeout header") {
+  for (const auto& mode : kModes) {
+    CAPTURE(mode);
+    Stack stack(mode);
+    check_error(stack.call(make_request("POST", "/v1/batchstring", "{\"input\": ")), 400, "invalid_json");
+    check_error(stack.call(make_request("POST", "/v1/batchstring", R"({"text":"x"})")), 400, "missing_field");
+    check_error(stack.call(make_request("POST", "/v1/batchstring", R"({"input":42})")), 400, "bad_request");
+    check_error(stack.call(make_request("POST", "/v1/batchstring", R"("input")")), 400, "bad_request");
+    check_error(stack.call(batch_request("bad \xC0\xAF utf8")), 400, "invalid_utf8");
+    check_error(stack.call(make_request("POST", "/v1/batchstring", "\xED\xA0\x80", {"Content-Type: text/plain"})), 400,
+                "invalid_utf8");
+    check_error(stack.call(batch_request("x", {"X-Timeout-Ms: -5"})), 400, "bad_timeout");
+    check_error(stack.call("NOT HTTP AT ALL\r\n\r\n"), 400, "bad_request");
+  }
+}
+
+TEST_CASE("413 body or input too large, 431 header too large, 404, 405") {
+  for (const auto& mode : kModes) {
+    CAPTURE(mode);
+    Stack stack(mode);
+    check_error(stack.call(batch_request(std::string(5000, 'a'))), 413, "too_large");  // over --max-body-bytes
+    check_error(stack.call(batch_request(std::string(2000, 'a'))), 413, "too_large");  // over the daemon's input
+    check_error(stack.call(make_request("GET", "/healthz", {}, {"X-Pad: " + std::string(3000, 'p')})), 431,
+                "header_too_large");
+    check_error(stack.call(make_request("GET", "/v2/other")), 404, "not_found");
+    const HttpResponse get_batch = stack.call(make_request("GET", "/v1/batchstring"));
+    check_error(get_batch, 405, "method_not_allowed");
+    CHECK(get_batch.header("allow") == "POST");
+    check_error(stack.call(make_request("POST", "/healthz", "x")), 405, "method_not_allowed");
+  }
+}
+
+TEST_CASE("healthz, readyz, HEAD and metrics") {
+  Stack stack("auto");
+  CHECK(stack.call(make_request("GET", "/healthz")).status == 200);
+  const HttpResponse ready = stack.call(make_request("GET", "/readyz"));
+  CHECK(ready.status == 200);
+  CHECK(ready.body == R"({"status":"ready"})");
+  const HttpResponse head = stack.call(make_request("HEAD", "/healthz"), true);
+  CHECK(head.status == 200);
+  CHECK(head.body.empty());
+  CHECK(head.header("content-length") == "15");
+  CHECK(stack.call(batch_request("count me")).status == 200);
+  const HttpResponse metrics = stack.call(make_request("GET", "/metrics"));
+  CHECK(metrics.status == 200);
+  CHECK(metrics.header("content-type").starts_with("text/plain; version=0.0.4"));
+  for (const char* name : {"batchd_http_requests_total{code=\"200\"}", "batchd_http_request_duration_seconds_bucket",
+                           "batchd_http_requests_in_flight", "batchd_daemon_up 1", "batchd_daemon_queue_depth",
+                           "batchd_daemon_batch_size_bucket{le=\"1\"}", "batchd_daemon_device_state{device=\"0\"",
+                           "batchd_http_connections_open"}) {
+    CAPTURE(name);
+    CHECK(metrics.body.find(name) != std::string::npos);
+  }
+}
+
+TEST_CASE("Expect: 100-continue, then the answer") {
+  Stack stack("auto");
+  HttpClient client(stack.frontend.port());
+  const std::string body = R"({"input":"continue"})";
+  REQUIRE(client.send("POST /v1/batchstring HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: " +
+                      std::to_string(body.size()) + "\r\n\r\n"));
+  auto interim = client.read_response();
+  REQUIRE(interim.has_value());
+  CHECK(interim->status == 100);
+  REQUIRE(client.send(body));
+  auto r = client.read_response();
+  REQUIRE(r.has_value());
+  CHECK(r->body == expected_json_output("continue"));
+}
+
+TEST_CASE("Connection: close is honoured") {
+  Stack stack("auto");
+  HttpClient client(stack.frontend.port());
+  auto r = client.round_trip(batch_request("bye", {"Connection: close"}));
+  REQUIRE(r.has_value());
+  CHECK(r->status == 200);
+  CHECK_FALSE(r->keep_alive);
+  CHECK(client.wait_closed(5s));
+}
+
+TEST_CASE("504 when the deadline passes; 500 with the backend's message; 503 when no device is healthy") {
+  SUBCASE("504") {
+    Stack stack("auto", {}, {"--backend", "sim", "--sim-fixed-us", "600000", "--max-wait-ms", "1"});
+    const HttpResponse r = stack.call(batch_request("slow", {"X-Timeout-Ms: 100"}));
+    check_error(r, 504, "timeout");
+  }
+  SUBCASE("500") {
+    Stack stack("auto", {}, {"--backend", "sim", "--sim-poison", "POISON", "--max-wait-ms", "1"});
+    const HttpResponse r = stack.call(batch_request("POISON pill"));
+    check_error(r, 500, "backend_error");
+    CHECK(r.body.find("poison") != std::string::npos);
+    CHECK(stack.call(batch_request("fine")).status == 200);
+  }
+  SUBCASE("503 backend_unavailable, and /readyz says why") {
+    Stack stack("auto", {}, {"--backend", "sim", "--sim-devices", "1", "--sim-hang", "0", "--sim-hang-ms", "3000",
+                             "--device-timeout-ms", "100", "--max-wait-ms", "1"});
+    const HttpResponse r = stack.call(batch_request("hangs", {"X-Timeout-Ms: 2500"}));
+    check_error(r, 503, "backend_unavailable");
+    CHECK(r.header("retry-after") == "1");
+    const HttpResponse ready = stack.call(make_request("GET", "/readyz"));
+    check_error(ready, 503, "no_healthy_device");
+  }
+}
+
+TEST_CASE("503 overloaded with Retry-After when the daemon client has no free slot; /readyz reports it") {
+  Stack stack("auto", {"--workers", "1"},
+              {"--backend", "sim", "--sim-fixed-us", "400000", "--max-wait-ms", "1", "--slots-per-client", "16"});
+  HttpClient client(stack.frontend.port());
+  std::string burst;
+  constexpr int kRequests = 40;
+  for (int i = 0; i < kRequests; ++i) burst += batch_request("o" + std::to_string(i));
+  REQUIRE(client.send(burst));
+  HttpClient probe(stack.frontend.port());
+  const auto ready = probe.round_trip(make_request("GET", "/readyz"));
+  REQUIRE(ready.has_value());
+  check_error(*ready, 503, "overloaded");
+  int ok = 0;
+  int overloaded = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    auto r = client.read_response();
+    REQUIRE(r.has_value());
+    if (r->status == 200) ++ok;
+    if (r->status == 503 && error_code_of(r->body) == "overloaded" && r->header("retry-after") == "1") ++overloaded;
+  }
+  CHECK(ok == 16);
+  CHECK(overloaded == kRequests - 16);
+}
+
+TEST_CASE("503 daemon_unavailable before the daemon starts, recovery when it comes, and again after it restarts") {
+  for (const auto& mode : kModes) {
+    CAPTURE(mode);
+    const std::string socket = temp_socket_path();
+    FrontendProcess frontend(socket, {"--io-mode", mode, "--workers", "2"}, false);
+    auto call = [&](const std::string& request) {
+      HttpClient client(frontend.port());
+      auto r = client.round_trip(request);
+      REQUIRE(r.has_value());
+      return *r;
+    };
+    CHECK(call(make_request("GET", "/healthz")).status == 200);
+    check_error(call(make_request("GET", "/readyz")), 503, "daemon_unavailable");
+    const HttpResponse early = call(batch_request("early"));
+    check_error(early, 503, "daemon_unavailable");
+    CHECK(early.header("retry-after") == "1");
+    {
+      DaemonProcess daemon(socket, {"--max-wait-ms", "1"});
+      REQUIRE(frontend.wait_ready(10s));
+      CHECK(call(batch_request("late")).body == expected_json_output("late"));
+    }
+    // The daemon is gone: not ready, and requests fail fast instead of hanging.
+    REQUIRE(eventually([&] { return call(make_request("GET", "/readyz")).status == 503; }, 5s));
+    CHECK(call(batch_request("gone")).status == 503);
+    DaemonProcess again(socket, {"--max-wait-ms", "1"});
+    REQUIRE(frontend.wait_ready(10s));
+    CHECK(call(batch_request("back")).body == expected_json_output("back"));
+  }
+}
