@@ -58,8 +58,11 @@ struct Tally {
 
 TEST_CASE("kill -9 with requests in flight: a restarted daemon answers every one of them") {
   const std::string path = test::temp_socket_path();
-  // A 300 ms batch window keeps the first requests in the daemon's hands when it dies.
-  auto daemon = std::make_unique<test::DaemonProcess>(path, daemon_args("300"));
+  // A 300 ms batch window, and batches large enough for all of them, keep the first requests in
+  // the daemon's hands when it dies.
+  std::vector<std::string> holding = daemon_args("300");
+  holding.insert(holding.end(), {"--max-batch", "1024"});
+  auto daemon = std::make_unique<test::DaemonProcess>(path, holding);
   const pid_t first_pid = daemon->pid();
   auto client = test::connect(path);
   Tally tally;
