@@ -1,0 +1,80 @@
+// batchctl: what a running daemon says about itself (its status page), once or live.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <thread>
+
+#include "client_lib/client.hpp"
+
+namespace {
+
+std::string as_text(const batchd::DaemonStatus& s) {
+  std::string out = fmt::format(
+      "backend {} (pid {}), {} of {} devices healthy, {} clients\n"
+      "requests: {} taken, {} ok, {} failed ({} refused before running), {} in flight\n"
+      "batches: {} ({} failed); sizes:",
+      s.backend, s.daemon_pid, s.healthy_devices, s.devices.size(), s.clients, s.requests_taken,
+      s.requests_ok, s.requests_failed, s.requests_rejected, s.in_flight, s.batches, s.batch_failures);
+  for (std::size_t b = 0; b < s.batch_sizes.size(); ++b) {
+    if (s.batch_sizes[b] != 0) out += fmt::format(" [{}..{}]:{}", 1U << b, (2U << b) - 1, s.batch_sizes[b]);
+  }
+  out += "\n";
+  for (std::size_t d = 0; d < s.devices.size(); ++d) {
+    const auto& dev = s.devices[d];
+    out += fmt::format("device {}: {:9} {} batches ok, {} failed, {} timeouts, {} requests "
+                       "outstanding, batch time {:.3f} ms\n",
+                       d, dev.state, dev.batches_ok, dev.batches_failed, dev.timeouts,
+                       dev.outstanding_requests, static_cast<double>(dev.batch_ns) / 1e6);
+  }
+  return out;
+}
+
+std::string as_json(const batchd::DaemonStatus& s) {
+  std::string devices;
+  for (const auto& dev : s.devices) {
+    devices += fmt::format("{}{{\"state\":\"{}\",\"batches_ok\":{},\"batches_failed\":{},\"timeouts\":{},"
+                           "\"outstanding_requests\":{},\"batch_ns\":{}}}",
+                           devices.empty() ? "" : ",", dev.state, dev.batches_ok, dev.batches_failed,
+                           dev.timeouts, dev.outstanding_requests, dev.batch_ns);
+  }
+  return fmt::format(
+      "{{\"backend\":\"{}\",\"daemon_pid\":{},\"healthy_devices\":{},\"clients\":{},"
+      "\"requests_taken\":{},\"requests_ok\":{},\"requests_failed\":{},\"requests_rejected\":{},"
+      "\"in_flight\":{},\"batches\":{},\"batch_failures\":{},\"batch_sizes\":[{}],\"devices\":[{}]}}",
+      s.backend, s.daemon_pid, s.healthy_devices, s.clients, s.requests_taken, s.requests_ok,
+      s.requests_failed, s.requests_rejected, s.in_flight, s.batches, s.batch_failures,
+      fmt::join(s.batch_sizes, ","), devices);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string socket_path;
+  bool json = false;
+  double watch_s = 0;
+  CLI::App app{"batchctl: the status of a running batchd"};
+  app.add_option("--socket", socket_path, "daemon socket (default: the daemon's default path)");
+  app.add_flag("--json", json, "one JSON object per report");
+  app.add_option("--watch", watch_s, "report again every this many seconds until interrupted");
+  CLI11_PARSE(app, argc, argv);
+
+  batchd::ClientOptions options;
+  options.socket_path = socket_path;
+  options.connect_timeout = std::chrono::milliseconds(1000);
+  batchd::Error error;
+  auto client = batchd::Client::connect(options, &error);
+  if (!client) {
+    std::cerr << "batchctl: " << error.message << '\n';
+    return 1;
+  }
+  for (;;) {
+    const batchd::DaemonStatus status = client->daemon_status();
+    std::cout << (json ? as_json(status) + "\n" : as_text(status)) << std::flush;
+    if (watch_s <= 0 || !client->connected()) break;
+    std::this_thread::sleep_for(std::chrono::duration<double>(watch_s));
+    if (!json) std::cout << '\n';
+  }
+  return 0;
+}
