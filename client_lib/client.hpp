@@ -87,9 +87,11 @@ struct ClientOptions {
 
 class ClientImpl;
 
-// A connection to one daemon and the client's shared-memory segment. Thread-safe: any number of
-// threads may submit through one Client. Non-copyable; destroying it while calls are in
-// progress on other threads is a precondition violation.
+// A connection to the daemon and the client's shared-memory segment. If the daemon dies, the
+// client keeps its pending requests and re-attaches by itself when a daemon serves the socket
+// again; the new daemon runs them. Thread-safe: any number of threads may submit through one
+// Client. Non-copyable; destroying it while calls are in progress on other threads is a
+// precondition violation.
 class Client {
  public:
   // Connects and attaches. On failure returns nullptr and fills *error (daemon unavailable with
@@ -99,14 +101,16 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Sends one request and waits for its answer until `timeout` passes. Any thread.
+  // Sends one request and waits for its answer until `timeout` passes. Any thread. While no
+  // daemon is attached the request waits for one; if its deadline passes before a daemon answers
+  // and its daemon is still gone, the error is kDaemonUnavailable (else kTimeout).
   Result submit(std::string_view input, std::chrono::milliseconds timeout);
 
   using Callback = std::function<void(Result&&)>;
 
   // Sends one request without waiting. On admission returns nothing and `done` is called exactly
   // once, later, from poll(); otherwise returns the error at once and never calls `done`.
-  // Any thread.
+  // Any thread. A daemon restart is handled as for submit().
   std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
                                     Callback done);
 
@@ -115,14 +119,17 @@ class Client {
   // least every few milliseconds while requests are pending (that is what expires timeouts).
   std::size_t poll();
 
-  // An eventfd that becomes readable when asynchronous requests may have finished.
+  // An eventfd that becomes readable when asynchronous requests may have finished, and when the
+  // daemon goes away or a new one is attached.
   [[nodiscard]] int event_fd() const noexcept;
 
-  // Whether the daemon is still there (its control connection is open).
+  // Whether a daemon is attached now: false from a daemon's death until the client re-attaches.
   [[nodiscard]] bool connected() const noexcept;
+  // The attached daemon's limits (the last one's while none is attached).
   [[nodiscard]] std::uint32_t max_input_bytes() const noexcept;
   [[nodiscard]] std::uint32_t slot_count() const noexcept;
-  // What the daemon last published about itself. Any thread.
+  // What the daemon last published about itself (the last daemon, while none is attached).
+  // Any thread.
   [[nodiscard]] DaemonStatus daemon_status() const;
 
  private:

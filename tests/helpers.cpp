@@ -135,6 +135,14 @@ int DaemonProcess::stop() {
   return status;
 }
 
+void DaemonProcess::kill9() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
 std::unique_ptr<Client> connect(const std::string& path) {
   ClientOptions options;
   options.socket_path = path;

@@ -47,6 +47,8 @@ class DaemonProcess {
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
   // Sends SIGTERM and returns the exit status (as from waitpid).
   int stop();
+  // Sends SIGKILL (a crash: no clean-up, no answers for what it holds) and waits for the exit.
+  void kill9();
 
  private:
   pid_t pid_ = -1;
