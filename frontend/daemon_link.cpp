@@ -68,16 +68,6 @@ bool DaemonLink::adopt() {
   return true;
 }
 
-void DaemonLink::retire() {
-  client_.reset();
-  {
-    std::lock_guard lock(mu_);
-    last_error_ = "the daemon went away; attaching again";
-  }
-  spdlog::warn("batchd-http: the daemon went away; attaching again");
-  start_connector();
-}
-
 std::string DaemonLink::last_error() const {
   std::lock_guard lock(mu_);
   return last_error_;

@@ -1,7 +1,7 @@
 // One event loop's attachment to the daemon. Client::connect blocks (up to its connect timeout),
 // and a loop must never block, so a background thread does the connecting and hands the attached
-// client over; the loop serves 503s meanwhile. The same happens again when the daemon goes away,
-// so the front-end may start before the daemon and survives its restarts.
+// client over; the loop serves 503s meanwhile, so the front-end may start before the daemon.
+// Once attached, the client itself re-attaches across daemon restarts.
 #pragma once
 
 #include <condition_variable>
@@ -27,9 +27,6 @@ class DaemonLink {
   [[nodiscard]] Client* client() noexcept { return client_.get(); }
   // Takes the client the connector attached, if there is one; true if it did.
   bool adopt();
-  // Drops a client whose daemon went away and starts attaching again. Precondition: poll() has
-  // run since connected() turned false, so no callback of the old client is still owed.
-  void retire();
   // Why the last attempt failed, for /readyz.
   [[nodiscard]] std::string last_error() const;
   [[nodiscard]] const std::string& socket_path() const noexcept { return options_.socket_path; }

@@ -36,7 +36,9 @@ void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
   }
   const SubmitAction& submit = std::get<SubmitAction>(action);
   Client* client = link_.client();
-  if (client == nullptr || !client->connected()) {
+  // A client between daemons still takes requests: they run once it re-attaches, or get 503 at
+  // their deadline. Only a loop that never attached answers 503 at once.
+  if (client == nullptr) {
     answer(conn, seq,
            error_response(503, "daemon_unavailable", "not attached to the batchd daemon: " + link_.last_error(), 1),
            now_ns_);
@@ -98,16 +100,10 @@ void EventLoop::poll_daemon() {
   Client* client = link_.client();
   if (client == nullptr) return;
   client->poll();
-  if (client->connected()) {
-    post_daemon_event();
-    return;
-  }
-  // The daemon went away. Its client signals the eventfd when that happens, so a posted read
-  // completes soon; the client is dropped only then, when nothing in the ring refers to it.
-  if (daemon_event_posted_) return;
-  client->poll();  // now certainly after the client saw the loss: every owed callback runs
-  metrics_.set_attached(false);
-  link_.retire();
+  // The client re-attaches by itself when the daemon restarts and keeps what it owes meanwhile
+  // (each request is answered, at the latest by its deadline), so it is kept across an outage.
+  metrics_.set_attached(client->connected());
+  post_daemon_event();
 }
 
 Readiness EventLoop::readiness() {
