@@ -131,6 +131,7 @@ struct Request {
 
 struct AsyncRequest : Request {
   Client::Callback done;
+  std::uint64_t id = 0;  // for cancel()
 };
 
 Result Segment::read_result(std::uint32_t slot) const {
@@ -231,7 +232,8 @@ class ClientImpl {
 
   Result submit(std::string_view input, std::chrono::milliseconds timeout);
   std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
-                                    Client::Callback done);
+                                    Client::Callback done, std::uint64_t* id);
+  void cancel(std::uint64_t id);
   std::size_t poll();
 
   [[nodiscard]] int event_fd() const noexcept { return event_fd_.get(); }
@@ -274,6 +276,7 @@ class ClientImpl {
   mutable std::mutex mu_;  // serializes the rings' producers and all the bookkeeping below
   std::shared_ptr<Segment> current_;
   std::vector<AsyncRequest> async_;
+  std::uint64_t next_async_id_ = 0;  // guarded by mu_
   std::uint64_t epoch_ = 1;  // the monitor's alone
 
   std::vector<std::pair<Client::Callback, Result>> finished_;  // poll()'s scratch
@@ -591,15 +594,32 @@ Result ClientImpl::expire_locked(Request& request, std::chrono::milliseconds tim
 
 std::optional<Error> ClientImpl::submit_async(std::string_view input,
                                               std::chrono::milliseconds timeout,
-                                              Client::Callback done) {
+                                              Client::Callback done, std::uint64_t* id) {
   if (auto bad = check_input(input)) return bad;
   AsyncRequest request;
   request.deadline_ns = shm::monotonic_ns() + timeout.count() * 1'000'000;
   request.done = std::move(done);
   std::lock_guard lock(mu_);
   if (auto bad = enqueue_locked(input, Use::kAsync, request)) return bad;
+  request.id = ++next_async_id_;
+  if (id != nullptr) *id = request.id;
   async_.push_back(std::move(request));
   return std::nullopt;
+}
+
+void ClientImpl::cancel(std::uint64_t id) {
+  {
+    std::lock_guard lock(mu_);
+    for (AsyncRequest& request : async_) {
+      if (request.id != id) continue;
+      // Settled by the next poll(), which releases the slot and so withdraws the request from
+      // the daemon if it has not taken it yet.
+      if (!request.failure) request.failure = Error{ErrorCode::kCancelled, "withdrawn by the caller"};
+      break;
+    }
+  }
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(event_fd_.get(), &one, sizeof(one));
 }
 
 // Settles an async request if it is answered, failed or past its deadline.
@@ -711,9 +731,10 @@ Result Client::submit(std::string_view input, std::chrono::milliseconds timeout)
   return impl_->submit(input, timeout);
 }
 std::optional<Error> Client::submit_async(std::string_view input, std::chrono::milliseconds timeout,
-                                          Callback done) {
-  return impl_->submit_async(input, timeout, std::move(done));
+                                          Callback done, std::uint64_t* id) {
+  return impl_->submit_async(input, timeout, std::move(done), id);
 }
+void Client::cancel(std::uint64_t id) { impl_->cancel(id); }
 std::size_t Client::poll() { return impl_->poll(); }
 int Client::event_fd() const noexcept { return impl_->event_fd(); }
 bool Client::connected() const noexcept { return impl_->connected(); }

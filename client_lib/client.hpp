@@ -112,7 +112,13 @@ class Client {
   // once, later, from poll(); otherwise returns the error at once and never calls `done`.
   // Any thread. A daemon restart is handled as for submit().
   std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
-                                    Callback done);
+                                    Callback done, std::uint64_t* id = nullptr);
+
+  // Withdraws an asynchronous request whose caller no longer wants the answer (an HTTP caller
+  // that hung up): if the daemon has not taken it yet, it never runs. Its callback still comes,
+  // once, from the next poll(), with `cancelled`. `id` is what submit_async gave; unknown or
+  // finished ids are ignored. Any thread.
+  void cancel(std::uint64_t id);
 
   // Calls the callbacks of finished asynchronous requests (answered, timed out or failed) and
   // returns how many. Call from one thread at a time, whenever event_fd() is readable and at

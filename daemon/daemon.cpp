@@ -432,6 +432,12 @@ bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
     reject(request, shm::WireStatus::kTimeout, "deadline passed before the request was batched");
     return false;
   }
+  // Still withdrawable while it waits here: only a batch makes a request claimed.
+  const shm::RequestSlotHeader& header = *request.session->view().request_slot(taken.slot);
+  if (header.cancel_generation.load(std::memory_order_relaxed) == taken.generation) {
+    reject(request, shm::WireStatus::kCancelled, "request withdrawn by the client");
+    return false;
+  }
   const std::size_t start = batch.input_bytes.size();
   batch.input_bytes.resize(start + taken.input_bytes);
   // Copy first, check the copy: the client may still be scribbling on its slot.

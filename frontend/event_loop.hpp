@@ -74,6 +74,8 @@ class EventLoop final : private ApiContext {
   void begin_close(Conn& conn);
   void abort(Conn& conn);
   void release(Conn& conn);
+  // The caller is gone: its requests the daemon has not taken yet are withdrawn.
+  void withdraw_owed(Conn& conn);
   void check_timeouts(Conn& conn);
   void mark_dirty(Conn& conn);
   Conn* lookup(std::uint32_t index, std::uint32_t generation) noexcept;

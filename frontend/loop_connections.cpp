@@ -204,6 +204,7 @@ void EventLoop::begin_close(Conn& conn) {
 void EventLoop::abort(Conn& conn) {
   if (conn.state == Conn::State::kClosing) return;
   conn.state = Conn::State::kClosing;
+  withdraw_owed(conn);
   ::shutdown(conn.fd, SHUT_RDWR);  // completes a receive or send still in the ring
   if (conn.recv_armed && !conn.recv_cancel_sent) {
     io_uring_sqe* entry = sqe();
@@ -215,6 +216,7 @@ void EventLoop::abort(Conn& conn) {
 }
 
 void EventLoop::release(Conn& conn) {
+  withdraw_owed(conn);
   const std::uint32_t index = conn.index;
   ::close(conn.fd);
   context_.metrics->connection_closed();

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <ctime>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "frontend/event_loop.hpp"
 
@@ -60,6 +62,9 @@ struct EventLoop::Conn {
   std::int64_t send_started_ns = 0;   // when the write in the ring was posted
   std::int64_t linger_deadline_ns = 0;
   std::unique_ptr<char[]> basic_buffer;  // basic mode's receive buffer
+  // Requests submitted for this connection and not yet answered: (pipeline seq, client request
+  // id). Withdrawn from the daemon if the connection goes first.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> owed;
 
   [[nodiscard]] std::uint64_t user_data(Op op) const noexcept {
     return pack_user_data(static_cast<std::uint8_t>(op), index, generation);

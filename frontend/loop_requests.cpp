@@ -45,12 +45,15 @@ void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
     return;
   }
   const Answer target{this, conn.index, conn.generation, seq, now_ns_, submit.format};
+  std::uint64_t id = 0;
   std::optional<Error> refused = client->submit_async(
-      submit.input, submit.timeout, [target](Result&& result) { target.loop->on_answer(target, std::move(result)); });
+      submit.input, submit.timeout, [target](Result&& result) { target.loop->on_answer(target, std::move(result)); },
+      &id);
   if (refused) {
     answer(conn, seq, response_for_error(*refused), now_ns_);
     return;
   }
+  conn.owed.emplace_back(seq, id);
   ++answers_owed_;
   metrics_.add_in_flight(1);
 }
@@ -66,10 +69,19 @@ void EventLoop::on_answer(const Answer& target, Result&& result) {
   metrics_.add_in_flight(-1);
   Conn* conn = lookup(target.index, target.generation);
   if (conn == nullptr || conn->state == Conn::State::kClosing) {
-    metrics_.answer_dropped();  // the caller left; nothing else to undo
+    metrics_.answer_dropped();  // the caller left; its request was withdrawn if still unclaimed
     return;
   }
+  std::erase_if(conn->owed, [&](const auto& owed) { return owed.first == target.seq; });
   answer(*conn, target.seq, response_for_result(std::move(result), target.format), target.started_ns);
+}
+
+void EventLoop::withdraw_owed(Conn& conn) {
+  Client* client = link_.client();
+  if (client != nullptr) {
+    for (const auto& [seq, id] : conn.owed) client->cancel(id);
+  }
+  conn.owed.clear();
 }
 
 void EventLoop::post_daemon_event() {

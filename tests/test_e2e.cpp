@@ -221,3 +221,36 @@ TEST_CASE("the sim backend's flags: varying-length answers and a poison input") 
   CHECK(bad.error().message.find("poison") != std::string::npos);
   CHECK(client->submit("fine", 5s).ok());
 }
+
+TEST_CASE("a plug-in that returns the wrong count or fails its call gives clear errors, no crash") {
+  const char* dir = std::getenv("BATCHD_TEST_PLUGIN_DIR");
+  REQUIRE(dir != nullptr);
+  SUBCASE("the wrong number of results") {
+    const std::string path = test::temp_socket_path();
+    test::DaemonProcess daemon(path, {"--backend", std::string("plugin:") + dir + "/wrong_count.so",
+                                      "--max-wait-ms", "0"});
+    auto client = connect_to(path);
+    REQUIRE(client);
+    for (int i = 0; i < 3; ++i) {
+      Result r = client->submit("anything " + std::to_string(i), 5s);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.error().code == ErrorCode::kBackendError);
+      CHECK(r.error().message.find("results for") != std::string::npos);
+    }
+    CHECK(daemon.stop() == 0);  // still alive, and stops cleanly
+  }
+  SUBCASE("a call that fails with an error") {
+    const std::string path = test::temp_socket_path();
+    test::DaemonProcess daemon(path, {"--backend", std::string("plugin:") + dir + "/failing.so",
+                                      "--max-wait-ms", "0"});
+    auto client = connect_to(path);
+    REQUIRE(client);
+    Result bad = client->submit("fail", 5s);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.error().code == ErrorCode::kBackendError);
+    CHECK(bad.error().message.find("refusing this batch") != std::string::npos);
+    Result good = client->submit("fine", 5s);
+    CHECK(good.ok());
+    CHECK(daemon.stop() == 0);
+  }
+}
