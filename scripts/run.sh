@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Quick start: set up, build, and run batchd in the foreground on the cpu backend.
-# Extra arguments go to batchd (for example --max-wait-ms 5 or --socket PATH).
+# Quick start: set up, build, and run batchd in the foreground on the cpu backend, with its HTTP
+# front-end batchd-http beside it on 127.0.0.1:8080 (HTTP_LISTEN overrides). Extra arguments go
+# to batchd (for example --max-wait-ms 5 or --socket PATH). Ctrl-C stops both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -23,7 +24,13 @@ if [ -z "$socket" ]; then
   fi
   args+=(--socket "$socket")
 fi
-echo "batchd: socket $socket (Ctrl-C stops it)"
+listen=${HTTP_LISTEN:-127.0.0.1:8080}
+# The front-end attaches whenever the daemon is up, so it may start first.
+build-release/frontend/batchd-http --listen "$listen" --socket "$socket" --workers 1 &
+http_pid=$!
+trap 'kill "$http_pid" 2>/dev/null; wait "$http_pid" 2>/dev/null' EXIT
+echo "batchd: socket $socket, HTTP on $listen (Ctrl-C stops both)"
 echo "send it a request:  build-release/tools/batchd-send --socket $socket 'hello'"
+echo "over HTTP:          curl -s http://$listen/v1/batchstring -d '{\"input\": \"hello\"}'"
 echo "load it:            build-release/tools/batchd-stress --socket $socket --rate 10000 --duration 10"
-exec build-release/daemon/batchd --backend cpu "${args[@]}"
+build-release/daemon/batchd --backend cpu "${args[@]}"
