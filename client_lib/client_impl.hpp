@@ -1,0 +1,103 @@
+// The client library's implementation behind batchd::Client: submission and answers
+// (client.cpp) and the monitor that re-attaches to a restarted daemon (client_reattach.cpp).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "client_lib/client.hpp"
+#include "client_lib/client_segment.hpp"
+#include "shm/fd.hpp"
+
+namespace batchd {
+
+namespace client_detail {
+
+// A sleeping caller re-checks its request this often, so a daemon that vanishes is noticed even
+// if the monitor's wake raced with the caller going to sleep.
+constexpr std::int64_t kWaitSliceNs = 100'000'000;
+// While no daemon is attached a sync caller also looks at its old slot this often: a daemon that
+// stops cleanly may still answer there after it closed the connection.
+constexpr std::int64_t kDetachedPollNs = 10'000'000;
+// Each reattach try waits this long for a daemon, then the monitor rests kReattachRestMs (and
+// checks for shutdown) before the next try.
+constexpr auto kReattachTry = std::chrono::milliseconds(100);
+constexpr int kReattachRestMs = 20;
+
+}  // namespace client_detail
+
+using namespace client_detail;  // NOLINT: this header is the library's own, never installed
+
+class ClientImpl {
+ public:
+  ClientImpl(std::shared_ptr<Segment> segment, shm::UniqueFd event_fd, const ClientOptions& options,
+             std::string socket_path);
+  ~ClientImpl();
+
+  Result submit(std::string_view input, std::chrono::milliseconds timeout);
+  std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
+                                    Client::Callback done, std::uint64_t* id);
+  void cancel(std::uint64_t id);
+  std::size_t poll();
+
+  [[nodiscard]] int event_fd() const noexcept { return event_fd_.get(); }
+  [[nodiscard]] bool connected() const noexcept { return attached_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::uint32_t max_input_bytes() const noexcept {
+    return max_input_bytes_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint32_t slot_count() const noexcept { return slot_count_.load(std::memory_order_relaxed); }
+  [[nodiscard]] DaemonStatus daemon_status() const;
+
+ private:
+  std::optional<Error> check_input(std::string_view input) const;
+  // Claims a slot in the current segment, writes the request and, while a daemon is attached,
+  // publishes it. Fills `request.at`.
+  std::optional<Error> enqueue_locked(std::string_view input, Use use, Request& request);
+  std::uint32_t write_slot_locked(Segment& seg, std::uint32_t slot, const void* input,
+                                  std::uint32_t bytes, std::int64_t deadline_ns, Use use) noexcept;
+  bool publish_locked(Segment& seg, std::uint32_t slot) noexcept;
+  // Gives the slot a request holds back: free at once if no daemon can still write it, else
+  // withdrawn and reused once the daemon answers it.
+  void release_locked(const Location& at) noexcept;
+  Result wait_sync(Request& request, std::chrono::milliseconds timeout);
+  Result finish_sync(Request& request, const Location& at);
+  Result expire_locked(Request& request, std::chrono::milliseconds timeout);
+  std::optional<Result> settle_locked(AsyncRequest& request, std::int64_t now_ns);
+
+  void monitor() noexcept;
+  bool wait_for_hangup(int connection) noexcept;
+  void mark_gone(Segment& seg) noexcept;
+  std::shared_ptr<Segment> reattach() noexcept;
+  void install(std::shared_ptr<Segment> fresh) noexcept;
+  void move_requests_locked(Segment& old, const std::shared_ptr<Segment>& fresh) noexcept;
+  void move_one_locked(Request& request, Use use, const std::shared_ptr<Segment>& fresh) noexcept;
+
+  ClientOptions options_;
+  std::string socket_path_;
+  shm::UniqueFd event_fd_;
+  shm::UniqueFd stop_fd_;  // tells the monitor thread to exit
+
+  mutable std::mutex mu_;  // serializes the rings' producers and all the bookkeeping below
+  std::shared_ptr<Segment> current_;
+  std::vector<AsyncRequest> async_;
+  std::uint64_t next_async_id_ = 0;  // guarded by mu_
+  std::uint64_t epoch_ = 1;  // the monitor's alone
+
+  std::vector<std::pair<Client::Callback, Result>> finished_;  // poll()'s scratch
+  std::atomic<bool> attached_{true};
+  std::atomic<std::uint32_t> max_input_bytes_{0}, slot_count_{0};
+  // Bumped (under mu_) by every reattach; a process-local futex word that callers whose daemon
+  // is gone sleep on.
+  std::atomic<std::uint32_t> reattach_seq_{0};
+  std::thread monitor_;
+};
+
+}  // namespace batchd

@@ -1,0 +1,133 @@
+#include "client_lib/client_segment.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "shm/futex.hpp"
+#include "shm/layout.hpp"
+#include "shm/memfd_region.hpp"
+
+namespace batchd::client_detail {
+
+Result result_from_wire(shm::WireStatus status, std::string payload) {
+  switch (status) {
+    case shm::WireStatus::kOk: return Result::success(std::move(payload));
+    case shm::WireStatus::kTooLarge: return Result::failure(ErrorCode::kTooLarge, std::move(payload));
+    case shm::WireStatus::kInvalidUtf8:
+      return Result::failure(ErrorCode::kInvalidUtf8, std::move(payload));
+    case shm::WireStatus::kTimeout: return Result::failure(ErrorCode::kTimeout, std::move(payload));
+    case shm::WireStatus::kOverloaded:
+      return Result::failure(ErrorCode::kOverloaded, std::move(payload));
+    case shm::WireStatus::kBackendError:
+      return Result::failure(ErrorCode::kBackendError, std::move(payload));
+    case shm::WireStatus::kCancelled: return Result::failure(ErrorCode::kCancelled, std::move(payload));
+    case shm::WireStatus::kBackendUnavailable:
+      return Result::failure(ErrorCode::kBackendUnavailable, std::move(payload));
+  }
+  return Result::failure(ErrorCode::kProtocolError,
+                         fmt::format("daemon wrote unknown status {}", static_cast<unsigned>(status)));
+}
+
+void signal_eventfd(int fd) noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
+}
+
+
+Result Segment::read_result(std::uint32_t slot) const {
+  const shm::CompletionSlotHeader& header = *view.completion_slot(slot);
+  const std::uint32_t bytes = header.output_bytes;
+  if (bytes > view.geometry().params.max_output_bytes) {
+    return Result::failure(ErrorCode::kProtocolError,
+                           fmt::format("daemon wrote an answer of {} bytes into a {}-byte slot", bytes,
+                                       view.geometry().params.max_output_bytes));
+  }
+  std::string payload(reinterpret_cast<const char*>(view.completion_output(slot)), bytes);
+  return result_from_wire(static_cast<shm::WireStatus>(header.status), std::move(payload));
+}
+
+void Segment::ring_doorbell_if_sleeping() const noexcept {
+  // seq_cst after the seq_cst tail store: pairs with the drain loop raising drain_sleeping and
+  // then re-reading the rings, so either it sees this request or this sees it asleep.
+  if (status->drain_sleeping.load(std::memory_order_seq_cst) != 0) signal_eventfd(doorbell_fd.get());
+}
+
+bool Segment::reclaim_abandoned() noexcept {
+  bool any = false;
+  for (std::size_t i = 0; i < abandoned.size();) {
+    const std::uint32_t slot = abandoned[i];
+    if (slot_done(slot, slots[slot].generation)) {
+      slots[slot].use = Use::kFree;
+      free.push_back(slot);
+      abandoned[i] = abandoned.back();
+      abandoned.pop_back();
+      any = true;
+    } else {
+      ++i;
+    }
+  }
+  return any;
+}
+
+// Maps the regions of a fresh attachment and checks the daemon's header.
+namespace {
+
+bool map_segment(Segment& seg, Error& error) {
+  const std::int64_t req_bytes = shm::file_bytes(seg.request_fd.get());
+  const std::int64_t comp_bytes = shm::file_bytes(seg.completion_fd.get());
+  const std::int64_t status_bytes = shm::file_bytes(seg.status_fd.get());
+  if (req_bytes < static_cast<std::int64_t>(sizeof(shm::SegmentHeader)) || comp_bytes <= 0 ||
+      status_bytes < static_cast<std::int64_t>(shm::kStatusPageBytes)) {
+    error = {ErrorCode::kProtocolError, "daemon sent segment files too small to hold a header"};
+    return false;
+  }
+  seg.request_map = shm::map_fd(seg.request_fd.get(), static_cast<std::uint64_t>(req_bytes), true);
+  // Read-only: the daemon sealed this region against writable mappings.
+  seg.completion_map = shm::map_fd(seg.completion_fd.get(), static_cast<std::uint64_t>(comp_bytes), false);
+  seg.status_map = shm::map_fd(seg.status_fd.get(), shm::kStatusPageBytes, false);
+  shm::SegmentHeader header{};
+  std::memcpy(&header, seg.request_map.get_address(), sizeof(header));
+  shm::Geometry geometry;
+  std::string why;
+  if (!shm::validate_header(header, static_cast<std::uint64_t>(req_bytes),
+                            static_cast<std::uint64_t>(comp_bytes), geometry, why)) {
+    error = {ErrorCode::kProtocolError, "daemon's segment refused: " + why};
+    return false;
+  }
+  seg.view = shm::SegmentView(geometry, seg.request_map.get_address(), seg.completion_map.get_address());
+  seg.status = static_cast<const shm::DaemonStatusPage*>(seg.status_map.get_address());
+  return true;
+}
+
+// Builds the Segment of a fresh attachment, or returns nullptr and says why in `error`.
+}  // namespace
+
+std::shared_ptr<Segment> make_segment(Attachment attachment, std::uint64_t epoch, Error& error) {
+  try {
+    auto seg = std::make_shared<Segment>();
+    seg->epoch = epoch;
+    seg->connection = std::move(attachment.connection);
+    seg->request_fd = std::move(attachment.fds[shm::kRequestRegionFd]);
+    seg->completion_fd = std::move(attachment.fds[shm::kCompletionRegionFd]);
+    seg->doorbell_fd = std::move(attachment.fds[shm::kDoorbellFd]);
+    seg->status_fd = std::move(attachment.fds[shm::kStatusPageFd]);
+    if (!map_segment(*seg, error)) return nullptr;
+    const std::uint32_t slots = seg->view.slot_count();
+    seg->producer = shm::RingProducer(seg->view.ring_tail(), seg->view.ring_entries(),
+                                      seg->view.completion_header(), slots);
+    seg->slots.resize(slots);
+    seg->free.reserve(slots);
+    seg->abandoned.reserve(slots);
+    for (std::uint32_t i = slots; i-- > 0;) seg->free.push_back(i);
+    return seg;
+  } catch (const std::exception& e) {
+    error = {ErrorCode::kProtocolError, std::string("cannot map the daemon's segment: ") + e.what()};
+    return nullptr;
+  }
+}
+
+}  // namespace batchd::client_detail

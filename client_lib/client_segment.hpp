@@ -1,0 +1,92 @@
+// The client's side of one attachment to one daemon: the mapped segment and the bookkeeping of
+// its slots, plus where each submitted request lives. A client holds the current attachment and
+// keeps a replaced one alive while a request still reads an answer from it.
+#pragma once
+
+#include <boost/interprocess/mapped_region.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client_lib/attach.hpp"
+#include "client_lib/client.hpp"
+#include "shm/fd.hpp"
+#include "shm/ring.hpp"
+#include "shm/segment_view.hpp"
+#include "shm/status_page.hpp"
+
+namespace batchd::client_detail {
+
+// What a slot is used for.
+enum class Use : std::uint8_t { kFree, kSync, kAsync, kAbandoned };
+
+struct Request;
+
+// The client's bookkeeping for one slot of one segment.
+struct SlotState {
+  std::uint32_t generation = 0;
+  Use use = Use::kFree;
+  bool pushed = false;          // published through the ring (a daemon may hold it)
+  Request* waiter = nullptr;    // the sync caller's request, so a reattach can move it
+};
+
+// Everything that belongs to one attachment to one daemon. A client holds the current one and
+// keeps a replaced one alive while a request still reads an answer from it.
+struct Segment {
+  std::uint64_t epoch = 0;  // 1 for the first attachment, +1 per reattach
+  shm::UniqueFd connection, request_fd, completion_fd, doorbell_fd, status_fd;
+  boost::interprocess::mapped_region request_map, completion_map, status_map;
+  shm::SegmentView view;
+  const shm::DaemonStatusPage* status = nullptr;
+  // Set by the monitor once the daemon's connection closed; never cleared.
+  std::atomic<bool> dead{false};
+
+  // Guarded by ClientImpl::mu_.
+  shm::RingProducer producer;
+  std::vector<SlotState> slots;
+  std::vector<std::uint32_t> free, abandoned;
+
+  [[nodiscard]] std::uint32_t max_input_bytes() const noexcept {
+    return view.geometry().params.max_input_bytes;
+  }
+  [[nodiscard]] bool slot_done(std::uint32_t slot, std::uint32_t generation) const noexcept {
+    return view.completion_slot(slot)->state.load(std::memory_order_acquire) ==
+           shm::make_state(generation, shm::SlotPhase::kDone);
+  }
+  [[nodiscard]] Result read_result(std::uint32_t slot) const;
+  void ring_doorbell_if_sleeping() const noexcept;
+  [[nodiscard]] bool reclaim_abandoned() noexcept;
+};
+
+// Where a request lives now. The monitor rewrites it (under the client's mutex) when it moves
+// the request to a new daemon's segment.
+struct Location {
+  std::shared_ptr<Segment> segment;
+  std::uint32_t slot = 0;
+  std::uint32_t generation = 0;
+};
+
+// One submitted request: on a sync caller's stack, or in the client's async list.
+struct Request {
+  Location at;
+  std::int64_t deadline_ns = 0;
+  std::optional<Error> failure;  // set when a reattach could not move it
+};
+
+struct AsyncRequest : Request {
+  Client::Callback done;
+  std::uint64_t id = 0;  // for cancel()
+};
+
+// The Result a completion slot's status and payload mean.
+Result result_from_wire(shm::WireStatus status, std::string payload);
+// Adds one to an eventfd (wakes whoever reads or polls it).
+void signal_eventfd(int fd) noexcept;
+// Maps and checks the segment an attach handed over; nullptr with `error` if it is unusable.
+std::shared_ptr<Segment> make_segment(Attachment attachment, std::uint64_t epoch, Error& error);
+
+}  // namespace batchd::client_detail
