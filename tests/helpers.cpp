@@ -84,8 +84,6 @@ std::string daemon_binary() {
   return env;
 }
 
-namespace {
-
 pid_t spawn(std::vector<std::string> argv_storage) {
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());
@@ -97,7 +95,6 @@ pid_t spawn(std::vector<std::string> argv_storage) {
   return pid;
 }
 
-}  // namespace
 
 int run_to_exit(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
   const pid_t pid = spawn(argv);

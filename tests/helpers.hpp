@@ -32,6 +32,9 @@ std::string random_utf8(std::mt19937_64& rng, std::size_t bytes);
 // The batchd binary built next to the tests (BATCHD_BIN, set by meson).
 std::string daemon_binary();
 
+// Starts argv[0] (a path) with argv and this process's environment; throws if it cannot.
+pid_t spawn(std::vector<std::string> argv);
+
 // Runs argv to its end and returns its waitpid status; kills it (and fails) after timeout.
 int run_to_exit(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
 

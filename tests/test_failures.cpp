@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 #include <dirent.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,7 +15,6 @@
 #include "kernels/reference_batchstring.hpp"
 #include "tests/helpers.hpp"
 
-extern char** environ;
 
 using namespace batchd;
 using namespace std::chrono_literals;
@@ -46,12 +44,7 @@ pid_t spawn_victim(const std::string& socket, unsigned seed) {
   REQUIRE(stress != nullptr);
   std::vector<std::string> args{stress, "--socket", socket, "--threads", "4", "--duration", "30",
                                 "--quiet", "--input-bytes", "0:2048", "--seed", std::to_string(seed)};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  REQUIRE(::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) == 0);
-  return pid;
+  return test::spawn(std::move(args));
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,7 +25,6 @@
 #include "frontend/http_response.hpp"
 #include "kernels/reference_batchstring.hpp"
 
-extern char** environ;
 
 namespace batchd::test {
 
@@ -39,17 +37,6 @@ std::string http_binary() {
 }
 
 namespace {
-
-pid_t spawn_process(std::vector<std::string> argv_storage) {
-  std::vector<char*> argv;
-  for (auto& a : argv_storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (const int rc = ::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ); rc != 0) {
-    throw std::runtime_error("cannot start " + argv_storage[0] + ": " + std::strerror(rc));
-  }
-  return pid;
-}
 
 std::optional<std::uint16_t> read_port(const std::string& path) {
   std::ifstream in(path);
@@ -66,7 +53,7 @@ FrontendProcess::FrontendProcess(const std::string& daemon_socket, const std::ve
   std::vector<std::string> argv{http_binary(), "--socket", daemon_socket, "--listen", "127.0.0.1:0",
                                 "--port-file", port_file, "--log-level", "warn"};
   argv.insert(argv.end(), args.begin(), args.end());
-  pid_ = spawn_process(std::move(argv));
+  pid_ = spawn(std::move(argv));
   std::optional<std::uint16_t> port;
   const bool listening = eventually(
       [&] {
