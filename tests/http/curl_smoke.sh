@@ -36,5 +36,8 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "$base/healthz"); [ "$code" = 200 
 code=$(curl -s -o /dev/null -w '%{http_code}' "$base/readyz"); [ "$code" = 200 ] || fail "readyz $code"
 code=$(curl -s -o /dev/null -w '%{http_code}' "$base/nowhere"); [ "$code" = 404 ] || fail "404: $code"
 code=$(curl -s -o /dev/null -w '%{http_code}' -d 'not json' "$base/v1/batchstring"); [ "$code" = 400 ] || fail "400: $code"
-curl -sS "$base/metrics" | grep -q '^batchd_http_requests_total{code="200"} [1-9]' || fail "metrics"
+# Captured first: grep -q would exit at the first match and, under pipefail, curl's broken pipe
+# would fail the check.
+metrics=$(curl -sS --fail-with-body "$base/metrics")
+grep -q '^batchd_http_requests_total{code="200"} [1-9]' <<<"$metrics" || fail "metrics: $(grep batchd_http_requests_total <<<"$metrics" | head -3)"
 echo "curl smoke: ok"
