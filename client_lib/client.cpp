@@ -11,7 +11,9 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "client_lib/attach.hpp"
 #include "shm/attach_protocol.hpp"
@@ -44,6 +46,9 @@ ClientImpl::ClientImpl(std::shared_ptr<Segment> segment, shm::UniqueFd event_fd,
     : options_(options), socket_path_(std::move(socket_path)), event_fd_(std::move(event_fd)),
       stop_fd_(::eventfd(0, EFD_CLOEXEC)), current_(std::move(segment)) {
   max_input_bytes_.store(current_->max_input_bytes(), std::memory_order_relaxed);
+  max_spinners_ = options_.max_spinning_callers != 0
+                      ? options_.max_spinning_callers
+                      : std::max(1U, std::thread::hardware_concurrency() / 2);
   slot_count_.store(current_->view.slot_count(), std::memory_order_relaxed);
   async_.reserve(current_->view.slot_count());
   finished_.reserve(current_->view.slot_count());
@@ -155,6 +160,11 @@ Result ClientImpl::submit(std::string_view input, std::chrono::milliseconds time
 // Waits for the request wherever it lives: in its segment's slot while that daemon is alive, or
 // for the next reattach (which moves it) while none is attached.
 Result ClientImpl::wait_sync(Request& request, std::chrono::milliseconds timeout) {
+  sync_waiters_.fetch_add(1, std::memory_order_relaxed);
+  struct Leave {
+    std::atomic<unsigned>& waiters;
+    ~Leave() { waiters.fetch_sub(1, std::memory_order_relaxed); }
+  } leave{sync_waiters_};
   std::int64_t spin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.spin).count();
   for (;;) {
     Location at;
@@ -181,12 +191,22 @@ Result ClientImpl::wait_sync(Request& request, std::chrono::milliseconds timeout
       continue;
     }
     const std::uint32_t done_state = shm::make_state(at.generation, shm::SlotPhase::kDone);
-    (void)shm::wait_for_change(seg.view.completion_slot(at.slot)->state,
-                               seg.view.request_slot(at.slot)->notify, shm::kNotifyFutex, spin_ns,
-                               slice_end, [&](std::uint32_t s) {
-                                 return s == done_state || seg.dead.load(std::memory_order_seq_cst);
-                               });
-    spin_ns = 0;
+    const auto done = [&](std::uint32_t s) {
+      return s == done_state || seg.dead.load(std::memory_order_seq_cst);
+    };
+    const std::atomic<std::uint32_t>& state = seg.view.completion_slot(at.slot)->state;
+    if (spin_ns > 0) {
+      bool answered = false;
+      if (spinners_.fetch_add(1, std::memory_order_relaxed) < max_spinners_ &&
+          sync_waiters_.load(std::memory_order_relaxed) <= max_spinners_) {
+        answered = shm::spin_until_done(state, spin_ns, done);
+      }
+      spinners_.fetch_sub(1, std::memory_order_relaxed);
+      spin_ns = 0;
+      if (answered) continue;
+    }
+    (void)shm::wait_for_change(state, seg.view.request_slot(at.slot)->notify, shm::kNotifyFutex, 0,
+                               slice_end, done);
   }
 }
 

@@ -97,6 +97,9 @@ class ClientImpl {
   // Bumped (under mu_) by every reattach; a process-local futex word that callers whose daemon
   // is gone sleep on.
   std::atomic<std::uint32_t> reattach_seq_{0};
+  unsigned max_spinners_ = 1;              // options_.max_spinning_callers, resolved
+  std::atomic<unsigned> spinners_{0};      // sync callers spinning now (or about to)
+  std::atomic<unsigned> sync_waiters_{0};  // sync callers inside wait_sync
   std::thread monitor_;
 };
 

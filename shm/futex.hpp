@@ -31,18 +31,24 @@ inline void store_and_wake(std::atomic<std::uint32_t>& word, std::uint32_t value
 
 // Waits until done(word) holds or the deadline passes: spins for spin_ns first (cheap when the
 // answer is near), then flags itself in `notify` and sleeps in FUTEX_WAIT. Returns whether done.
+// Spins until done(word) holds, for spin_ns at most. Returns whether done.
 template <class Done>
-bool wait_for_change(const std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& notify,
-                     std::uint32_t waiter_bit, std::int64_t spin_ns, std::int64_t deadline_ns,
-                     Done done) noexcept {
+bool spin_until_done(const std::atomic<std::uint32_t>& word, std::int64_t spin_ns, Done done) noexcept {
   const std::int64_t spin_until = monotonic_ns() + spin_ns;
   for (unsigned i = 0;; ++i) {
     if (done(word.load(std::memory_order_acquire))) return true;
-    if ((i & 63U) == 63U && monotonic_ns() >= spin_until) break;
+    if ((i & 63U) == 63U && monotonic_ns() >= spin_until) return false;
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
   }
+}
+
+template <class Done>
+bool wait_for_change(const std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& notify,
+                     std::uint32_t waiter_bit, std::int64_t spin_ns, std::int64_t deadline_ns,
+                     Done done) noexcept {
+  if (spin_ns > 0 && spin_until_done(word, spin_ns, done)) return true;
   const std::uint32_t base = notify.load(std::memory_order_relaxed) & ~waiter_bit;
   notify.store(base | waiter_bit, std::memory_order_seq_cst);
   bool finished = false;
