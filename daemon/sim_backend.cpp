@@ -9,23 +9,6 @@
 
 namespace batchd {
 
-std::string sim_expected_output(std::string_view input, unsigned repeat) {
-  std::string reversed;
-  reversed.reserve(input.size());
-  // Walk code points from the end: a code point starts at any byte that is not 10xxxxxx.
-  std::size_t end = input.size();
-  while (end > 0) {
-    std::size_t start = end - 1;
-    while (start > 0 && (static_cast<unsigned char>(input[start]) & 0xC0) == 0x80) --start;
-    reversed.append(input.substr(start, end - start));
-    end = start;
-  }
-  std::string out;
-  out.reserve(reversed.size() * repeat);
-  for (unsigned i = 0; i < repeat; ++i) out += reversed;
-  return out;
-}
-
 SimBackend::SimBackend(SimOptions options)
     : options_(std::move(options)), started_ns_(shm::monotonic_ns()),
       batches_run_(std::make_unique<std::atomic<std::uint64_t>[]>(std::max(1U, options_.devices))) {}

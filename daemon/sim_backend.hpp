@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "daemon/backend.hpp"
+#include "kernels/sim_reference.hpp"
 
 namespace batchd {
 
@@ -31,9 +32,6 @@ struct SimOptions {
   std::string poison_prefix;                              // an input starting with it fails its batch
   std::uint32_t outage_ms = 0;                            // every device fails for this long after start
 };
-
-// What the sim backend answers for one input.
-std::string sim_expected_output(std::string_view input, unsigned repeat);
 
 class SimBackend final : public Backend {
  public:

@@ -23,7 +23,7 @@ std::int64_t run_end_ns(const Options& options, std::int64_t start_ns) {
 namespace {
 
 void closed_worker(RunContext& ctx, std::atomic<std::uint64_t>& next_id, Tally& tally) {
-  Recorder recorder(tally, ctx.live, ctx.options.cost);
+  Recorder recorder(tally, ctx.live, ctx.options.cost, ctx.options.sim_repeat);
   const std::uint64_t cap = ctx.options.requests.value_or(std::numeric_limits<std::uint64_t>::max());
   const std::int64_t end_ns = run_end_ns(ctx.options, ctx.start_ns);
   std::string input;

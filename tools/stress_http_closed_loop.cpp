@@ -18,7 +18,7 @@ bool keep_going(const HttpRunContext& ctx, std::int64_t end_ns) {
 
 void http_closed_worker(HttpRunContext& ctx, std::vector<http::SyncConnection>& connections,
                         std::atomic<std::uint64_t>& next_id, Tally& tally) {
-  Recorder recorder(tally, ctx.live, ctx.options.cost);
+  Recorder recorder(tally, ctx.live, ctx.options.cost, ctx.options.sim_repeat);
   http::RequestEncoder encoder(ctx.url, ctx.options.http_timeout);
   http::BodyDecoder decoder;
   const std::uint64_t cap = ctx.options.requests.value_or(std::numeric_limits<std::uint64_t>::max());

@@ -93,7 +93,7 @@ IoWorker::IoWorker(HttpRunContext& ctx, unsigned index, std::vector<int> fds, Ta
       cap_(ctx.options.requests.value_or(std::numeric_limits<std::uint64_t>::max())),
       end_ns_(run_end_ns(ctx.options, ctx.start_ns)),
       deadline_ns_(http_client_deadline(ctx.options).count()), next_id_(index),
-      connections_(fds.size()), recorder_(tally, ctx.live, ctx.options.cost),
+      connections_(fds.size()), recorder_(tally, ctx.live, ctx.options.cost, ctx.options.sim_repeat),
       encoder_(ctx.url, ctx.options.http_timeout) {
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   timer_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);

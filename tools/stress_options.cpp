@@ -60,12 +60,21 @@ void add_options(CLI::App& app, Options& o, std::string& input_bytes, std::int64
       ->check(CLI::Range(0.001, 1e9))->excludes(threads);
   app.add_option("--duration", duration, "seconds to run (default 10 unless --requests is given)")
       ->check(CLI::Range(0.001, 1e7));
+  app.add_option("--warmup", o.warmup_s, "open loop: seconds of load before the measured window, not counted")
+      ->check(CLI::Range(0.0, 3600.0))->needs("--rate")->needs("--duration");
+  app.add_option("--cooldown", o.cooldown_s,
+                 "open loop: seconds the load goes on after the measured window, not counted")
+      ->check(CLI::Range(0.0, 3600.0))->needs("--rate")->needs("--duration");
   app.add_option("--requests", requests, "total requests at most (either limit may end the run)")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 62));
   app.add_option("--input-bytes", input_bytes, "random input length range in bytes, MIN:MAX")
       ->capture_default_str();
-  app.add_option("--cost", o.cost, "SHA-256 rounds; must match the daemon's --cost")
-      ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
+  auto* cost = app.add_option("--cost", o.cost, "SHA-256 rounds; must match the daemon's --cost")
+                   ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
+  app.add_option("--expect-sim", o.sim_repeat,
+                 "check answers as the sim backend gives them (input reversed, repeated this "
+                 "often; the daemon's --sim-repeat) instead of SHA-256")
+      ->check(CLI::Range(1U, 1000U))->excludes(cost);
   app.add_option("--timeout-ms", timeout_ms,
                  "per-request timeout (--http: 1 s more unless --http-timeout-ms is shorter, so "
                  "the server's own 504 arrives first)")
@@ -139,6 +148,9 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     o.timeout = std::chrono::milliseconds(timeout_ms);
     o.http_timeout = std::chrono::milliseconds(http_timeout_ms);
     if (std::string why = finish_http(app, o); !why.empty()) throw CLI::ValidationError(why);
+    if (o.transport == Transport::kHttp && (o.warmup_s > 0.0 || o.cooldown_s > 0.0)) {
+      throw CLI::ValidationError("--warmup and --cooldown are for the shared-memory open loop only");
+    }
   } catch (const CLI::ParseError& e) {
     exit_code = app.exit(e) == 0 ? 0 : kExitUsage;
     return std::nullopt;

@@ -23,10 +23,15 @@ struct Options {
   unsigned threads = 4;             // closed loop
   double rate = 0.0;                // open loop, requests per second
   std::optional<double> duration_s;  // unset: unbounded (only when a request cap is set)
+  // Open loop: load runs this long before and after the measured window, uncounted, so the
+  // window sees steady state (no cold start, no half-full last batch waiting for its timer).
+  double warmup_s = 0.0;
+  double cooldown_s = 0.0;
   std::optional<std::uint64_t> requests;  // total cap across all threads
   std::uint32_t min_input_bytes = 16;
   std::uint32_t max_input_bytes = 256;
   unsigned cost = 1;
+  unsigned sim_repeat = 0;          // --expect-sim: answers are the sim backend's (0: SHA-256)
   std::chrono::milliseconds timeout{5000};
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds http_timeout{5000};  // sent as X-Timeout-Ms (default: timeout)

@@ -66,7 +66,10 @@ struct Tally {
 // Checks and counts outcomes for one thread. Not thread-safe; each recording thread owns one.
 class Recorder {
  public:
-  Recorder(Tally& tally, LiveStats& live, unsigned cost) : tally_(tally), live_(live), cost_(cost) {}
+  // Answers are checked against SHA-256 iterated `cost` times, or, when sim_repeat > 0, against
+  // the sim backend's answer.
+  Recorder(Tally& tally, LiveStats& live, unsigned cost, unsigned sim_repeat)
+      : tally_(tally), live_(live), cost_(cost), sim_repeat_(sim_repeat) {}
 
   void sent() noexcept;
   // An answer came back: compares it with the local reference and records its latency.
@@ -79,6 +82,7 @@ class Recorder {
   Tally& tally_;
   LiveStats& live_;
   unsigned cost_;
+  unsigned sim_repeat_;
 };
 
 }  // namespace batchd::stress
