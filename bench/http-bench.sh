@@ -64,7 +64,7 @@ install_tools() {
   command -v curl >/dev/null || missing+=(curl)
   if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
     # nginx-light (Debian 12) is enough for `return`; newer archives have only nginx.
-    if apt-cache policy nginx-light 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    if grep -q 'Candidate: [0-9]' <<<"$(apt-cache policy nginx-light 2>/dev/null)"; then
       missing+=(nginx-light)
     else
       missing+=(nginx)
@@ -96,7 +96,7 @@ build_tree() {
   # The front-end is built too when it is taken from this tree and the tree knows it (it may
   # not have been wired in yet).
   if [ -z "${BATCHD_HTTP:-}" ] &&
-     ninja -C "$build" -t targets all 2>/dev/null | grep -q '^frontend/batchd-http:'; then
+     grep -q '^frontend/batchd-http:' <<<"$(ninja -C "$build" -t targets all 2>/dev/null)"; then
     targets+=(frontend/batchd-http)
   fi
   ninja -C "$build" "${targets[@]}" >"$work/build.log" 2>&1 ||
@@ -130,7 +130,7 @@ write_nginx_conf() {  # -> $work/nginx/nginx.conf
   # Every temp folder compiled into this nginx defaults to /var/lib/nginx, which it would try
   # to create: point each one it has into the work folder instead.
   for kind in client_body proxy fastcgi uwsgi scgi; do
-    if nginx -V 2>&1 | grep -q -- "--http-${kind//_/-}-temp-path"; then
+    if grep -q -- "--http-${kind//_/-}-temp-path" <<<"$(nginx -V 2>&1)"; then
       mkdir -p "$dir/$kind"
       temp_paths+="  ${kind}_temp_path $dir/$kind;"$'\n'
     fi
