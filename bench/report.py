@@ -1,0 +1,285 @@
+#!/usr/bin/python3
+"""Turns bench/results/*.json into docs/BENCHMARKS.md and its plots (docs/bench/*.png, drawn with
+Debian's python3-matplotlib). Run by bench/run-all.sh after the measurements; safe to re-run."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
+from model import CostModel, predict  # noqa: E402
+from sweep import model_entry  # noqa: E402
+
+DOCS = benchlib.ROOT / "docs"
+PLOTS = DOCS / "bench"
+TEMPLATE = benchlib.ROOT / "bench" / "BENCHMARKS.md.in"
+# A setting "holds" a load when it rejects or times out at most this share of requests.
+MAX_ERROR_SHARE = 0.001
+
+
+def load(name):
+    path = benchlib.RESULTS / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def ms(us):
+    return f"{us / 1e3:.2f}"
+
+
+def holds(measured):
+    return measured["wrong"] == 0 and measured["errors"] <= MAX_ERROR_SHARE * max(1, measured["sent"])
+
+
+# ---- IPC ------------------------------------------------------------------------------------
+LABELS = {"batchd": "batchd (shared memory)", "uds": "Unix-domain socket", "iceoryx": "iceoryx 2.0 (WaitSet)",
+          "iceoryx-poll": "iceoryx 2.0 (busy poll)"}
+
+
+def ipc_section(ipc):
+    if ipc is None:
+        return "_Not measured yet: run `bench/run-all.sh`._"
+    rows = ["| transport | client threads | p50 µs | p99 µs | p99.9 µs | round trips/s | errors | wrong |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in ipc["runs"]:
+        rows.append(f"| {LABELS.get(r['transport'], r['transport'])} | {r['threads']} | {r['p50_us']:.1f} | "
+                    f"{r['p99_us']:.1f} | {r['p999_us']:.1f} | {r['rps']:.0f} | {r['errors']} | {r['wrong']} |")
+    rows += ["", "| ratio (batchd / reference) | p50 | p99 |", "|---|---:|---:|"]
+    for key, v in ipc["ratios"].items():
+        pair, threads = key.split("@")
+        other = pair.split("/")[1]
+        rows.append(f"| batchd / {LABELS.get(other, other)}, {threads} thread(s) | {v['p50']:.2f} | {v['p99']:.2f} |")
+    if ipc.get("iceoryx_note"):
+        rows += ["", f"iceoryx: {ipc['iceoryx_note']}"]
+    plot_ipc(ipc)
+    return "\n".join(rows) + "\n\n![IPC round trip](bench/ipc.png)"
+
+
+def plot_ipc(ipc):
+    runs = ipc["runs"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, threads in zip(axes, (1, 8)):
+        sel = [r for r in runs if r["threads"] == threads]
+        names = [LABELS.get(r["transport"], r["transport"]).replace(" (", "\n(") for r in sel]
+        x = range(len(sel))
+        ax.bar([i - 0.2 for i in x], [r["p50_us"] for r in sel], 0.4, label="p50")
+        ax.bar([i + 0.2 for i in x], [r["p99_us"] for r in sel], 0.4, label="p99")
+        ax.set_xticks(list(x), names, fontsize=8)
+        ax.set_yscale("log")
+        ax.set_title(f"{threads} client thread(s)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("round trip, µs (log)")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(PLOTS / "ipc.png", dpi=90)
+    plt.close(fig)
+
+
+# ---- batching gain --------------------------------------------------------------------------
+def gain_section(gain):
+    if gain is None:
+        return "_Not measured yet._"
+    rows = ["| max-batch | peak goodput (req/s) | model capacity | at 10,000 req/s: answered/s | p50 ms | p99 ms | "
+            "rejected or timed out |",
+            "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in gain["runs"]:
+        a = r["at_10k"]
+        rows.append(f"| {r['max_batch']} | {r['peak']['goodput']:.0f} | {r['model_capacity']:.0f} | "
+                    f"{a['goodput']:.0f} | {ms(a['p50_us'])} | {ms(a['p99_us'])} | {a['errors']} of {a['sent']} |")
+    rows += ["", f"**Batching gain: x{gain['throughput_gain']:.1f}** in peak throughput (max-batch 64 over 1)."]
+    return "\n".join(rows)
+
+
+# ---- sweep ----------------------------------------------------------------------------------
+def best_measured(points, load):
+    ok = [p for p in points if p["load"] == load and holds(p["measured"])]
+    return min(ok, key=lambda p: p["measured"]["p99_us"]) if ok else None
+
+
+def best_model(points, load):
+    ok = [p for p in points if p["load"] == load and p["model"]["stable"]]
+    return min(ok, key=lambda p: p["model"]["p99_ms"]) if ok else None
+
+
+def recommendations(sweep):
+    rows = ["| load | offered req/s | measured best (max-batch, max-wait) | its p99 ms | its p50 ms | "
+            "model's pick | model p99 ms | measured p99 of the model's pick |",
+            "|---:|---:|---|---:|---:|---|---:|---:|"]
+    points = sweep["points"]
+    for load in sweep["loads"]:
+        m = best_measured(points, load)
+        mo = best_model(points, load)
+        measured_of_model = "—"
+        if mo is not None:
+            mm = mo["measured"]
+            measured_of_model = ms(mm["p99_us"]) + ("" if holds(mm) else f" ({mm['errors']} rejected)")
+        rows.append(
+            f"| {load:.0%} | {load * sweep['reference_capacity']:.0f} | "
+            + (f"({m['max_batch']}, {m['max_wait_ms']} ms) | {ms(m['measured']['p99_us'])} | {ms(m['measured']['p50_us'])}"
+               if m else "none holds | — | —")
+            + " | "
+            + (f"({mo['max_batch']}, {mo['max_wait_ms']} ms) | {mo['model']['p99_ms']:.2f} | {measured_of_model}"
+               if mo else "none | — | —")
+            + " |")
+    return "\n".join(rows)
+
+
+def sweep_table(sweep):
+    loads = sweep["loads"]
+    head = "| max-batch | max-wait ms | " + " | ".join(f"{l:.0%}" for l in loads) + " |"
+    rows = [head, "|---:|---:|" + "---:|" * len(loads)]
+    by = {(p["max_batch"], p["max_wait_ms"], p["load"]): p for p in sweep["points"]}
+    for b in sweep["batches"]:
+        for w in sweep["waits_ms"]:
+            cells = []
+            for l in loads:
+                p = by.get((b, w, l))
+                if p is None:
+                    cells.append("")
+                    continue
+                m = p["measured"]
+                cell = ms(m["p99_us"])
+                if not holds(m):
+                    share = m["errors"] / max(1, m["sent"])
+                    cell = f"{cell} ✗{share:.0%}" if share >= 0.01 else f"{cell} ✗"
+                mp = p["model"]["p99_ms"]
+                cell += f" ({mp:.1f})" if mp is not None else " (∞)"
+                cells.append(cell)
+            rows.append(f"| {b} | {w} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def disagreements(sweep):
+    """Points where the model and the measurement differ by more than 2x, or on stability."""
+    points = sweep["points"]
+    stable_wrong = [p for p in points if p["model"]["stable"] and not holds(p["measured"])]
+    unstable_held = [p for p in points if not p["model"]["stable"] and holds(p["measured"])]
+    ratio = []
+    for p in points:
+        if p["model"]["stable"] and holds(p["measured"]) and p["model"]["p99_ms"]:
+            ratio.append((p["measured"]["p99_us"] / 1e3 / p["model"]["p99_ms"], p))
+    far = [(r, p) for r, p in ratio if r > 2 or r < 0.5]
+    lines = [f"- Points compared: {len(points)}; where both say the setting holds, measured p99 / model p99 has "
+             f"median x{sorted(r for r, _ in ratio)[len(ratio) // 2]:.2f}" if ratio else "- No comparable points.",
+             f"- Model says the setting holds, measurement rejected more than {MAX_ERROR_SHARE:.1%}: "
+             f"{len(stable_wrong)} points" + (": " + ", ".join(
+                 f"({p['max_batch']}, {p['max_wait_ms']} ms, {p['load']:.0%})" for p in stable_wrong[:12]) if stable_wrong else ""),
+             f"- Model says overloaded, measurement held: {len(unstable_held)} points" + (": " + ", ".join(
+                 f"({p['max_batch']}, {p['max_wait_ms']} ms, {p['load']:.0%})" for p in unstable_held[:12]) if unstable_held else ""),
+             f"- p99 off by more than 2x either way: {len(far)} points" + (": " + ", ".join(
+                 f"({p['max_batch']}, {p['max_wait_ms']} ms, {p['load']:.0%}) x{r:.1f}" for r, p in
+                 sorted(far, key=lambda t: -abs(math.log(t[0])))[:12]) if far else "")]
+    return "\n".join(lines)
+
+
+def plot_sweep(sweep):
+    points = sweep["points"]
+    batches = sweep["batches"]
+    cols = 3
+    rows = math.ceil(len(batches) / cols)
+    for kind in ("throughput", "load"):
+        fig, axes = plt.subplots(rows, cols, figsize=(15, 4.2 * rows), sharey=True, squeeze=False)
+        for ax, b in zip(axes.flat, batches):
+            for w in sweep["waits_ms"]:
+                sel = sorted((p for p in points if p["max_batch"] == b and p["max_wait_ms"] == w), key=lambda p: p["load"])
+                if kind == "throughput":
+                    x = [p["measured"]["goodput"] for p in sel]
+                else:
+                    x = [p["load"] * 100 for p in sel]
+                y = [max(p["measured"]["p99_us"] / 1e3, 0.01) for p in sel]
+                ax.plot(x, y, marker="o", markersize=3, label=f"max-wait {w} ms")
+                lost = [(xi, yi) for xi, yi, p in zip(x, y, sel) if not holds(p["measured"])]
+                if lost:
+                    ax.scatter(*zip(*lost), marker="x", s=40, color="black", zorder=3,
+                               label="did not hold (rejected)" if w == sweep["waits_ms"][0] else None)
+                if kind == "load":
+                    xm = [p["load"] * 100 for p in sel if p["model"]["stable"]]
+                    ym = [p["model"]["p99_ms"] for p in sel if p["model"]["stable"]]
+                    ax.plot(xm, ym, linestyle=":", color=ax.lines[-1].get_color(), alpha=0.7)
+            ax.set_yscale("log")
+            ax.set_title(f"max-batch {b}")
+            ax.grid(alpha=0.3)
+            ax.set_xlabel("answered requests/s" if kind == "throughput" else
+                          f"offered load, % of {sweep['reference_capacity']:.0f} req/s (dotted: model)")
+        for ax in axes[:, 0]:
+            ax.set_ylabel("p99 latency, ms (log)")
+        for ax in list(axes.flat)[len(batches):]:
+            ax.set_visible(False)
+        axes[0][0].legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(PLOTS / f"sweep-p99-vs-{kind}.png", dpi=80)
+        plt.close(fig)
+
+
+def sweep_parts(sweep):
+    if sweep is None:
+        return {k: "_Not measured yet._" for k in ("SWEEP_RECOMMENDED", "SWEEP_TABLE", "SWEEP_DISAGREEMENTS")}
+    plot_sweep(sweep)
+    return {"SWEEP_RECOMMENDED": recommendations(sweep), "SWEEP_TABLE": sweep_table(sweep),
+            "SWEEP_DISAGREEMENTS": disagreements(sweep)}
+
+
+# ---- HTTP -----------------------------------------------------------------------------------
+def http_section(http):
+    if http is None:
+        return "_Not measured yet._"
+    rows = []
+    if http.get("nginx") and http.get("batchd_http"):
+        n, b = http["nginx"], http["batchd_http"]
+        w = http["wrk"]
+        rows += [f"wrk -t{w['threads']} -c{w['connections']} -d{w['duration_s']}s, POST /v1/batchstring, "
+                 f"{http.get('workers', 1)} worker each:", "",
+                 "| server | requests/s | p50 µs | p99 µs | non-2xx |", "|---|---:|---:|---:|---:|",
+                 f"| nginx (fixed body) | {n['rps']:.0f} | {n['latency_us']['p50']:.0f} | {n['latency_us']['p99']:.0f} | {n['non_2xx']} |",
+                 f"| batchd-http (cpu backend, default policy) | {b['rps']:.0f} | {b['latency_us']['p50']:.0f} | "
+                 f"{b['latency_us']['p99']:.0f} | {b['non_2xx']} |", "",
+                 f"**batchd-http / nginx: {http['ratio_batchd_http_over_nginx']:.2f}**", ""]
+    s = http.get("stress")
+    if s and s.get("result"):
+        r = s["result"]
+        rows += [f"`batchd-stress --http` open loop at {s['rate']}/s for {s['duration_s']} s (default policy: "
+                 f"max-batch 64, max-wait 50 ms): p50 {ms(r['p50_us'])} ms, p99 {ms(r['p99_us'])} ms, "
+                 f"p99.9 {ms(r['p999_us'])} ms; {r['ok']} answered, {r['errors']} errors, {r['wrong']} wrong."]
+    return "\n".join(rows)
+
+
+def machine_line(*results):
+    for r in results:
+        if r and r.get("machine"):
+            m = r["machine"]
+            return (f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}; "
+                    f"commit {m['commit']}, {m['date']}")
+    return "unknown"
+
+
+def main():
+    PLOTS.mkdir(parents=True, exist_ok=True)
+    ipc, gain, sweep, http = load("ipc.json"), load("batching.json"), load("sweep.json"), load("http-bench.json")
+    if sweep:
+        # The model is recomputed, so a change to bench/model.py needs no new measurements.
+        cost = CostModel(**sweep["cost"])
+        for p in sweep["points"]:
+            p["model"] = model_entry(predict(cost, p["max_batch"], p["max_wait_ms"], p["rate"]))
+    parts = {"MACHINE": machine_line(sweep, ipc, gain), "IPC": ipc_section(ipc), "GAIN": gain_section(gain),
+             "HTTP": http_section(http), **sweep_parts(sweep)}
+    if sweep:
+        parts["SWEEP_SETUP"] = (f"{len(sweep['batches'])} max-batch values x {len(sweep['waits_ms'])} max-wait values x "
+                                f"{len(sweep['loads'])} loads, {sweep['point_s']} s per point, deadline "
+                                f"{sweep['timeout_ms']} ms; load 100% = {sweep['reference_capacity']:.0f} requests/s")
+    else:
+        parts["SWEEP_SETUP"] = "_Not measured yet._"
+    text = TEMPLATE.read_text()
+    for key, value in parts.items():
+        text = text.replace("{{" + key + "}}", value)
+    (DOCS / "BENCHMARKS.md").write_text(text)
+    print(f"bench: wrote {DOCS / 'BENCHMARKS.md'} and {PLOTS}/*.png")
+
+
+if __name__ == "__main__":
+    main()

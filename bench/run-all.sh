@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Regenerates every benchmark in docs/BENCHMARKS.md, in one run on this machine (about 12
+# minutes on 2 cores once the release tree is built):
+#   1. installs what the benchmarks need from Debian (iceoryx, cmake to find it, matplotlib, wrk,
+#      nginx),
+#   2. builds the release tree (build-release: -Dbuildtype=release -Dtests=disabled),
+#   3. bench/ipc.py     IPC round trip: batchd vs a Unix-domain socket vs iceoryx,
+#   4. bench/sweep.py   batching gain and the max-batch x max-wait x load sweep (sim backend),
+#   5. bench/http-bench.sh  batchd-http vs nginx under wrk, and 10,000/s over HTTP,
+#   6. bench/report.py  docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
+# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc sweep http report
+# Environment: SWEEP_QUICK=1 (a 3x3x3 sweep, for trying the pipeline), SWEEP_POINT_S, IPC_DURATION.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=build-release
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(ipc sweep http report)
+wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+started=$SECONDS
+
+install_tools() {
+  local wanted=(iceoryx libiceoryx-posh-dev libiceoryx-hoofs-dev cmake python3-matplotlib wrk) missing=() p
+  for p in "${wanted[@]}"; do
+    grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  echo "== installing ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+build() {
+  echo "== building $build"
+  if [ -d "$build" ]; then
+    meson setup --reconfigure "$build" >/dev/null  # picks up iceoryx if it was installed since
+  else
+    meson setup "$build" -Dbuildtype=release -Dtests=disabled >/dev/null
+  fi
+  ninja -C "$build" >/dev/null
+}
+
+bash scripts/setup.sh >/dev/null
+# shellcheck source=../scripts/env.sh
+. scripts/env.sh
+install_tools
+build
+export BATCHD_BENCH_BUILD=$PWD/$build
+if wants ipc; then echo "== IPC round trip"; /usr/bin/python3 bench/ipc.py; fi
+if wants sweep; then echo "== batching gain and sweep"; /usr/bin/python3 bench/sweep.py; fi
+if wants http; then
+  echo "== HTTP"
+  BUILD=0 DURATION=${DURATION:-10} STRESS_DURATION=${STRESS_DURATION:-20} bash bench/http-bench.sh "$build"
+fi
+if wants report; then /usr/bin/python3 bench/report.py; fi
+echo "== done in $((SECONDS - started)) s"
