@@ -1,4 +1,5 @@
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -55,6 +56,7 @@ class IoxChannel final : public Channel {
       error = "iceoryx: could not loan or send a request";
       return false;
     }
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     for (;;) {
       bool answered = false;
       while (!answered && !client_.take().and_then([&](const auto& response) {
@@ -64,7 +66,11 @@ class IoxChannel final : public Channel {
       }).has_error()) {
       }
       if (answered) return true;
-      if (!busy_poll_) waitset_.timedWait(iox::units::Duration::fromSeconds(5));
+      if (std::chrono::steady_clock::now() > give_up) {
+        error = "iceoryx: no answer within 5 s (is ipc-iox-server still up?)";
+        return false;
+      }
+      if (!busy_poll_) waitset_.timedWait(iox::units::Duration::fromMilliseconds(100));
     }
   }
 
