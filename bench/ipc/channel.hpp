@@ -29,7 +29,5 @@ ChannelFactory uds_channels(const std::string& socket_path);
 // An iceoryx request/response client per thread, to ipc-iox-server; waits for the answer on a
 // WaitSet, or spins on it when busy_poll.
 ChannelFactory iceoryx_channels(bool busy_poll);
-// Whether this build has iceoryx (Debian's libiceoryx-posh-dev).
-bool have_iceoryx() noexcept;
 
 }  // namespace batchd::bench

@@ -83,8 +83,6 @@ class IoxChannel final : public Channel {
 
 }  // namespace
 
-bool have_iceoryx() noexcept { return true; }
-
 ChannelFactory iceoryx_channels(bool busy_poll) {
   iox::runtime::PoshRuntime::initRuntime("batchd-ipc-bench");
   return [busy_poll] { return std::make_unique<IoxChannel>(busy_poll); };

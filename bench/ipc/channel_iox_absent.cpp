@@ -5,8 +5,6 @@
 
 namespace batchd::bench {
 
-bool have_iceoryx() noexcept { return false; }
-
 ChannelFactory iceoryx_channels(bool /*busy_poll*/) {
   throw std::runtime_error("this build has no iceoryx: install libiceoryx-posh-dev and reconfigure");
 }
