@@ -11,12 +11,14 @@ t(n) = fixed + per_item * n. Used by sweep.py beside the measurements.
   service; batch arrivals have squared coefficient of variation 1/n when batches close full,
   about 1/n^2 when they close on the timer), and t(n).
 - Backlog mode: when n_fill <= n_busy (W = 0, or W too short for the rate) the devices cannot keep
-  up with batches that small. The daemon holds one batch object per device lane plus two spares;
-  with all of them busy, requests pile up and the next free object takes the whole pile. Batches
-  settle at n_busy with the devices always busy; a request waits for a free object (up to
-  t / D), behind the batch running on its lane (t), then for its own (t): p99 about
-  (2 + 1/D) * t(n_busy), p50 about (2 + 1/(2D)) * t(n_busy). The same bound caps the timer mode's
-  queueing, since the pool holds at most one waiting batch per lane.
+  up with batches that small. The daemon holds one batch object per device lane plus
+  --spare-batches (2); with all of them busy, requests pile up and the next free object takes
+  the whole pile. Batches settle at n_busy with the devices always busy; a request waits for a
+  free object (up to t / D), behind the batches queued on its lane (t each: one with two spares
+  on two lanes, none with --spare-batches 0), then for its own (t): p99 about
+  (1 + 1/D + q) * t(n_busy) with q = min(1, spares / lanes), p50 about (1 + 1/(2D) + q) * t.
+  The same bound caps the timer mode's queueing, since the pool holds at most q waiting batches
+  per lane.
 """
 
 import math
@@ -46,8 +48,9 @@ class Prediction:
     mode: str             # timer, backlog or overloaded (see above)
 
 
-def predict(cost: CostModel, max_batch: int, max_wait_ms: float, rate: float) -> Prediction:
+def predict(cost: CostModel, max_batch: int, max_wait_ms: float, rate: float, spare_batches: int = 2) -> Prediction:
     d = cost.devices
+    queued = min(1.0, spare_batches / d)  # batches waiting per lane in backlog (one lane per sim device)
     fixed_s, item_s = cost.fixed_us / 1e6, cost.per_item_us / 1e6
     n_busy = rate * fixed_s / (d - rate * item_s) if rate * item_s < d else math.inf
     if n_busy >= max_batch:
@@ -57,14 +60,15 @@ def predict(cost: CostModel, max_batch: int, max_wait_ms: float, rate: float) ->
     if n_fill <= n_busy:
         n = max(1.0, n_busy)
         t = cost.batch_s(n)
-        return Prediction(n, 1.0, (2.0 + 1.0 / (2 * d)) * t * 1e3, (2.0 + 1.0 / d) * t * 1e3, True, "backlog")
+        return Prediction(n, 1.0, (1.0 + queued + 1.0 / (2 * d)) * t * 1e3, (1.0 + queued + 1.0 / d) * t * 1e3, True,
+                          "backlog")
     n = n_fill
     t = cost.batch_s(n)
     rho = rate * t / (d * n)
     ca2 = 1.0 / n if n >= max_batch else 1.0 / (n * n)
     queue_mean_s = t / d * rho ** (math.sqrt(2.0 * (d + 1)) - 1.0) / (1.0 - rho) * ca2 / 2.0
     fill_s = min(max_wait_ms / 1e3, (n - 1.0) / rate)
-    backlog_bound_s = (2.0 + 1.0 / d) * t
+    backlog_bound_s = (1.0 + queued + 1.0 / d) * t
     p50 = fill_s / 2.0 + min(t + queue_mean_s * math.log(2.0), backlog_bound_s)
     p99 = fill_s + min(t + queue_mean_s * math.log(100.0), backlog_bound_s)
     return Prediction(n, rho, p50 * 1e3, p99 * 1e3, True, "timer")

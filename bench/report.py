@@ -97,6 +97,14 @@ def gain_section(gain):
 
 
 # ---- sweep ----------------------------------------------------------------------------------
+def spares(p):
+    return p.get("spare_batches", 2)
+
+
+def setting(p):
+    return f"({p['max_batch']}, {p['max_wait_ms']} ms" + (", 0 spares)" if spares(p) == 0 else ")")
+
+
 def best_measured(points, load):
     ok = [p for p in points if p["load"] == load and holds(p["measured"])]
     return min(ok, key=lambda p: p["measured"]["p99_us"]) if ok else None
@@ -121,10 +129,10 @@ def recommendations(sweep):
             measured_of_model = ms(mm["p99_us"]) + ("" if holds(mm) else f" ({mm['errors']} rejected)")
         rows.append(
             f"| {load:.0%} | {load * sweep['reference_capacity']:.0f} | "
-            + (f"({m['max_batch']}, {m['max_wait_ms']} ms) | {ms(m['measured']['p99_us'])} | {ms(m['measured']['p50_us'])}"
+            + (f"{setting(m)} | {ms(m['measured']['p99_us'])} | {ms(m['measured']['p50_us'])}"
                if m else "none holds | — | —")
             + " | "
-            + (f"({mo['max_batch']}, {mo['max_wait_ms']} ms) | {mo['model']['p99_ms']:.2f} | {measured_of_model}"
+            + (f"{setting(mo)} | {mo['model']['p99_ms']:.2f} | {measured_of_model}"
                if mo else "none | — | —")
             + " |")
     return "\n".join(rows)
@@ -132,26 +140,27 @@ def recommendations(sweep):
 
 def sweep_table(sweep):
     loads = sweep["loads"]
-    head = "| max-batch | max-wait ms | " + " | ".join(f"{l:.0%}" for l in loads) + " |"
-    rows = [head, "|---:|---:|" + "---:|" * len(loads)]
-    by = {(p["max_batch"], p["max_wait_ms"], p["load"]): p for p in sweep["points"]}
-    for b in sweep["batches"]:
-        for w in sweep["waits_ms"]:
-            cells = []
-            for l in loads:
-                p = by.get((b, w, l))
-                if p is None:
-                    cells.append("")
-                    continue
-                m = p["measured"]
-                cell = ms(m["p99_us"])
-                if not holds(m):
-                    share = m["errors"] / max(1, m["sent"])
-                    cell = f"{cell} ✗{share:.0%}" if share >= 0.01 else f"{cell} ✗"
-                mp = p["model"]["p99_ms"]
-                cell += f" ({mp:.1f})" if mp is not None else " (∞)"
-                cells.append(cell)
-            rows.append(f"| {b} | {w} | " + " | ".join(cells) + " |")
+    head = "| max-batch | max-wait ms | spare batches | " + " | ".join(f"{l:.0%}" for l in loads) + " |"
+    rows = [head, "|---:|---:|---:|" + "---:|" * len(loads)]
+    by = {(p["max_batch"], p["max_wait_ms"], spares(p), p["load"]): p for p in sweep["points"]}
+    settings = sorted({(spares(p) == 0, p["max_batch"], p["max_wait_ms"]) for p in sweep["points"]})
+    for zero, b, w in settings:
+        s = 0 if zero else 2
+        cells = []
+        for l in loads:
+            p = by.get((b, w, s, l))
+            if p is None:
+                cells.append("")
+                continue
+            m = p["measured"]
+            cell = ms(m["p99_us"])
+            if not holds(m):
+                share = m["errors"] / max(1, m["sent"])
+                cell = f"{cell} ✗{share:.0%}" if share >= 0.01 else f"{cell} ✗"
+            mp = p["model"]["p99_ms"]
+            cell += f" ({mp:.1f})" if mp is not None else " (∞)"
+            cells.append(cell)
+        rows.append(f"| {b} | {w} | {s} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
@@ -169,47 +178,55 @@ def disagreements(sweep):
              f"median x{sorted(r for r, _ in ratio)[len(ratio) // 2]:.2f}" if ratio else "- No comparable points.",
              f"- Model says the setting holds, measurement rejected more than {MAX_ERROR_SHARE:.1%}: "
              f"{len(stable_wrong)} points" + (": " + ", ".join(
-                 f"({p['max_batch']}, {p['max_wait_ms']} ms, {p['load']:.0%})" for p in stable_wrong[:12]) if stable_wrong else ""),
+                 f"{setting(p)} at {p['load']:.0%}" for p in stable_wrong[:12]) if stable_wrong else ""),
              f"- Model says overloaded, measurement held: {len(unstable_held)} points" + (": " + ", ".join(
-                 f"({p['max_batch']}, {p['max_wait_ms']} ms, {p['load']:.0%})" for p in unstable_held[:12]) if unstable_held else ""),
+                 f"{setting(p)} at {p['load']:.0%}" for p in unstable_held[:12]) if unstable_held else ""),
              f"- p99 off by more than 2x either way: {len(far)} points" + (": " + ", ".join(
-                 f"({p['max_batch']}, {p['max_wait_ms']} ms, {p['load']:.0%}) x{r:.1f}" for r, p in
+                 f"{setting(p)} at {p['load']:.0%} x{r:.1f}" for r, p in
                  sorted(far, key=lambda t: -abs(math.log(t[0])))[:12]) if far else "")]
     return "\n".join(lines)
 
 
 def plot_sweep(sweep):
     points = sweep["points"]
-    batches = sweep["batches"]
+    # One panel per max-batch (2 spare batches, the default), one more for the 0-spares settings;
+    # in each, one curve per setting.
+    panels = [(f"max-batch {b}", [(f"max-wait {w} ms", b, w, 2) for w in sweep["waits_ms"]]) for b in sweep["batches"]]
+    zero = sorted({(p["max_batch"], p["max_wait_ms"]) for p in points if spares(p) == 0})
+    if zero:
+        panels.append(("--spare-batches 0", [(f"({b}, {w} ms)", b, w, 0) for b, w in zero]))
     cols = 3
-    rows = math.ceil(len(batches) / cols)
+    rows = math.ceil(len(panels) / cols)
     for kind in ("throughput", "load"):
         fig, axes = plt.subplots(rows, cols, figsize=(15, 4.2 * rows), sharey=True, squeeze=False)
-        for ax, b in zip(axes.flat, batches):
-            for w in sweep["waits_ms"]:
-                sel = sorted((p for p in points if p["max_batch"] == b and p["max_wait_ms"] == w), key=lambda p: p["load"])
+        for ax, (title, curves) in zip(axes.flat, panels):
+            for label, b, w, s in curves:
+                sel = sorted((p for p in points if p["max_batch"] == b and p["max_wait_ms"] == w and spares(p) == s),
+                             key=lambda p: p["load"])
                 if kind == "throughput":
                     x = [p["measured"]["goodput"] for p in sel]
                 else:
                     x = [p["load"] * 100 for p in sel]
                 y = [max(p["measured"]["p99_us"] / 1e3, 0.01) for p in sel]
-                ax.plot(x, y, marker="o", markersize=3, label=f"max-wait {w} ms")
+                ax.plot(x, y, marker="o", markersize=3, label=label)
                 lost = [(xi, yi) for xi, yi, p in zip(x, y, sel) if not holds(p["measured"])]
                 if lost:
                     ax.scatter(*zip(*lost), marker="x", s=40, color="black", zorder=3,
-                               label="did not hold (rejected)" if w == sweep["waits_ms"][0] else None)
+                               label="did not hold (rejected)" if label == curves[0][0] else None)
                 if kind == "load":
                     xm = [p["load"] * 100 for p in sel if p["model"]["stable"]]
                     ym = [p["model"]["p99_ms"] for p in sel if p["model"]["stable"]]
                     ax.plot(xm, ym, linestyle=":", color=ax.lines[-1].get_color(), alpha=0.7)
             ax.set_yscale("log")
-            ax.set_title(f"max-batch {b}")
+            ax.set_title(title)
+            if title.startswith("--spare"):
+                ax.legend(fontsize=7)
             ax.grid(alpha=0.3)
             ax.set_xlabel("answered requests/s" if kind == "throughput" else
                           f"offered load, % of {sweep['reference_capacity']:.0f} req/s (dotted: model)")
         for ax in axes[:, 0]:
             ax.set_ylabel("p99 latency, ms (log)")
-        for ax in list(axes.flat)[len(batches):]:
+        for ax in list(axes.flat)[len(panels):]:
             ax.set_visible(False)
         axes[0][0].legend(fontsize=8)
         fig.tight_layout()
@@ -262,10 +279,13 @@ def main():
     PLOTS.mkdir(parents=True, exist_ok=True)
     ipc, gain, sweep, http = load("ipc.json"), load("batching.json"), load("sweep.json"), load("http-bench.json")
     if sweep:
+        spare0 = load("sweep-spare0.json")
+        if spare0:
+            sweep["points"] += spare0["points"]
         # The model is recomputed, so a change to bench/model.py needs no new measurements.
         cost = CostModel(**sweep["cost"])
         for p in sweep["points"]:
-            p["model"] = model_entry(predict(cost, p["max_batch"], p["max_wait_ms"], p["rate"]))
+            p["model"] = model_entry(predict(cost, p["max_batch"], p["max_wait_ms"], p["rate"], spares(p)))
     parts = {"MACHINE": machine_line(sweep, ipc, gain), "IPC": ipc_section(ipc), "GAIN": gain_section(gain),
              "HTTP": http_section(http), **sweep_parts(sweep)}
     if sweep:

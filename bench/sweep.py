@@ -7,7 +7,8 @@
    prediction (bench/model.py).
 Offered load is a fraction of the model's capacity at the default max-batch 64.
 Writes bench/results/batching.json and bench/results/sweep.json.
-Usage: sweep.py [gain] [grid]   (default both)
+Usage: sweep.py [gain] [grid] [spare0]   (default all; spare0: the large-batch, short-wait
+settings again with --spare-batches 0, written to bench/results/sweep-spare0.json)
 Environment: SWEEP_POINT_S (seconds per sweep point, default 1.2), SWEEP_QUICK=1 (a small grid)."""
 
 import os
@@ -35,10 +36,13 @@ GAIN_S = float(os.environ.get("GAIN_S", "4"))
 # ever-growing queue.
 TIMEOUT_MS = 1000
 REFERENCE_CAPACITY = COST.capacity(64)
+# The same loads with --spare-batches 0 (a batch goes only to a free device lane), for the
+# settings where the main grid says it matters: large batches, short waits.
+SPARE0_SETTINGS = [(64, 0), (64, 1), (64, 5), (128, 0), (128, 1), (128, 5)]
 
 
-def daemon_flags(max_batch: int, max_wait_ms: float) -> list:
-    return ["--backend", "sim", "--sim-devices", str(COST.devices), "--sim-fixed-us", str(int(COST.fixed_us)),
+def daemon_flags(max_batch: int, max_wait_ms: float, spare_batches: int = 2) -> list:
+    return ["--spare-batches", str(spare_batches), "--backend", "sim", "--sim-devices", str(COST.devices), "--sim-fixed-us", str(int(COST.fixed_us)),
             "--sim-per-item-us", str(int(COST.per_item_us)), "--max-batch", str(max_batch),
             "--max-wait-ms", str(max_wait_ms)]
 
@@ -88,33 +92,36 @@ def model_entry(model) -> dict:
             "stable": model.stable}
 
 
-def sweep(work: Path) -> list:
+def sweep(work: Path, settings, spare_batches: int) -> list:
     points = []
     started = time.monotonic()
-    for max_batch in BATCHES:
-        for wait_ms in WAITS_MS:
-            proc, sock = benchlib.start_daemon(work, *daemon_flags(max_batch, wait_ms))
-            with proc:
-                for load in LOADS:
-                    rate = load * REFERENCE_CAPACITY
-                    measured = summary(benchlib.run_stress(sock, *stress_flags(round(rate), POINT_S)))
-                    model = predict(COST, max_batch, wait_ms, rate)
-                    points.append({"max_batch": max_batch, "max_wait_ms": wait_ms, "load": load, "rate": rate,
-                                   "measured": measured,
-                                   "model": model_entry(model)})
-            print(f"sweep: max-batch {max_batch:3} max-wait {wait_ms:3} ms done "
-                  f"({time.monotonic() - started:5.0f} s): p99 ms by load "
-                  + " ".join(f"{p['measured']['p99_us'] / 1e3:.1f}" for p in points[-len(LOADS):]))
+    for max_batch, wait_ms in settings:
+        proc, sock = benchlib.start_daemon(work, *daemon_flags(max_batch, wait_ms, spare_batches))
+        with proc:
+            for load in LOADS:
+                rate = load * REFERENCE_CAPACITY
+                measured = summary(benchlib.run_stress(sock, *stress_flags(round(rate), POINT_S)))
+                model = predict(COST, max_batch, wait_ms, rate, spare_batches)
+                points.append({"max_batch": max_batch, "max_wait_ms": wait_ms, "spare_batches": spare_batches,
+                               "load": load, "rate": rate,
+                               "measured": measured,
+                               "model": model_entry(model)})
+        print(f"sweep: max-batch {max_batch:3} max-wait {wait_ms:3} ms spare {spare_batches} done "
+              f"({time.monotonic() - started:5.0f} s): p99 ms by load "
+              + " ".join(f"{p['measured']['p99_us'] / 1e3:.1f}" for p in points[-len(LOADS):]))
     return points
 
 
 def main():
-    parts = sys.argv[1:] or ["gain", "grid"]
+    parts = sys.argv[1:] or ["gain", "grid", "spare0"]
     work = Path(tempfile.mkdtemp(prefix="batchd-sweep-"))
     try:
         if "gain" in parts:
             benchlib.write_result("batching.json", batching_gain(work))
-        points = sweep(work) if "grid" in parts else None
+        if "spare0" in parts:
+            spare0 = sweep(work, [s for s in SPARE0_SETTINGS if s[0] in BATCHES and s[1] in WAITS_MS], 0)
+            benchlib.write_result("sweep-spare0.json", {"points": spare0})
+        points = sweep(work, [(b, w) for b in BATCHES for w in WAITS_MS], 2) if "grid" in parts else None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if points is None:

@@ -50,6 +50,11 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
   app.add_option("--streams-per-device", c.streams_per_device, "cuda streams per device")
       ->capture_default_str()->check(CLI::Range(1U, 16U));
   app.add_option("--plugin-config", c.plugin_config, "string passed to a plug-in's init");
+  app.add_option("--spare-batches", c.routing.spare_batches,
+                 "batches that may wait for a busy device lane, beyond one per lane; 0 dispatches "
+                 "a batch only to a free lane, so under load batches grow with the backlog "
+                 "instead of queueing behind a running one")
+      ->capture_default_str()->check(CLI::Range(0U, 64U));
   app.add_option("--device-timeout-ms", raw.device_timeout_ms,
                  "a batch running longer marks its device unhealthy")
       ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}));

@@ -11,6 +11,7 @@
 
 #include "client_lib/client.hpp"
 #include "kernels/reference_batchstring.hpp"
+#include "kernels/sim_reference.hpp"
 #include "tests/helpers.hpp"
 
 using namespace batchd;
@@ -220,6 +221,39 @@ TEST_CASE("the sim backend's flags: varying-length answers and a poison input") 
   CHECK(bad.error().code == ErrorCode::kBackendError);
   CHECK(bad.error().message.find("poison") != std::string::npos);
   CHECK(client->submit("fine", 5s).ok());
+}
+
+TEST_CASE("--spare-batches 0: batches go only to free lanes and every caller still gets its answer") {
+  const std::string path = test::temp_socket_path();
+  test::DaemonProcess daemon(path, {"--backend", "sim", "--sim-devices", "2", "--sim-fixed-us", "500",
+                                    "--sim-per-item-us", "10", "--max-wait-ms", "0", "--spare-batches", "0"});
+  auto client = connect_to(path);
+  REQUIRE(client);
+  std::atomic<int> right{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 8; ++t) {
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < 100; ++i) {
+        const std::string input = "spare " + std::to_string(t) + "/" + std::to_string(i);
+        Result r = client->submit(input, 10s);
+        if (r.ok() && r.output() == sim_expected_output(input, 1)) right.fetch_add(1);
+      }
+    });
+  }
+  for (auto& c : callers) c.join();
+  CHECK(right.load() == 800);
+  // With two lanes and no spares, 8 callers' requests must have shared batches. The status page
+  // is published periodically: wait until it has seen every answer.
+  DaemonStatus status = client->daemon_status();
+  for (int i = 0; i < 100 && status.requests_ok < 800; ++i) {
+    std::this_thread::sleep_for(50ms);
+    status = client->daemon_status();
+  }
+  REQUIRE(status.requests_ok >= 800);
+  std::uint64_t batches = 0;
+  for (const auto& d : status.devices) batches += d.batches_ok;
+  CHECK(batches > 0);
+  CHECK(batches < 800);
 }
 
 TEST_CASE("a plug-in that returns the wrong count or fails its call gives clear errors, no crash") {
