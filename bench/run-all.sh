@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates every benchmark in docs/BENCHMARKS.md, in one run on this machine (12 minutes on
-# 2 cores from a fresh clone, release build included; 10 once build-release is built):
+# Regenerates every benchmark in docs/BENCHMARKS.md, in one run on this machine (13 minutes on
+# 2 cores from a fresh clone, release build included; 11 once build-release is built):
 #   1. installs what the benchmarks need from Debian (iceoryx, cmake to find it, matplotlib, wrk,
 #      nginx),
 #   2. builds the release tree (build-release: -Dbuildtype=release -Dtests=disabled),
