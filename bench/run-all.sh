@@ -18,19 +18,6 @@ steps=("$@")
 wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 started=$SECONDS
 
-install_tools() {
-  local wanted=(iceoryx libiceoryx-posh-dev libiceoryx-hoofs-dev cmake python3-matplotlib wrk) missing=() p
-  for p in "${wanted[@]}"; do
-    grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return
-  echo "== installing ${missing[*]}"
-  local sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo=sudo
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
-
 build() {
   echo "== building $build"
   if [ -d "$build" ]; then
@@ -41,10 +28,11 @@ build() {
   ninja -C "$build" >/dev/null
 }
 
-bash scripts/setup.sh >/dev/null
+# The build's packages, and the benchmarks': iceoryx (and cmake, through which meson finds it),
+# matplotlib for the plots, wrk for the HTTP step (which installs nginx itself).
+bash scripts/setup.sh iceoryx libiceoryx-posh-dev libiceoryx-hoofs-dev cmake python3-matplotlib wrk >/dev/null
 # shellcheck source=../scripts/env.sh
 . scripts/env.sh
-install_tools
 build
 export BATCHD_BENCH_BUILD=$PWD/$build
 if wants ipc; then echo "== IPC round trip"; /usr/bin/python3 bench/ipc.py; fi

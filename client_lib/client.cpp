@@ -196,14 +196,10 @@ Result ClientImpl::wait_sync(Request& request, std::chrono::milliseconds timeout
     };
     const std::atomic<std::uint32_t>& state = seg.view.completion_slot(at.slot)->state;
     if (spin_ns > 0) {
-      bool answered = false;
-      if (spinners_.fetch_add(1, std::memory_order_relaxed) < max_spinners_ &&
-          sync_waiters_.load(std::memory_order_relaxed) <= max_spinners_) {
-        answered = shm::spin_until_done(state, spin_ns, done);
-      }
-      spinners_.fetch_sub(1, std::memory_order_relaxed);
-      spin_ns = 0;
-      if (answered) continue;
+      const bool may_spin = sync_waiters_.load(std::memory_order_relaxed) <= max_spinners_;
+      const bool answered = may_spin && shm::spin_until_done(state, spin_ns, done);
+      spin_ns = 0;             // one spin per call, not per pass
+      if (answered) continue;  // the next pass sees it done
     }
     (void)shm::wait_for_change(state, seg.view.request_slot(at.slot)->notify, shm::kNotifyFutex, 0,
                                slice_end, done);

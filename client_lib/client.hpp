@@ -83,8 +83,8 @@ struct ClientOptions {
   std::chrono::milliseconds connect_timeout{2000};
   // Sync callers spin this long for an answer before sleeping in the kernel.
   std::chrono::microseconds spin{50};
-  // At most this many of them spin at once (0: half the cores, at least one), and none while more
-  // callers than that are waiting: spinning callers beyond the cores take the CPU from the daemon
+  // They spin only while at most this many callers wait (0: half the cores, at least one), so at
+  // most this many spin at once: spinning callers beyond the cores take the CPU from the daemon
   // they wait for (on 2 cores, 8 spinning callers cut throughput by two thirds).
   unsigned max_spinning_callers = 0;
 };

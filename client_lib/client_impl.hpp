@@ -98,8 +98,9 @@ class ClientImpl {
   // is gone sleep on.
   std::atomic<std::uint32_t> reattach_seq_{0};
   unsigned max_spinners_ = 1;              // options_.max_spinning_callers, resolved
-  std::atomic<unsigned> spinners_{0};      // sync callers spinning now (or about to)
-  std::atomic<unsigned> sync_waiters_{0};  // sync callers inside wait_sync
+  // Sync callers inside wait_sync. A caller spins only if it saw at most max_spinners_ of them,
+  // itself and every spinner included, so no separate count of spinners is needed.
+  std::atomic<unsigned> sync_waiters_{0};
   std::thread monitor_;
 };
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package batchd needs to build and test (Debian 12). Idempotent: packages
-# already present are not touched, so a set-up machine costs one dpkg query.
+# already present are not touched, so a set-up machine costs one dpkg query. Arguments name more
+# packages to install the same way (bench/run-all.sh passes what the benchmarks need).
 set -euo pipefail
 
 packages=(
@@ -9,6 +10,7 @@ packages=(
   libcli11-dev libfmt-dev libspdlog-dev libsimdjson-dev libtomlplusplus-dev libsystemd-dev
   libasan8 libubsan1 libtsan2
   curl clang libclang-rt-14-dev
+  "$@"
 )
 
 missing=()
