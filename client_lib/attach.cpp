@@ -19,17 +19,46 @@ namespace {
 
 constexpr auto kConnectRetry = std::chrono::milliseconds(10);
 
-const char* refusal_reason(shm::AttachStatus status) noexcept {
+// The typed error a refusal means, and a reason for a person.
+Error refusal_error(shm::AttachStatus status, const std::string& socket_path, const char* message) {
+  ErrorCode code = ErrorCode::kDaemonUnavailable;
+  const char* reason = "unknown refusal";
   switch (status) {
-    case shm::AttachStatus::kOk: return "ok";
-    case shm::AttachStatus::kBadHello: return "the daemon did not understand the attach request";
-    case shm::AttachStatus::kVersionMismatch: return "client and daemon protocol versions differ";
-    case shm::AttachStatus::kPermissionDenied: return "this user may not use the daemon";
-    case shm::AttachStatus::kTooManyClients: return "the daemon serves its maximum of clients";
-    case shm::AttachStatus::kShuttingDown: return "the daemon is shutting down";
-    case shm::AttachStatus::kInternalError: return "the daemon could not set up a segment";
+    case shm::AttachStatus::kOk: reason = "ok"; break;
+    case shm::AttachStatus::kBadHello:
+      code = ErrorCode::kProtocolError;
+      reason = "the daemon did not understand the attach request";
+      break;
+    case shm::AttachStatus::kVersionMismatch:
+      code = ErrorCode::kProtocolError;
+      reason = "client and daemon protocol versions differ";
+      break;
+    case shm::AttachStatus::kPermissionDenied:
+      code = ErrorCode::kPermissionDenied;
+      reason = "this user may not use the daemon";
+      break;
+    case shm::AttachStatus::kTooManyClients:
+      code = ErrorCode::kTooManyClients;
+      reason = "the daemon serves its maximum of clients";
+      break;
+    case shm::AttachStatus::kTooManyClientsForUser:
+      code = ErrorCode::kTooManyClients;
+      reason = "this user has its maximum of clients attached";
+      break;
+    case shm::AttachStatus::kShuttingDown: reason = "the daemon is shutting down"; break;
+    case shm::AttachStatus::kInternalError: reason = "the daemon could not set up a segment"; break;
+    case shm::AttachStatus::kAttachTimeout: reason = "the attach request came too late"; break;
   }
-  return "unknown refusal";
+  return {code, fmt::format("daemon at {} refused to attach: {} ({})", socket_path, reason, message)};
+}
+
+// Reads the daemon's reply. A daemon that refused and closed may have done so before reading
+// everything (the first receive then reports ECONNRESET) or before the hello arrived; the reply
+// it sent is still queued here, so one more receive reads it.
+long receive_reply(int conn, shm::AttachReply& reply, std::vector<shm::UniqueFd>& fds) {
+  long n = shm::recv_with_fds(conn, std::as_writable_bytes(std::span(&reply, 1)), fds);
+  if (n == -ECONNRESET) n = shm::recv_with_fds(conn, std::as_writable_bytes(std::span(&reply, 1)), fds);
+  return n;
 }
 
 // Connects, retrying while the socket is missing or refuses; returns -errno of the last try.
@@ -62,7 +91,7 @@ std::string client_default_socket_path() {
 }
 
 bool attach_to_daemon(const std::string& socket_path, std::chrono::milliseconds timeout,
-                      int event_fd, Attachment& out, Error& error) {
+                      Attachment& out, Error& error) {
   const std::int64_t deadline_ns = shm::monotonic_ns() + timeout.count() * 1'000'000;
   shm::UniqueFd conn;
   if (int rc = connect_until(socket_path, deadline_ns, conn); rc != 0) {
@@ -71,19 +100,16 @@ bool attach_to_daemon(const std::string& socket_path, std::chrono::milliseconds 
                          std::strerror(-rc))};
     return false;
   }
-  shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion,
-                   event_fd >= 0 ? shm::kHelloWantsEventfd : 0U, 0};
-  std::vector<int> send_fds;
-  if (event_fd >= 0) send_fds.push_back(event_fd);
-  if (int err = shm::send_with_fds(conn.get(), std::as_bytes(std::span(&hello, 1)), send_fds);
-      err != 0) {
+  const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, 0, 0};
+  const int send_err = shm::send_with_fds(conn.get(), std::as_bytes(std::span(&hello, 1)), {});
+  if (send_err != 0 && send_err != EPIPE && send_err != ECONNRESET) {
     error = {ErrorCode::kDaemonUnavailable,
-             fmt::format("daemon at {} dropped the connection: {}", socket_path, std::strerror(err))};
+             fmt::format("daemon at {} dropped the connection: {}", socket_path, std::strerror(send_err))};
     return false;
   }
   pollfd pfd{conn.get(), POLLIN, 0};
   const std::int64_t left_ms = std::max<std::int64_t>(0, (deadline_ns - shm::monotonic_ns()) / 1'000'000);
-  if (::poll(&pfd, 1, static_cast<int>(left_ms)) <= 0) {
+  if (send_err == 0 && ::poll(&pfd, 1, static_cast<int>(left_ms)) <= 0) {
     error = {ErrorCode::kDaemonUnavailable,
              fmt::format("daemon at {} did not answer the attach request within {} ms", socket_path,
                          timeout.count())};
@@ -91,17 +117,18 @@ bool attach_to_daemon(const std::string& socket_path, std::chrono::milliseconds 
   }
   shm::AttachReply reply{};
   std::vector<shm::UniqueFd> fds;
-  const long n = shm::recv_with_fds(conn.get(), std::as_writable_bytes(std::span(&reply, 1)), fds);
+  const long n = send_err == 0 ? receive_reply(conn.get(), reply, fds)
+                               : ::recv(conn.get(), &reply, sizeof(reply), MSG_DONTWAIT);
   if (n != static_cast<long>(sizeof(reply)) || reply.magic != shm::kAttachMagic) {
     error = {ErrorCode::kDaemonUnavailable,
-             fmt::format("daemon at {} closed or sent a malformed attach reply", socket_path)};
+             send_err != 0
+                 ? fmt::format("daemon at {} dropped the connection: {}", socket_path, std::strerror(send_err))
+                 : fmt::format("daemon at {} closed or sent a malformed attach reply", socket_path)};
     return false;
   }
   if (reply.status != shm::AttachStatus::kOk) {
     reply.message[sizeof(reply.message) - 1] = '\0';
-    error = {ErrorCode::kDaemonUnavailable,
-             fmt::format("daemon at {} refused to attach: {} ({})", socket_path,
-                         refusal_reason(reply.status), reply.message)};
+    error = refusal_error(reply.status, socket_path, reply.message);
     return false;
   }
   if (fds.size() != shm::kAttachFdCount) {

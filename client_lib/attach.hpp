@@ -18,10 +18,10 @@ struct Attachment {
   std::uint32_t client_id = 0;
 };
 
-// Returns false and fills `error` when no daemon could be reached in time or it refused.
-// `event_fd` (or -1) is registered for completion events.
+// Returns false and fills `error` when no daemon could be reached in time or it refused (the
+// refusal's reason as a typed error: permission_denied, too_many_clients, ...).
 bool attach_to_daemon(const std::string& socket_path, std::chrono::milliseconds timeout,
-                      int event_fd, Attachment& out, Error& error);
+                      Attachment& out, Error& error);
 
 // The socket path a client uses when none is given: as the daemon's default.
 std::string client_default_socket_path();

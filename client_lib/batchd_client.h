@@ -24,7 +24,9 @@ typedef enum batchd_status {
   BATCHD_BACKEND_UNAVAILABLE = 7,
   BATCHD_CANCELLED = 8,
   BATCHD_PROTOCOL_ERROR = 9,
-  BATCHD_INVALID_ARGUMENT = 10
+  BATCHD_INVALID_ARGUMENT = 10,
+  BATCHD_PERMISSION_DENIED = 11,
+  BATCHD_TOO_MANY_CLIENTS = 12
 } batchd_status;
 
 typedef struct batchd_client batchd_client;

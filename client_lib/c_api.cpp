@@ -22,6 +22,8 @@ batchd_status to_status(batchd::ErrorCode code) noexcept {
     case batchd::ErrorCode::kBackendUnavailable: return BATCHD_BACKEND_UNAVAILABLE;
     case batchd::ErrorCode::kCancelled: return BATCHD_CANCELLED;
     case batchd::ErrorCode::kProtocolError: return BATCHD_PROTOCOL_ERROR;
+    case batchd::ErrorCode::kPermissionDenied: return BATCHD_PERMISSION_DENIED;
+    case batchd::ErrorCode::kTooManyClients: return BATCHD_TOO_MANY_CLIENTS;
   }
   return BATCHD_PROTOCOL_ERROR;
 }
@@ -84,16 +86,19 @@ const char* batchd_status_name(batchd_status status) {
   switch (status) {
     case BATCHD_OK: return "ok";
     case BATCHD_INVALID_ARGUMENT: return "invalid_argument";
-    default: break;
+    case BATCHD_TIMEOUT: return batchd::error_code_name(batchd::ErrorCode::kTimeout);
+    case BATCHD_OVERLOADED: return batchd::error_code_name(batchd::ErrorCode::kOverloaded);
+    case BATCHD_TOO_LARGE: return batchd::error_code_name(batchd::ErrorCode::kTooLarge);
+    case BATCHD_INVALID_UTF8: return batchd::error_code_name(batchd::ErrorCode::kInvalidUtf8);
+    case BATCHD_DAEMON_UNAVAILABLE: return batchd::error_code_name(batchd::ErrorCode::kDaemonUnavailable);
+    case BATCHD_BACKEND_ERROR: return batchd::error_code_name(batchd::ErrorCode::kBackendError);
+    case BATCHD_BACKEND_UNAVAILABLE: return batchd::error_code_name(batchd::ErrorCode::kBackendUnavailable);
+    case BATCHD_CANCELLED: return batchd::error_code_name(batchd::ErrorCode::kCancelled);
+    case BATCHD_PROTOCOL_ERROR: return batchd::error_code_name(batchd::ErrorCode::kProtocolError);
+    case BATCHD_PERMISSION_DENIED: return batchd::error_code_name(batchd::ErrorCode::kPermissionDenied);
+    case BATCHD_TOO_MANY_CLIENTS: return batchd::error_code_name(batchd::ErrorCode::kTooManyClients);
   }
-  if (status < BATCHD_OK || status > BATCHD_INVALID_ARGUMENT) return "unknown";
-  static constexpr batchd::ErrorCode kCodes[] = {
-      batchd::ErrorCode::kTimeout,           batchd::ErrorCode::kOverloaded,
-      batchd::ErrorCode::kTooLarge,          batchd::ErrorCode::kInvalidUtf8,
-      batchd::ErrorCode::kDaemonUnavailable, batchd::ErrorCode::kBackendError,
-      batchd::ErrorCode::kBackendUnavailable, batchd::ErrorCode::kCancelled,
-      batchd::ErrorCode::kProtocolError};
-  return batchd::error_code_name(kCodes[status - 1]);
+  return "unknown";
 }
 
 void batchd_client_close(batchd_client* client) { delete client; }

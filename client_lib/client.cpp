@@ -37,6 +37,8 @@ const char* error_code_name(ErrorCode code) noexcept {
     case ErrorCode::kBackendUnavailable: return "backend_unavailable";
     case ErrorCode::kCancelled: return "cancelled";
     case ErrorCode::kProtocolError: return "protocol_error";
+    case ErrorCode::kPermissionDenied: return "permission_denied";
+    case ErrorCode::kTooManyClients: return "too_many_clients";
   }
   return "unknown";
 }
@@ -60,6 +62,7 @@ ClientImpl::~ClientImpl() {
     signal_eventfd(stop_fd_.get());
     monitor_.join();
   }
+  stop_waker();
 }
 
 // ---- the monitor: notices the daemon's death and re-attaches -------------------------------
@@ -88,6 +91,9 @@ std::uint32_t ClientImpl::write_slot_locked(Segment& seg, std::uint32_t slot, co
   shm::RequestSlotHeader& header = *seg.view.request_slot(slot);
   header.input_bytes = bytes;
   header.deadline_mono_ns = deadline_ns;
+  // A withdrawal mark left by an earlier generation of this slot would otherwise match again
+  // once the 24-bit generation wraps, and withdraw this request.
+  header.cancel_generation.store(0, std::memory_order_relaxed);
   header.notify.store(use == Use::kAsync ? shm::kNotifyEventfd : 0U, std::memory_order_relaxed);
   if (bytes > 0) std::memcpy(seg.view.request_input(slot), input, bytes);
   return state.generation;
@@ -234,6 +240,7 @@ std::optional<Error> ClientImpl::submit_async(std::string_view input,
   request.deadline_ns = shm::monotonic_ns() + timeout.count() * 1'000'000;
   request.done = std::move(done);
   std::lock_guard lock(mu_);
+  start_waker_locked();
   if (auto bad = enqueue_locked(input, Use::kAsync, request)) return bad;
   request.id = ++next_async_id_;
   if (id != nullptr) *id = request.id;
@@ -351,7 +358,7 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options, Error* err
     return nullptr;
   }
   Attachment attachment;
-  if (!attach_to_daemon(path, options.connect_timeout, event_fd.get(), attachment, err)) return nullptr;
+  if (!attach_to_daemon(path, options.connect_timeout, attachment, err)) return nullptr;
   std::shared_ptr<Segment> segment = make_segment(std::move(attachment), 1, err);
   if (!segment) return nullptr;
   auto impl = std::make_unique<ClientImpl>(std::move(segment), std::move(event_fd), options, path);

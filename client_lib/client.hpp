@@ -26,6 +26,8 @@ enum class ErrorCode {
   kBackendUnavailable,  // no healthy device could run it
   kCancelled,           // withdrawn before it ran
   kProtocolError,       // the daemon's answer made no sense (a bug; please report)
+  kPermissionDenied,    // the daemon does not serve this user (see batchd --allow-uid/--allow-gid)
+  kTooManyClients,      // the daemon, or this user, has its maximum of clients attached
 };
 
 // A short stable name ("timeout", "overloaded", ...), for logs and metrics labels.

@@ -72,6 +72,12 @@ class ClientImpl {
   Result expire_locked(Request& request, std::chrono::milliseconds timeout);
   std::optional<Result> settle_locked(AsyncRequest& request, std::int64_t now_ns);
 
+  // The event waker (client_events.cpp): sleeps on the daemon's completion event word and
+  // signals event_fd_, which only this process holds. Started by the first submit_async.
+  void start_waker_locked();
+  void wake_events() noexcept;
+  void stop_waker() noexcept;
+
   void monitor() noexcept;
   bool wait_for_hangup(int connection) noexcept;
   void mark_gone(Segment& seg) noexcept;
@@ -102,6 +108,8 @@ class ClientImpl {
   // itself and every spinner included, so no separate count of spinners is needed.
   std::atomic<unsigned> sync_waiters_{0};
   std::thread monitor_;
+  std::atomic<bool> stopping_{false};  // the waker's signal to exit
+  std::thread waker_;                  // started under mu_
 };
 
 }  // namespace batchd

@@ -59,7 +59,7 @@ std::shared_ptr<Segment> ClientImpl::reattach() noexcept {
   for (;;) {
     Attachment attachment;
     Error error;
-    if (attach_to_daemon(socket_path_, kReattachTry, event_fd_.get(), attachment, error)) {
+    if (attach_to_daemon(socket_path_, kReattachTry, attachment, error)) {
       if (auto fresh = make_segment(std::move(attachment), epoch_ + 1, error)) {
         ++epoch_;
         return fresh;

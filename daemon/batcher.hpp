@@ -9,6 +9,10 @@
 
 namespace batchd {
 
+// A batch's inputs are addressed with 32-bit offsets (Batch::input_offsets, the backends' and
+// the plug-in ABI's), so its byte budget must fit in them.
+inline constexpr std::uint64_t kMaxBatchBytes = UINT32_MAX;
+
 struct BatchLimits {
   std::uint32_t max_batch = 64;
   std::chrono::nanoseconds max_wait = std::chrono::milliseconds(50);  // 0: dispatch at once

@@ -1,7 +1,7 @@
 #include "daemon/client_session.hpp"
 
-#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <system_error>
@@ -10,14 +10,15 @@
 
 #include <cstring>
 
+#include "shm/futex.hpp"
 #include "shm/memfd_region.hpp"
 #include "shm/untrusted.hpp"
 
 namespace batchd {
 
-ClientSession::ClientSession(std::uint64_t id, shm::UniqueFd connection,
-                             const shm::SegmentParams& params, pid_t pid, uid_t uid)
-    : id_(id), connection_(std::move(connection)), pid_(pid), uid_(uid) {
+ClientSession::ClientSession(std::uint64_t id, const shm::SegmentParams& params, pid_t pid,
+                             uid_t uid)
+    : id_(id), pid_(pid), uid_(uid) {
   const shm::Geometry g = shm::compute_geometry(params);
   request_fd_ = shm::create_memfd("batchd-requests", g.request_region_bytes);
   completion_fd_ = shm::create_memfd("batchd-completions", g.completion_region_bytes);
@@ -35,29 +36,31 @@ ClientSession::ClientSession(std::uint64_t id, shm::UniqueFd connection,
   if (!doorbell_.valid()) throw std::system_error(errno, std::generic_category(), "eventfd");
 }
 
-bool ClientSession::set_event_fd(shm::UniqueFd fd) noexcept {
-  char target[64] = {};
-  const std::string link = "/proc/self/fd/" + std::to_string(fd.get());
-  const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
-  if (n <= 0 || std::string_view(target, static_cast<std::size_t>(n)) != "anon_inode:[eventfd]") {
-    return false;
-  }
-  const int flags = ::fcntl(fd.get(), F_GETFL);
-  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK) != 0) return false;
-  event_fd_ = std::move(fd);
-  return true;
+namespace {
+
+// Reads an eventfd's counter without ever sleeping, whatever its file status flags say.
+ssize_t read_nowait(int fd, std::uint64_t& value) noexcept {
+  iovec iov{&value, sizeof(value)};
+  return ::preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
 }
+
+}  // namespace
 
 void ClientSession::drain_doorbell() const noexcept {
   std::uint64_t value = 0;
-  [[maybe_unused]] const ssize_t n = ::read(doorbell_.get(), &value, sizeof(value));
+  [[maybe_unused]] const ssize_t n = read_nowait(doorbell_.get(), value);
 }
 
-void ClientSession::signal_event_fd() const noexcept {
-  if (!event_fd_.valid()) return;
-  const std::uint64_t one = 1;
-  // EAGAIN means the counter is saturated: the client has a wake pending already.
-  [[maybe_unused]] const ssize_t n = ::write(event_fd_.get(), &one, sizeof(one));
+void ClientSession::signal_events() const noexcept {
+  shm::bump_and_wake(view_.completion_events()->sequence, view_.event_waiter()->sleeping);
+}
+
+bool doorbell_reads_never_block() noexcept {
+  // Blocking mode and an empty counter: a plain read would sleep here forever.
+  shm::UniqueFd probe(::eventfd(0, EFD_CLOEXEC));
+  if (!probe.valid()) return false;
+  std::uint64_t value = 0;
+  return read_nowait(probe.get(), value) < 0 && errno == EAGAIN;
 }
 
 bool ClientSession::has_pending() noexcept {

@@ -33,28 +33,31 @@ enum class TakeResult { kEmpty, kTaken, kViolation };
 
 class ClientSession {
  public:
-  // Creates the client's segment. Throws std::system_error or interprocess_exception.
-  ClientSession(std::uint64_t id, shm::UniqueFd connection, const shm::SegmentParams& params,
-                pid_t pid, uid_t uid);
+  // Creates the client's segment. Throws std::system_error or interprocess_exception. The
+  // connection is handed over only once this succeeded (set_connection), so a refusal can still
+  // be sent on it.
+  ClientSession(std::uint64_t id, const shm::SegmentParams& params, pid_t pid, uid_t uid);
   ClientSession(const ClientSession&) = delete;
   ClientSession& operator=(const ClientSession&) = delete;
 
   [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
   [[nodiscard]] int connection() const noexcept { return connection_.get(); }
+  void set_connection(shm::UniqueFd connection) noexcept { connection_ = std::move(connection); }
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
+  [[nodiscard]] uid_t uid() const noexcept { return uid_; }
   [[nodiscard]] const shm::SegmentView& view() const noexcept { return view_; }
   [[nodiscard]] int request_fd() const noexcept { return request_fd_.get(); }
   [[nodiscard]] int completion_fd() const noexcept { return completion_fd_.get(); }
   // This client's own doorbell: a client that reads or floods it affects only its own wake-ups.
   [[nodiscard]] int doorbell_fd() const noexcept { return doorbell_.get(); }
-  // Resets the doorbell after it woke the drain loop.
+  // Resets the doorbell after it woke the drain loop. The client shares the doorbell's open file
+  // description and may clear its O_NONBLOCK; the read says RWF_NOWAIT itself, so it never
+  // blocks whatever the client did (doorbell_reads_never_block() checks the kernel at start).
   void drain_doorbell() const noexcept;
 
-  // The client's eventfd for completion events, if it registered one. Takes ownership. Refuses
-  // (returns false) anything but an eventfd, and makes it non-blocking, so that signalling it
-  // can never block a worker.
-  bool set_event_fd(shm::UniqueFd fd) noexcept;
-  void signal_event_fd() const noexcept;
+  // Tells the client's event waker that answers flagged kNotifyEventfd were written. Any thread;
+  // a shared-memory word and FUTEX_WAKE, so it cannot block on anything the client holds.
+  void signal_events() const noexcept;
 
   // Drain thread only. Peeks the next ring entry and validates it against the segment's bounds
   // and this session's private slot table. kViolation fills `why`; the caller must then drop the
@@ -87,7 +90,6 @@ class ClientSession {
   uid_t uid_;
   shm::UniqueFd request_fd_;
   shm::UniqueFd completion_fd_;
-  shm::UniqueFd event_fd_;
   shm::UniqueFd doorbell_;
   boost::interprocess::mapped_region request_map_;
   boost::interprocess::mapped_region completion_map_;
@@ -98,5 +100,9 @@ class ClientSession {
   std::unique_ptr<std::atomic<std::uint32_t>[]> in_flight_;
   std::atomic<bool> closed_{false};
 };
+
+// Whether this kernel reads an eventfd with preadv2(RWF_NOWAIT) without blocking even when the
+// descriptor is in blocking mode (Linux 5.12 and later). The daemon refuses to start without it.
+bool doorbell_reads_never_block() noexcept;
 
 }  // namespace batchd

@@ -42,7 +42,7 @@ bool Completer::write_slot(const RequestRef& request, shm::WireStatus status,
 
 void Completer::complete_one(const RequestRef& request, shm::WireStatus status,
                              std::string_view payload) noexcept {
-  if (write_slot(request, status, payload)) request.session->signal_event_fd();
+  if (write_slot(request, status, payload)) request.session->signal_events();
 }
 
 namespace {
@@ -68,7 +68,7 @@ void Completer::complete_batch_with(Batch& batch, shm::WireStatus status,
   for (const RequestRef& request : batch.requests) {
     if (write_slot(request, status, message)) note_event(scratch, request.session.get());
   }
-  for (ClientSession* session : scratch) session->signal_event_fd();
+  for (ClientSession* session : scratch) session->signal_events();
 }
 
 void Completer::complete_batch(Batch& batch, const BackendStatus& status) noexcept {
@@ -90,7 +90,7 @@ void Completer::complete_batch(Batch& batch, const BackendStatus& status) noexce
                       : write_slot(request, shm::WireStatus::kBackendError, error);
     if (wants_event) note_event(scratch, request.session.get());
   }
-  for (ClientSession* session : scratch) session->signal_event_fd();
+  for (ClientSession* session : scratch) session->signal_events();
 }
 
 }  // namespace batchd

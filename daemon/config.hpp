@@ -26,7 +26,9 @@ struct DaemonConfig {
   std::string plugin_config;          // passed to a plug-in's init
   SimOptions sim;                     // sim backend
   RouterOptions routing;
-  unsigned max_clients = 256;
+  unsigned max_clients = 256;          // attached clients; handshakes are bounded apart
+  unsigned max_clients_per_uid = 128;  // attached clients of one user
+  std::uint32_t attach_timeout_ms = 2000;  // a connection's hello must arrive within this
   std::vector<uid_t> allowed_uids;    // besides the daemon's own uid
   std::vector<gid_t> allowed_gids;
   std::uint32_t drain_spin_us = 20;   // busy-poll this long before the drain loop sleeps

@@ -10,28 +10,19 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "daemon/fd_limit.hpp"
+#include "daemon/io_ops.hpp"
 #include "shm/futex.hpp"
 #include "shm/memfd_region.hpp"
 
 namespace batchd {
-namespace {
 
-// user_data of an io_uring operation: what it waits for in the top byte, whose it is below.
-enum class Op : std::uint64_t {
-  kListen = 1,
-  kDoorbell = 2,        // the daemon's own: workers and request_stop()
-  kAttach = 3,
-  kSession = 4,
-  kClientDoorbell = 5,
-  kIgnore = 6,          // completions nobody waits for (poll removals)
-};
-constexpr std::uint64_t pack(Op op, std::uint64_t id) noexcept {
-  return (static_cast<std::uint64_t>(op) << 56) | id;
-}
-constexpr Op op_of(std::uint64_t user_data) noexcept { return static_cast<Op>(user_data >> 56); }
-constexpr std::uint64_t id_of(std::uint64_t user_data) noexcept {
-  return user_data & ((std::uint64_t{1} << 56) - 1);
-}
+using io_ops::Op;
+using io_ops::pack;
+using io_ops::op_of;
+using io_ops::id_of;
+
+namespace {
 
 constexpr unsigned kRingEntries = 512;
 // Requests taken from one client before moving to the next, so one busy client cannot starve
@@ -69,6 +60,11 @@ void Daemon::start() {
     throw std::invalid_argument("bad segment parameters: " + bad);
   }
   if (config_.batch.max_batch == 0) throw std::invalid_argument("max batch must be at least 1");
+  if (config_.batch.max_batch_bytes > kMaxBatchBytes) {
+    // Backends address a batch's inputs with 32-bit offsets.
+    throw std::invalid_argument("--max-batch-bytes (" + std::to_string(config_.batch.max_batch_bytes) +
+                                ") must not exceed " + std::to_string(kMaxBatchBytes));
+  }
   if (config_.segment.max_input_bytes > config_.batch.max_batch_bytes) {
     // A batch holds at least one input, and backends size their buffers by the byte budget.
     throw std::invalid_argument("--max-input-bytes (" + std::to_string(config_.segment.max_input_bytes) +
@@ -77,6 +73,17 @@ void Daemon::start() {
   }
   // steady_clock is CLOCK_MONOTONIC on Linux: the clock of every deadline in shared memory.
   static_assert(std::chrono::steady_clock::is_steady);
+  if (!doorbell_reads_never_block()) {
+    throw std::runtime_error("this kernel cannot read an eventfd with RWF_NOWAIT (Linux 5.12 or "
+                             "later is needed): a client could block the daemon through its doorbell");
+  }
+  const std::uint64_t fd_limit = raise_fd_limit();
+  if (const std::uint64_t needed = fds_needed(config_.max_clients, kMaxAttaching); fd_limit < needed) {
+    throw std::invalid_argument(
+        "--max-clients " + std::to_string(config_.max_clients) + " needs about " +
+        std::to_string(needed) + " open files, but the limit is " + std::to_string(fd_limit) +
+        " (raise it with ulimit -n or LimitNOFILE=, or lower --max-clients)");
+  }
 
   const int rc = io_uring_queue_init(kRingEntries, &ring_, 0);
   if (rc < 0) {
@@ -135,14 +142,11 @@ void Daemon::publish_status() noexcept {
   page.devices.store(static_cast<std::uint32_t>(devices.size()), relaxed);
   page.healthy_devices.store(healthy, relaxed);
   page.clients.store(stats_.clients_attached.load(relaxed) - stats_.clients_detached.load(relaxed), relaxed);
-  const std::uint64_t taken = stats_.requests_taken.load(relaxed);
-  const std::uint64_t ok = stats_.requests_ok.load(relaxed);
-  const std::uint64_t failed = stats_.requests_failed.load(relaxed);
-  page.requests_taken.store(taken, relaxed);
-  page.requests_ok.store(ok, relaxed);
-  page.requests_failed.store(failed, relaxed);
+  page.requests_taken.store(stats_.requests_taken.load(relaxed), relaxed);
+  page.requests_ok.store(stats_.requests_ok.load(relaxed), relaxed);
+  page.requests_failed.store(stats_.requests_failed.load(relaxed), relaxed);
   page.requests_rejected.store(stats_.requests_rejected.load(relaxed), relaxed);
-  page.in_flight.store(taken > ok + failed ? taken - ok - failed : 0, relaxed);
+  page.in_flight.store(stats_.in_flight(), relaxed);
   page.batches.store(stats_.batches.load(relaxed), relaxed);
   page.batch_failures.store(stats_.batch_failures.load(relaxed), relaxed);
   for (std::size_t b = 0; b < shm::kBatchSizeBuckets; ++b) {
@@ -252,140 +256,6 @@ void Daemon::handle_event(std::uint64_t user_data, int result) {
   }
 }
 
-void Daemon::accept_clients() {
-  while (auto accepted = control_->accept_one()) {
-    auto& [fd, peer] = *accepted;
-    if (!peer_allowed(peer, config_.allowed_uids, config_.allowed_gids)) {
-      spdlog::warn("refused attach from pid {} uid {}: not allowed", peer.pid, peer.uid);
-      send_refusal(fd.get(), shm::AttachStatus::kPermissionDenied,
-                   "uid " + std::to_string(peer.uid) + " may not use this daemon");
-      continue;
-    }
-    if (sessions_.size() + attaching_.size() >= config_.max_clients) {
-      send_refusal(fd.get(), shm::AttachStatus::kTooManyClients,
-                   "the daemon already serves " + std::to_string(config_.max_clients) + " clients");
-      continue;
-    }
-    const std::uint64_t id = next_id_++;
-    arm_poll(fd.get(), pack(Op::kAttach, id));
-    attaching_.emplace(id, PendingAttach{std::move(fd), peer});
-  }
-}
-
-void Daemon::send_refusal(int fd, shm::AttachStatus status, const std::string& why) noexcept {
-  shm::AttachReply reply{};
-  reply.magic = shm::kAttachMagic;
-  reply.protocol_version = shm::kProtocolVersion;
-  reply.status = status;
-  std::snprintf(reply.message, sizeof(reply.message), "%s", why.c_str());
-  (void)shm::send_with_fds(fd, std::as_bytes(std::span(&reply, 1)), {});
-}
-
-void Daemon::finish_attach(std::uint64_t id) {
-  auto it = attaching_.find(id);
-  if (it == attaching_.end()) return;
-  PendingAttach pending = std::move(it->second);
-  attaching_.erase(it);
-  const int fd = pending.connection.get();
-
-  shm::Hello hello{};
-  std::vector<shm::UniqueFd> fds;
-  const long n = shm::recv_with_fds(fd, std::as_writable_bytes(std::span(&hello, 1)), fds);
-  if (n == -EAGAIN) {  // woken without data: keep waiting
-    arm_poll(fd, pack(Op::kAttach, id));
-    attaching_.emplace(id, std::move(pending));
-    return;
-  }
-  if (n != static_cast<long>(sizeof(hello)) || hello.magic != shm::kAttachMagic) {
-    send_refusal(fd, shm::AttachStatus::kBadHello, "malformed attach request");
-    return;
-  }
-  if (hello.protocol_version != shm::kProtocolVersion) {
-    send_refusal(fd, shm::AttachStatus::kVersionMismatch,
-                 "daemon speaks protocol " + std::to_string(shm::kProtocolVersion) +
-                     ", client " + std::to_string(hello.protocol_version));
-    return;
-  }
-  const bool wants_eventfd = (hello.flags & shm::kHelloWantsEventfd) != 0;
-  if (fds.size() != (wants_eventfd ? 1U : 0U)) {
-    send_refusal(fd, shm::AttachStatus::kBadHello, "attach request carried the wrong fds");
-    return;
-  }
-  if (stop_requested_.load(std::memory_order_relaxed)) {
-    send_refusal(fd, shm::AttachStatus::kShuttingDown, "the daemon is shutting down");
-    return;
-  }
-  std::shared_ptr<ClientSession> session;
-  try {
-    session = std::make_shared<ClientSession>(id, std::move(pending.connection), config_.segment,
-                                              pending.peer.pid, pending.peer.uid);
-  } catch (const std::exception& e) {
-    spdlog::error("cannot create a segment for pid {}: {}", pending.peer.pid, e.what());
-    send_refusal(fd, shm::AttachStatus::kInternalError, e.what());
-    return;
-  }
-  if (wants_eventfd && !session->set_event_fd(std::move(fds[0]))) {
-    send_refusal(fd, shm::AttachStatus::kBadHello, "the completion fd sent is not an eventfd");
-    return;
-  }
-
-  shm::AttachReply reply{};
-  reply.magic = shm::kAttachMagic;
-  reply.protocol_version = shm::kProtocolVersion;
-  reply.status = shm::AttachStatus::kOk;
-  reply.client_id = static_cast<std::uint32_t>(id);
-  const int out_fds[shm::kAttachFdCount] = {session->request_fd(), session->completion_fd(),
-                                            session->doorbell_fd(), status_fd_.get()};
-  if (int err = shm::send_with_fds(fd, std::as_bytes(std::span(&reply, 1)), out_fds); err != 0) {
-    spdlog::warn("attach of pid {} failed while sending its segment: {}", pending.peer.pid,
-                 std::strerror(err));
-    return;
-  }
-  arm_poll(fd, pack(Op::kSession, id));
-  arm_poll(session->doorbell_fd(), pack(Op::kClientDoorbell, id));
-  sessions_.emplace(id, session);
-  drain_order_.push_back(std::move(session));
-  stats_.clients_attached.fetch_add(1, std::memory_order_relaxed);
-  spdlog::debug("client {} attached (pid {}, uid {})", id, pending.peer.pid, pending.peer.uid);
-}
-
-void Daemon::on_session_readable(std::uint64_t id) {
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return;
-  char buf[64];
-  const ssize_t n = ::recv(it->second->connection(), buf, sizeof(buf), MSG_DONTWAIT);
-  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-    drop_session(id, nullptr);
-    return;
-  }
-  // Clients send nothing after the hello; a message is ignored, not trusted.
-  arm_poll(it->second->connection(), pack(Op::kSession, id));
-}
-
-void Daemon::drop_session(std::uint64_t id, const char* why) {
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return;
-  std::shared_ptr<ClientSession> session = std::move(it->second);
-  sessions_.erase(it);
-  session->mark_closed();
-  if (why != nullptr) {
-    stats_.clients_dropped_for_violation.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn("dropping client {} (pid {}): {}", id, session->pid(), why);
-  } else {
-    spdlog::debug("client {} (pid {}) detached", id, session->pid());
-  }
-  stats_.clients_detached.fetch_add(1, std::memory_order_relaxed);
-  // shutdown, not close: the pending poll holds the socket open, and the client must see the
-  // hang-up now. The segment stays mapped until batches holding the session complete.
-  ::shutdown(session->connection(), SHUT_RDWR);
-  // The doorbell's poll would otherwise hold its eventfd (and an io_uring entry) forever.
-  io_uring_sqe* sqe = next_sqe();
-  io_uring_prep_poll_remove(sqe, pack(Op::kClientDoorbell, id));
-  io_uring_sqe_set_data64(sqe, pack(Op::kIgnore, 0));
-  drain_order_.erase(std::remove(drain_order_.begin(), drain_order_.end(), session),
-                     drain_order_.end());
-}
-
 void Daemon::reject(const PendingRequest& request, shm::WireStatus status, const char* why) {
   stats_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
   completer_.complete_one(RequestRef{request.session, request.taken.slot, request.taken.generation,
@@ -409,13 +279,13 @@ bool Daemon::admit(std::shared_ptr<ClientSession> session, const TakenRequest& t
     // Everything taken and not yet answered is ahead of this request. Rejecting now, when it
     // cannot make its deadline anyway, keeps the backlog (and memory) bounded by what can be
     // served in time, and tells the caller at once instead of at its deadline.
-    const std::uint64_t ahead = stats_.requests_taken.load(std::memory_order_relaxed) -
-                                stats_.requests_ok.load(std::memory_order_relaxed) -
-                                stats_.requests_failed.load(std::memory_order_relaxed);
+    const std::uint64_t ahead = stats_.in_flight();
     const std::int64_t delay_ns = router_->estimate_delay_ns(ahead, config_.batch.max_batch, now_ns);
     // A fifth of the budget is kept back for what the estimate cannot see: batch-time jitter,
-    // and the completion reaching the caller.
-    if (delay_ns > (taken.deadline_mono_ns - now_ns) * 4 / 5) {
+    // and the completion reaching the caller. deadline > now here, so budget_ns cannot
+    // overflow, and taking the fifth off by division keeps a far deadline from overflowing.
+    const std::int64_t budget_ns = taken.deadline_mono_ns - now_ns;
+    if (delay_ns > budget_ns - budget_ns / 5) {
       reject(request, shm::WireStatus::kOverloaded,
              "overloaded: the daemon's backlog would outlast this request's deadline; retry later");
       return false;
@@ -530,6 +400,11 @@ void Daemon::sleep_until_work() {
     if (auto deadline = batcher_.deadline()) {
       wait_ns = std::max<std::int64_t>(0, to_ns(*deadline) - shm::monotonic_ns());
     }
+    if (!attaching_.empty()) {
+      const std::int64_t until_expiry =
+          std::max<std::int64_t>(0, attaching_.begin()->second.deadline_ns - shm::monotonic_ns());
+      wait_ns = wait_ns < 0 ? until_expiry : std::min(wait_ns, until_expiry);
+    }
     if (watchdog_interval_ns_ != 0) {
       const std::int64_t until_ping = std::max<std::int64_t>(0, next_watchdog_ns_ - shm::monotonic_ns());
       wait_ns = wait_ns < 0 ? until_ping : std::min(wait_ns, until_ping);
@@ -558,6 +433,7 @@ void Daemon::run() {
     apply_pending_limits();
     const std::int64_t now_ns = shm::monotonic_ns();
     ping_watchdog_if_due(now_ns);
+    expire_attaches(now_ns);
     const bool drained = drain_rings(now_ns);
     const bool progressed = fill_batches(now_ns) || drained;
 

@@ -11,8 +11,10 @@
 
 #include <atomic>
 #include <boost/interprocess/mapped_region.hpp>
+#include <fmt/format.h>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <memory>
 #include <string>
@@ -25,6 +27,7 @@
 #include "daemon/completer.hpp"
 #include "daemon/config.hpp"
 #include "daemon/control_socket.hpp"
+#include "daemon/log_limiter.hpp"
 #include "daemon/pending_queue.hpp"
 #include "daemon/stats.hpp"
 #include "shm/attach_protocol.hpp"
@@ -34,6 +37,9 @@ namespace batchd {
 
 class Daemon {
  public:
+  // Connections in the attach handshake at once (see daemon_attach.cpp).
+  static constexpr unsigned kMaxAttaching = 128;
+
   Daemon(DaemonConfig config, std::unique_ptr<Backend> backend);
   ~Daemon();
   Daemon(const Daemon&) = delete;
@@ -66,18 +72,31 @@ class Daemon {
   }
 
  private:
+  // A connection in the handshake: accepted, its hello not read yet.
   struct PendingAttach {
     shm::UniqueFd connection;
     PeerCredentials peer;
+    std::int64_t deadline_ns = 0;  // refused (and closed) if no hello came by then
   };
 
   void handle_completions();
   void handle_event(std::uint64_t user_data, int result);
+
+  // The attach handshake (daemon_attach.cpp).
   void accept_clients();
   void finish_attach(std::uint64_t id);
-  void send_refusal(int fd, shm::AttachStatus status, const std::string& why) noexcept;
+  // Refuses a client whose hello was read (or who is past its handshake's deadline): the reply
+  // says why, then the connection closes.
+  void refuse(PendingAttach& pending, shm::AttachStatus status, const std::string& why);
+  // Ends a handshake early: refuses it, stops waiting for its hello and forgets it.
+  void evict_attach(std::map<std::uint64_t, PendingAttach>::iterator it, const std::string& why);
+  // Evicts the handshakes past their deadline; returns the next deadline (0: none waiting).
+  std::int64_t expire_attaches(std::int64_t now_ns);
   void on_session_readable(std::uint64_t id);
   void drop_session(std::uint64_t id, const char* why);
+  // Logs a warning a client can trigger at will, within LogLimiter's budget.
+  template <class... Args>
+  void warn_limited(LogKind kind, fmt::format_string<Args...> format, Args&&... args);
 
   bool drain_rings(std::int64_t now_ns);
   // Rejects what must not wait (withdrawn, expired, or bound to miss its deadline behind the
@@ -116,8 +135,12 @@ class Daemon {
   std::uint64_t doorbell_value_ = 0;  // target of the posted doorbell read
 
   std::uint64_t next_id_ = 1;
-  std::unordered_map<std::uint64_t, PendingAttach> attaching_;
+  // Ordered by id, which is accept order and so deadline order: the first expires first.
+  std::map<std::uint64_t, PendingAttach> attaching_;
+  std::unordered_map<uid_t, unsigned> attaching_per_uid_;  // handshakes per peer uid
+  std::unordered_map<uid_t, unsigned> attached_per_uid_;   // sessions per peer uid
   std::unordered_map<std::uint64_t, std::shared_ptr<ClientSession>> sessions_;
+  LogLimiter log_limit_;
   std::vector<std::shared_ptr<ClientSession>> drain_order_;  // round-robin order of sessions_
   std::size_t drain_cursor_ = 0;
 

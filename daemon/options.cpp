@@ -80,7 +80,7 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
       ->capture_default_str()->check(CLI::Range(0.0, 60'000.0));
   app.add_option("--max-batch-bytes", c.batch.max_batch_bytes,
                  "flush before a batch's inputs would exceed this many bytes")
-      ->capture_default_str()->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 34));
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{1}, kMaxBatchBytes));
   app.add_option("--cost", c.cost, "SHA-256 rounds per input (cpu backend)")
       ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
   app.add_option("--cpu-threads", c.cpu_threads, "cpu backend worker threads")
@@ -91,8 +91,16 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
       ->capture_default_str();
   app.add_option("--max-output-bytes", c.segment.max_output_bytes, "largest answer")
       ->capture_default_str();
-  app.add_option("--max-clients", c.max_clients, "attached clients at most")
-      ->capture_default_str();
+  app.add_option("--max-clients", c.max_clients,
+                 "attached clients at most (each holds 4 open files; checked against the open-file "
+                 "limit at start)")
+      ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
+  app.add_option("--max-clients-per-uid", c.max_clients_per_uid,
+                 "attached clients of one user at most, so one user cannot take every slot")
+      ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
+  app.add_option("--attach-timeout-ms", c.attach_timeout_ms,
+                 "a connection that sends no attach request within this is closed")
+      ->capture_default_str()->check(CLI::Range(1U, 600'000U));
   app.add_option("--allow-uid", c.allowed_uids, "also accept clients with this uid")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--allow-gid", c.allowed_gids, "also accept clients with this gid")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--drain-spin-us", c.drain_spin_us,

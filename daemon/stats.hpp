@@ -20,9 +20,19 @@ struct DaemonStats {
   std::atomic<std::uint64_t> requests_ok{0};
   std::atomic<std::uint64_t> requests_failed{0};
   std::atomic<std::uint64_t> requests_rejected{0};  // invalid, expired or withdrawn before running
+  std::atomic<std::uint64_t> requests_abandoned{0};  // their client went before they were batched
   std::atomic<std::uint64_t> batches{0};
   std::atomic<std::uint64_t> batch_failures{0};
   std::array<std::atomic<std::uint64_t>, kBatchSizeBuckets> batch_sizes{};
+
+  // Taken and neither answered nor abandoned yet: the backlog ahead of a new request.
+  [[nodiscard]] std::uint64_t in_flight() const noexcept {
+    constexpr auto relaxed = std::memory_order_relaxed;
+    const std::uint64_t done = requests_ok.load(relaxed) + requests_failed.load(relaxed) +
+                               requests_abandoned.load(relaxed);
+    const std::uint64_t taken = requests_taken.load(relaxed);
+    return taken > done ? taken - done : 0;
+  }
 
   void record_batch(std::size_t size) noexcept {
     batches.fetch_add(1, std::memory_order_relaxed);

@@ -155,6 +155,9 @@ Response response_for_error(const Error& error) {
       case ErrorCode::kBackendUnavailable: return {503, "backend_unavailable", 1};
       case ErrorCode::kCancelled: return {503, "cancelled", 1};
       case ErrorCode::kProtocolError: return {500, "internal_error", 0};
+      // The front-end's own attachment was refused: the daemon is there but not for it.
+      case ErrorCode::kPermissionDenied: return {503, "daemon_unavailable", 0};
+      case ErrorCode::kTooManyClients: return {503, "daemon_unavailable", 1};
     }
     return {500, "internal_error", 0};
   };

@@ -1,7 +1,9 @@
 // The attach handshake on the daemon's control socket (SOCK_SEQPACKET): the client sends a
-// Hello (with its eventfd attached if it wants completion events), the daemon answers with an
-// AttachReply and, on success, the segment's fds in AttachFd order. The connection then stays
-// open as the lease: either side closing it means the other has gone.
+// Hello (no fds: the daemon takes no descriptor from a client), the daemon answers with an
+// AttachReply and, on success, the segment's fds in AttachFd order. Every refusal is an
+// AttachReply too, sent after the hello is read, so the client can say why. The connection then
+// stays open as the lease: either side closing it means the other has gone; a client that sends
+// anything more on it is dropped.
 #pragma once
 
 #include <cstdint>
@@ -10,14 +12,13 @@
 namespace batchd::shm {
 
 inline constexpr std::uint32_t kAttachMagic = 0x42415431;  // "BAT1"
-inline constexpr std::uint32_t kProtocolVersion = 1;
-
-inline constexpr std::uint32_t kHelloWantsEventfd = 1U << 0;
+// 2: completion events through CompletionEvents instead of a client's eventfd.
+inline constexpr std::uint32_t kProtocolVersion = 2;
 
 struct Hello {
   std::uint32_t magic;
   std::uint32_t protocol_version;
-  std::uint32_t flags;  // kHello*
+  std::uint32_t flags;  // none defined yet: must be 0
   std::uint32_t reserved;
 };
 
@@ -29,6 +30,8 @@ enum class AttachStatus : std::int32_t {
   kTooManyClients = 4,
   kShuttingDown = 5,
   kInternalError = 6,
+  kTooManyClientsForUser = 7,  // this uid holds its maximum of attached clients
+  kAttachTimeout = 8,          // no hello before the handshake's deadline, or evicted by newer ones
 };
 
 // Fds that follow a successful AttachReply, in this order.

@@ -29,8 +29,15 @@ inline void store_and_wake(std::atomic<std::uint32_t>& word, std::uint32_t value
   if ((notify.load(std::memory_order_seq_cst) & waiter_bit) != 0) futex_wake_all(word);
 }
 
-// Waits until done(word) holds or the deadline passes: spins for spin_ns first (cheap when the
-// answer is near), then flags itself in `notify` and sleeps in FUTEX_WAIT. Returns whether done.
+// Adds one to an event sequence word and wakes its sleeper only if it flagged itself in
+// `sleeping` (any nonzero value: the flag is the other side's, so it is only a hint). The same
+// seq_cst pairing as store_and_wake. Never blocks: FUTEX_WAKE waits on nothing a client holds.
+inline void bump_and_wake(std::atomic<std::uint32_t>& sequence,
+                          const std::atomic<std::uint32_t>& sleeping) noexcept {
+  sequence.fetch_add(1, std::memory_order_seq_cst);
+  if (sleeping.load(std::memory_order_seq_cst) != 0) futex_wake_all(sequence);
+}
+
 // Spins until done(word) holds, for spin_ns at most. Returns whether done.
 template <class Done>
 bool spin_until_done(const std::atomic<std::uint32_t>& word, std::int64_t spin_ns, Done done) noexcept {
@@ -44,6 +51,8 @@ bool spin_until_done(const std::atomic<std::uint32_t>& word, std::int64_t spin_n
   }
 }
 
+// Waits until done(word) holds or the deadline passes: spins for spin_ns first (cheap when the
+// answer is near), then flags itself in `notify` and sleeps in FUTEX_WAIT. Returns whether done.
 template <class Done>
 bool wait_for_change(const std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& notify,
                      std::uint32_t waiter_bit, std::int64_t spin_ns, std::int64_t deadline_ns,

@@ -33,13 +33,15 @@ std::string check_params(const SegmentParams& params) {
 Geometry compute_geometry(const SegmentParams& params) noexcept {
   Geometry g;
   g.params = params;
-  g.ring_offset = sizeof(SegmentHeader);
+  g.event_waiter_offset = sizeof(SegmentHeader);
+  g.ring_offset = g.event_waiter_offset + sizeof(EventWaiter);
   const std::uint64_t ring_bytes = sizeof(RingTail) + sizeof(RingEntry) * params.slot_count;
   g.request_slots_offset = round_up(g.ring_offset + ring_bytes, kCacheLine);
   g.request_slot_stride = round_up(sizeof(RequestSlotHeader) + params.max_input_bytes, kCacheLine);
   g.request_region_bytes =
       round_up(g.request_slots_offset + g.request_slot_stride * params.slot_count, kPageBytes);
-  g.completion_slots_offset = sizeof(CompletionHeader);
+  g.completion_events_offset = sizeof(CompletionHeader);
+  g.completion_slots_offset = g.completion_events_offset + sizeof(CompletionEvents);
   g.completion_slot_stride =
       round_up(sizeof(CompletionSlotHeader) + params.max_output_bytes, kCacheLine);
   g.completion_region_bytes = round_up(

@@ -14,7 +14,7 @@ namespace batchd::shm {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x3144484354414221ULL;  // "!BATCHD1"
 // Bump on any incompatible change to the structs below; a mismatch is refused.
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kLayoutVersion = 2;
 // Slot and ring limits keep every product in 64 bits and every index in 32.
 inline constexpr std::uint32_t kMaxSlots = 1U << 16;
 inline constexpr std::uint32_t kMaxPayloadBytes = 16U << 20;
@@ -65,6 +65,20 @@ struct alignas(kCacheLine) SegmentHeader {
   std::uint64_t completion_slot_stride;
 };
 
+// Written only by the client: set while its event waker sleeps on CompletionEvents::sequence, so
+// the daemon pays for a FUTEX_WAKE only then. The daemon reads it as a hint: any value is safe.
+struct alignas(kCacheLine) EventWaiter {
+  std::atomic<std::uint32_t> sleeping;
+};
+
+// Written only by the daemon (completion region): bumped once per batch that answered requests
+// flagged kNotifyEventfd. The client's own waker thread sleeps on it and signals the client's
+// eventfd. The daemon holds no descriptor of the client's to signal: a client can change the
+// flags of any open file description it shares, so one it shared could be made to block.
+struct alignas(kCacheLine) CompletionEvents {
+  std::atomic<std::uint32_t> sequence;
+};
+
 // Written only by the client; holds the producer position of the submission ring.
 struct alignas(kCacheLine) RingTail {
   std::atomic<std::uint64_t> tail;
@@ -105,6 +119,8 @@ constexpr std::uint32_t ring_entry_generation(RingEntry e) noexcept {
 
 static_assert(std::is_standard_layout_v<SegmentHeader> && std::is_trivially_copyable_v<SegmentHeader>);
 static_assert(sizeof(SegmentHeader) == 128, "header size is part of the layout version");
+static_assert(std::is_standard_layout_v<EventWaiter> && sizeof(EventWaiter) == kCacheLine);
+static_assert(std::is_standard_layout_v<CompletionEvents> && sizeof(CompletionEvents) == kCacheLine);
 static_assert(std::is_standard_layout_v<RingTail> && sizeof(RingTail) == kCacheLine);
 static_assert(std::is_standard_layout_v<CompletionHeader> && sizeof(CompletionHeader) == kCacheLine);
 static_assert(std::is_standard_layout_v<RequestSlotHeader> && sizeof(RequestSlotHeader) == kCacheLine);
@@ -125,11 +141,13 @@ struct SegmentParams {
 // The derived byte layout of both regions.
 struct Geometry {
   SegmentParams params;
+  std::uint64_t event_waiter_offset = 0;     // EventWaiter, after the header
   std::uint64_t ring_offset = 0;             // RingTail, then slot_count RingEntry
   std::uint64_t request_slots_offset = 0;
   std::uint64_t request_slot_stride = 0;
   std::uint64_t request_region_bytes = 0;
-  std::uint64_t completion_slots_offset = 0;  // after CompletionHeader
+  std::uint64_t completion_events_offset = 0;  // CompletionEvents, after CompletionHeader
+  std::uint64_t completion_slots_offset = 0;
   std::uint64_t completion_slot_stride = 0;
   std::uint64_t completion_region_bytes = 0;
 };

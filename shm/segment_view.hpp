@@ -24,6 +24,12 @@ class SegmentView {
   [[nodiscard]] SegmentHeader* header() const noexcept {
     return reinterpret_cast<SegmentHeader*>(request_);
   }
+  [[nodiscard]] EventWaiter* event_waiter() const noexcept {
+    return reinterpret_cast<EventWaiter*>(request_ + g_.event_waiter_offset);
+  }
+  [[nodiscard]] CompletionEvents* completion_events() const noexcept {
+    return reinterpret_cast<CompletionEvents*>(completion_ + g_.completion_events_offset);
+  }
   [[nodiscard]] RingTail* ring_tail() const noexcept {
     return reinterpret_cast<RingTail*>(request_ + g_.ring_offset);
   }

@@ -22,7 +22,8 @@ struct Fixture {
     int fds[2];
     REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds) == 0);
     peer.reset(fds[1]);
-    session = std::make_unique<ClientSession>(1, shm::UniqueFd(fds[0]), params, 0, 0);
+    session = std::make_unique<ClientSession>(1, params, 0, 0);
+    session->set_connection(shm::UniqueFd(fds[0]));
     const auto& v = session->view();
     producer = shm::RingProducer(v.ring_tail(), v.ring_entries(), v.completion_header(), v.slot_count());
   }

@@ -24,7 +24,8 @@ struct Target {
     int fds[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds) != 0) __builtin_trap();
     peer.reset(fds[1]);
-    session = std::make_unique<batchd::ClientSession>(1, batchd::shm::UniqueFd(fds[0]), kParams, 0, 0);
+    session = std::make_unique<batchd::ClientSession>(1, kParams, 0, 0);
+    session->set_connection(batchd::shm::UniqueFd(fds[0]));
   }
 };
 
