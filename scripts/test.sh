@@ -3,7 +3,7 @@
 # suites under ASan+UBSan and under TSan at smaller sizes. Ends with one line "N passed, N failed"
 # (meson tests over all three builds; ", N skipped" follows) and exits non-zero on any failure.
 # Each test a build defines (meson test --list) counts once: a build failure counts all of them as
-# failed, and so does a test without a result.
+# failed, and so does a test without a result; only the GPU test may be skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh || exit 1
@@ -17,9 +17,36 @@ configure() {  # dir, meson options...
   fi
 }
 
+# Tests that may exit 77 (meson: SKIP), by name: the GPU test, where this machine has no GPU. Any
+# other skip means a missing tool or a broken set-up, and counts as a failure.
+may_skip=(cuda_backend)
+
+# Says which CUDA tests a build leaves out, and why, rather than leaving them silently absent.
+cuda_tests_note() {  # dir, label, test list
+  local dir=$1 label=$2 list=$3 t cuda_option
+  local missing=()
+  for t in cuda_host cuda_backend; do
+    grep -qE "(^| / )$t\$" "$list" || missing+=("$t")
+  done
+  if ((${#missing[@]})); then
+    cuda_option=$(meson introspect "$dir" --buildoptions | python3 -c 'import json, sys
+print({o["name"]: o["value"] for o in json.load(sys.stdin)}["cuda"])')
+    if [ "$cuda_option" = disabled ]; then
+      echo "== $label: not built: ${missing[*]} (they need the CUDA backend; this build has" \
+        "-Dcuda=disabled)"
+    else
+      echo "== $label: not built: ${missing[*]} (they need the CUDA backend; meson found" \
+        "no usable CUDA toolkit: see $dir/meson-logs/meson-log.txt)"
+    fi
+  fi
+  if ! grep -qE "(^| / )cuda_backend_host\$" "$list"; then
+    echo "== $label: not built: cuda_backend_host (it needs the CUDA toolkit's headers; none found)"
+  fi
+}
+
 passed=0
 failed=0
-skipped=0  # tests that cannot run here (a GPU test without a GPU) say why in their log
+skipped=0  # the GPU test where there is no GPU; it says why in its log
 run_suite() {  # dir, label
   local dir=$1 label=$2
   local list=$dir/meson-logs/testlist.txt log=$dir/meson-logs/testlog.json
@@ -39,13 +66,15 @@ run_suite() {  # dir, label
     return
   fi
   echo "== $label: testing $listed tests"
+  cuda_tests_note "$dir" "$label" "$list"
   meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes 2 2>&1 |
     grep -vE '^\s*$' | tail -40
   local meson_rc=${PIPESTATUS[0]}
   local counts
-  counts=$(python3 - "$list" "$log" "$meson_rc" <<'PY'
+  counts=$(python3 - "$list" "$log" "$meson_rc" "${may_skip[*]}" <<'PY'
 import json, sys
 list_path, log_path, meson_rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
+may_skip = set(sys.argv[4].split())
 listed = [line.rstrip("\n") for line in open(list_path) if line.strip()]
 try:
     results = [json.loads(line) for line in open(log_path) if line.strip()]
@@ -53,9 +82,12 @@ except FileNotFoundError:
     results = []
 ok = bad = skip = 0
 for r in results:
-    result = r.get("result")
-    if result == "SKIP":
+    name, result = r["name"], r.get("result")
+    if result == "SKIP" and name.split(" / ")[-1] in may_skip:
         skip += 1
+    elif result == "SKIP":
+        bad += 1
+        print(f"FAILED: {name} skipped (exit 77), which only a GPU test may do", file=sys.stderr)
     elif result in ("OK", "EXPECTEDFAIL"):
         ok += 1
     else:
