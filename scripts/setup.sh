@@ -9,7 +9,7 @@ packages=(
   libboost1.81-dev liburing-dev doctest-dev libconcurrentqueue-dev libssl-dev
   libcli11-dev libfmt-dev libspdlog-dev libsimdjson-dev libtomlplusplus-dev libsystemd-dev
   libasan8 libubsan1 libtsan2
-  curl clang libclang-rt-14-dev
+  curl clang libclang-rt-14-dev systemd
   "$@"
 )
 

@@ -2,6 +2,8 @@
 # Sets up, builds and runs every test: a debug-optimized build at full test sizes, then the same
 # suites under ASan+UBSan and under TSan at smaller sizes. Ends with one line "N passed, N failed"
 # (meson tests over all three builds; ", N skipped" follows) and exits non-zero on any failure.
+# Each test a build defines (meson test --list) counts once: a build failure counts all of them as
+# failed, and so does a test without a result; only the GPU test may be skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh || exit 1
@@ -15,36 +17,98 @@ configure() {  # dir, meson options...
   fi
 }
 
+# Tests that may exit 77 (meson: SKIP), by name: the GPU test, where this machine has no GPU. Any
+# other skip means a missing tool or a broken set-up, and counts as a failure.
+may_skip=(cuda_backend)
+
+# Says which CUDA tests a build leaves out, and why, rather than leaving them silently absent.
+cuda_tests_note() {  # dir, label, test list
+  local dir=$1 label=$2 list=$3 t cuda_option
+  local missing=()
+  for t in cuda_host cuda_backend; do
+    grep -qE "(^| / )$t\$" "$list" || missing+=("$t")
+  done
+  if ((${#missing[@]})); then
+    cuda_option=$(meson introspect "$dir" --buildoptions | python3 -c 'import json, sys
+print({o["name"]: o["value"] for o in json.load(sys.stdin)}["cuda"])')
+    if [ "$cuda_option" = disabled ]; then
+      echo "== $label: not built: ${missing[*]} (they need the CUDA backend; this build has" \
+        "-Dcuda=disabled)"
+    else
+      echo "== $label: not built: ${missing[*]} (they need the CUDA backend; meson found" \
+        "no usable CUDA toolkit: see $dir/meson-logs/meson-log.txt)"
+    fi
+  fi
+  if ! grep -qE "(^| / )cuda_backend_host\$" "$list"; then
+    echo "== $label: not built: cuda_backend_host (it needs the CUDA toolkit's headers; none found)"
+  fi
+}
+
 passed=0
 failed=0
-skipped=0  # tests that cannot run here (a GPU test without a GPU) say why in their log
+skipped=0  # the GPU test where there is no GPU; it says why in its log
 run_suite() {  # dir, label
   local dir=$1 label=$2
+  local list=$dir/meson-logs/testlist.txt log=$dir/meson-logs/testlog.json
+  # A log left by the last run must not be counted again when this one writes none.
+  rm -f "$log" "$list"
   echo "== $label: building"
-  if ! ninja -C "$dir" >"$dir.build.log" 2>&1; then
+  local built=1
+  ninja -C "$dir" >"$dir.build.log" 2>&1 || built=0
+  # The tests this build defines: each must report a result, or counts as failed.
+  meson test -C "$dir" --no-rebuild --list >"$list" || echo "== $label: meson test --list failed"
+  local listed
+  listed=$(grep -c . "$list")
+  if [ "$built" = 0 ]; then
     tail -50 "$dir.build.log"
-    echo "== $label: BUILD FAILED"
-    failed=$((failed + 1))
+    echo "== $label: BUILD FAILED: its $listed tests did not run"
+    failed=$((failed + (listed > 0 ? listed : 1)))
     return
   fi
-  echo "== $label: testing"
-  meson test -C "$dir" --print-errorlogs --num-processes 2 2>&1 | grep -vE '^\s*$' | tail -40
+  echo "== $label: testing $listed tests"
+  cuda_tests_note "$dir" "$label" "$list"
+  meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes 2 2>&1 |
+    grep -vE '^\s*$' | tail -40
+  local meson_rc=${PIPESTATUS[0]}
   local counts
-  counts=$(python3 - "$dir/meson-logs/testlog.json" <<'PY'
+  counts=$(python3 - "$list" "$log" "$meson_rc" "${may_skip[*]}" <<'PY'
 import json, sys
+list_path, log_path, meson_rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
+may_skip = set(sys.argv[4].split())
+listed = [line.rstrip("\n") for line in open(list_path) if line.strip()]
+try:
+    results = [json.loads(line) for line in open(log_path) if line.strip()]
+except FileNotFoundError:
+    results = []
 ok = bad = skip = 0
-for line in open(sys.argv[1]):
-    r = json.loads(line).get("result")
-    if r == "SKIP":
+for r in results:
+    name, result = r["name"], r.get("result")
+    if result == "SKIP" and name.split(" / ")[-1] in may_skip:
         skip += 1
-    elif r in ("OK", "EXPECTEDFAIL"):
+    elif result == "SKIP":
+        bad += 1
+        print(f"FAILED: {name} skipped (exit 77), which only a GPU test may do", file=sys.stderr)
+    elif result in ("OK", "EXPECTEDFAIL"):
         ok += 1
     else:
         bad += 1
+not_run = list(listed)
+for r in results:
+    if r["name"] in not_run:
+        not_run.remove(r["name"])
+for name in not_run:
+    print(f"FAILED: {name} has no result (the run did not reach it)", file=sys.stderr)
+bad += len(not_run)
+if not listed:
+    print("FAILED: meson test --list names no test", file=sys.stderr)
+    bad += 1
+if meson_rc != 0 and bad == 0:
+    print(f"FAILED: meson test exited {meson_rc} with no failed test in its log", file=sys.stderr)
+    bad += 1
 print(ok, bad, skip)
 PY
 )
-  [ -n "$counts" ] || counts="0 1 0"  # no test log: count the run as a failure
+  [ -n "$counts" ] || counts="0 $((listed > 0 ? listed : 1)) 0"  # the counter itself failed
   read -r ok bad skip <<<"$counts"
   passed=$((passed + ok))
   failed=$((failed + bad))

@@ -119,25 +119,45 @@ DaemonProcess::DaemonProcess(const std::string& socket_path, const std::vector<s
   }
 }
 
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const char* name = ::sigabbrev_np(WTERMSIG(status));
+    return "killed by signal " + std::to_string(WTERMSIG(status)) + " (SIG" +
+           (name != nullptr ? name : "?") + ")";
+  }
+  return "waitpid status " + std::to_string(status);
+}
+
 DaemonProcess::~DaemonProcess() {
   if (pid_ > 0) stop();
 }
 
 int DaemonProcess::stop() {
   if (pid_ <= 0) return -1;
+  const pid_t pid = pid_;
   ::kill(pid_, SIGTERM);
   int status = 0;
   ::waitpid(pid_, &status, 0);
   pid_ = -1;
+  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    FAIL_CHECK("batchd (pid " << pid << ") did not exit cleanly on SIGTERM: "
+               << describe_exit(status)
+               << " (a sanitizer's report, if any, is in this test's output)");
+  }
   return status;
 }
 
 void DaemonProcess::kill9() {
   if (pid_ <= 0) return;
+  const pid_t pid = pid_;
   ::kill(pid_, SIGKILL);
   int status = 0;
   ::waitpid(pid_, &status, 0);
   pid_ = -1;
+  if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
+    FAIL_CHECK("batchd (pid " << pid << ") had exited before SIGKILL: " << describe_exit(status));
+  }
 }
 
 std::unique_ptr<Client> connect(const std::string& path) {

@@ -38,7 +38,12 @@ pid_t spawn(std::vector<std::string> argv);
 // Runs argv to its end and returns its waitpid status; kills it (and fails) after timeout.
 int run_to_exit(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
 
-// Runs the batchd binary as a child process; stops it with SIGTERM on destruction.
+// A waitpid status in words: "exit code N" or "killed by signal N (name)".
+std::string describe_exit(int status);
+
+// Runs the batchd binary as a child process; stops it with SIGTERM on destruction. A sanitizer
+// report at the daemon's exit shows only in its exit status, so every SIGTERM stop fails the test
+// unless batchd exits with code 0.
 class DaemonProcess {
  public:
   // Starts batchd with --socket path and extra args, and waits until it accepts connections.
@@ -48,9 +53,10 @@ class DaemonProcess {
   DaemonProcess& operator=(const DaemonProcess&) = delete;
 
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
-  // Sends SIGTERM and returns the exit status (as from waitpid).
+  // Sends SIGTERM and returns the exit status (as from waitpid); fails the test unless it is 0.
   int stop();
-  // Sends SIGKILL (a crash: no clean-up, no answers for what it holds) and waits for the exit.
+  // Sends SIGKILL (a crash: no clean-up, no answers for what it holds) and waits for the exit;
+  // fails the test if batchd had already died of something else.
   void kill9();
 
  private:

@@ -1,8 +1,11 @@
 // The cuda backend on a real GPU: answers bit-identical to the CPU reference, lanes used
-// concurrently, batch limits and shutdown. Without a visible GPU it prints why and exits 77,
-// which meson reports as skipped.
+// concurrently, batch limits and shutdown. On a machine without a GPU it prints why and exits 77,
+// which meson reports as skipped; any other CUDA error fails it.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
+
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <random>
@@ -144,9 +147,31 @@ TEST_CASE("unknown or repeated device ordinals are refused") {
   CHECK(why.find("twice") != std::string::npos);
 }
 
+namespace {
+
+// True where the machine has no GPU to test, as opposed to a GPU the runtime cannot use (a driver
+// too old for this runtime, a device in a bad state), which must fail rather than skip.
+bool no_gpu_here(cudaError_t err, int count) {
+  if (err == cudaSuccess) return count == 0;
+  if (err == cudaErrorNoDevice) return true;
+  // Without the driver's library the runtime says "insufficient driver" too; with it, the driver
+  // really is too old.
+  return err == cudaErrorInsufficientDriver && ::dlopen("libcuda.so.1", RTLD_LAZY) == nullptr;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  std::string why;
-  if (batchd::cuda_device_count(why) == 0) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    std::string why;
+    batchd::cuda_device_count(why);
+    if (!no_gpu_here(err, count)) {
+      std::printf("FAILED: %s (only a machine without a GPU driver, or without a device, skips)\n",
+                  why.c_str());
+      return 1;
+    }
     std::printf("skipped: %s\n", why.c_str());
     return kExitSkipped;
   }
