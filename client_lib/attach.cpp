@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "client_lib/client_segment.hpp"
 #include "shm/futex.hpp"
 
 namespace batchd {
@@ -92,7 +93,7 @@ std::string client_default_socket_path() {
 
 bool attach_to_daemon(const std::string& socket_path, std::chrono::milliseconds timeout,
                       Attachment& out, Error& error) {
-  const std::int64_t deadline_ns = shm::monotonic_ns() + timeout.count() * 1'000'000;
+  const std::int64_t deadline_ns = client_detail::deadline_after(timeout);
   shm::UniqueFd conn;
   if (int rc = connect_until(socket_path, deadline_ns, conn); rc != 0) {
     error = {ErrorCode::kDaemonUnavailable,

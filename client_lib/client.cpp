@@ -83,20 +83,7 @@ std::optional<Error> ClientImpl::check_input(std::string_view input) const {
 std::uint32_t ClientImpl::write_slot_locked(Segment& seg, std::uint32_t slot, const void* input,
                                             std::uint32_t bytes, std::int64_t deadline_ns,
                                             Use use) noexcept {
-  SlotState& state = seg.slots[slot];
-  state.generation = state.generation % shm::kGenerationMask + 1;
-  state.use = use;
-  state.pushed = false;
-  state.waiter = nullptr;
-  shm::RequestSlotHeader& header = *seg.view.request_slot(slot);
-  header.input_bytes = bytes;
-  header.deadline_mono_ns = deadline_ns;
-  // A withdrawal mark left by an earlier generation of this slot would otherwise match again
-  // once the 24-bit generation wraps, and withdraw this request.
-  header.cancel_generation.store(0, std::memory_order_relaxed);
-  header.notify.store(use == Use::kAsync ? shm::kNotifyEventfd : 0U, std::memory_order_relaxed);
-  if (bytes > 0) std::memcpy(seg.view.request_input(slot), input, bytes);
-  return state.generation;
+  return seg.write_request(slot, input, bytes, deadline_ns, use);
 }
 
 // Publishes a written slot, unless the segment's daemon is gone: then the request waits in its
@@ -153,7 +140,7 @@ void ClientImpl::release_locked(const Location& at) noexcept {
 Result ClientImpl::submit(std::string_view input, std::chrono::milliseconds timeout) {
   if (auto bad = check_input(input)) return Result::failure(bad->code, std::move(bad->message));
   Request request;
-  request.deadline_ns = shm::monotonic_ns() + timeout.count() * 1'000'000;
+  request.deadline_ns = deadline_after(timeout);
   {
     std::lock_guard lock(mu_);
     if (auto bad = enqueue_locked(input, Use::kSync, request)) {
@@ -237,7 +224,7 @@ std::optional<Error> ClientImpl::submit_async(std::string_view input,
                                               Client::Callback done, std::uint64_t* id) {
   if (auto bad = check_input(input)) return bad;
   AsyncRequest request;
-  request.deadline_ns = shm::monotonic_ns() + timeout.count() * 1'000'000;
+  request.deadline_ns = deadline_after(timeout);
   request.done = std::move(done);
   std::lock_guard lock(mu_);
   start_waker_locked();

@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "shm/futex.hpp"
 #include "shm/layout.hpp"
@@ -37,6 +39,32 @@ void signal_eventfd(int fd) noexcept {
   [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
 }
 
+
+std::int64_t deadline_after(std::chrono::milliseconds timeout) noexcept {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t now_ns = shm::monotonic_ns();
+  const std::int64_t ms = std::max<std::int64_t>(0, timeout.count());
+  if (ms > (kMax - now_ns) / 1'000'000) return kMax;
+  return now_ns + ms * 1'000'000;
+}
+
+std::uint32_t Segment::write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
+                                     std::int64_t deadline_ns, Use use) noexcept {
+  SlotState& state = slots[slot];
+  state.generation = state.generation % shm::kGenerationMask + 1;
+  state.use = use;
+  state.pushed = false;
+  state.waiter = nullptr;
+  shm::RequestSlotHeader& header = *view.request_slot(slot);
+  header.input_bytes = bytes;
+  header.deadline_mono_ns = deadline_ns;
+  // A withdrawal mark left by an earlier generation of this slot would otherwise match again
+  // once the 24-bit generation wraps, and withdraw this request.
+  header.cancel_generation.store(0, std::memory_order_relaxed);
+  header.notify.store(use == Use::kAsync ? shm::kNotifyEventfd : 0U, std::memory_order_relaxed);
+  if (bytes > 0) std::memcpy(view.request_input(slot), input, bytes);
+  return state.generation;
+}
 
 Result Segment::read_result(std::uint32_t slot) const {
   const shm::CompletionSlotHeader& header = *view.completion_slot(slot);

@@ -6,6 +6,7 @@
 #include <boost/interprocess/mapped_region.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -58,6 +59,10 @@ struct Segment {
            shm::make_state(generation, shm::SlotPhase::kDone);
   }
   [[nodiscard]] Result read_result(std::uint32_t slot) const;
+  // Starts the slot's next generation and writes a request into it (not yet published).
+  // Returns the new generation. Guarded by ClientImpl::mu_.
+  std::uint32_t write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
+                              std::int64_t deadline_ns, Use use) noexcept;
   void ring_doorbell_if_sleeping() const noexcept;
   [[nodiscard]] bool reclaim_abandoned() noexcept;
 };
@@ -82,6 +87,8 @@ struct AsyncRequest : Request {
   std::uint64_t id = 0;  // for cancel()
 };
 
+// CLOCK_MONOTONIC now plus timeout, saturated: a caller may ask to wait "forever".
+std::int64_t deadline_after(std::chrono::milliseconds timeout) noexcept;
 // The Result a completion slot's status and payload mean.
 Result result_from_wire(shm::WireStatus status, std::string payload);
 // Adds one to an eventfd (wakes whoever reads or polls it).
