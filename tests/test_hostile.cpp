@@ -357,23 +357,18 @@ TEST_CASE("a user who may not attach gets a typed refusal, and its flood of atte
     } else {
       MESSAGE("not root: the refused user's attach is not tried (it needs setuid)");
     }
-    // Two thousand refusals in a burst (malformed hellos: any user can send those).
-    for (int i = 0; i < 2000; ++i) {
+    // Two thousand refusals in a burst (malformed hellos: any user can send those), then one
+    // more after the bucket refilled, which says how many were held back.
+    const auto malformed_hello = [&] {
       shm::UniqueFd conn = raw_connect(socket);
       const std::uint32_t garbage[4] = {0xdeadbeef, 1, 2, 3};
       (void)shm::send_with_fds(conn.get(), std::as_bytes(std::span(garbage)), {});
       char reply[sizeof(shm::AttachReply)];
       (void)::recv(conn.get(), reply, sizeof(reply), 0);
-    }
-    // One more after the bucket refilled: it says how many were held back.
+    };
+    for (int i = 0; i < 2000; ++i) malformed_hello();
     std::this_thread::sleep_for(1100ms);
-    {
-      shm::UniqueFd conn = raw_connect(socket);
-      const std::uint32_t garbage[4] = {0xdeadbeef, 1, 2, 3};
-      (void)shm::send_with_fds(conn.get(), std::as_bytes(std::span(garbage)), {});
-      char reply[sizeof(shm::AttachReply)];
-      (void)::recv(conn.get(), reply, sizeof(reply), 0);
-    }
+    malformed_hello();
     CHECK(load.progresses());
     load.check_clean();
   }
