@@ -80,12 +80,6 @@ std::optional<Error> ClientImpl::check_input(std::string_view input) const {
   return std::nullopt;
 }
 
-std::uint32_t ClientImpl::write_slot_locked(Segment& seg, std::uint32_t slot, const void* input,
-                                            std::uint32_t bytes, std::int64_t deadline_ns,
-                                            Use use) noexcept {
-  return seg.write_request(slot, input, bytes, deadline_ns, use);
-}
-
 // Publishes a written slot, unless the segment's daemon is gone: then the request waits in its
 // slot for the reattach to move it. False only when the ring is full.
 bool ClientImpl::publish_locked(Segment& seg, std::uint32_t slot) noexcept {
@@ -105,8 +99,8 @@ std::optional<Error> ClientImpl::enqueue_locked(std::string_view input, Use use,
   }
   const std::uint32_t slot = seg.free.back();
   seg.free.pop_back();
-  const std::uint32_t generation = write_slot_locked(
-      seg, slot, input.data(), static_cast<std::uint32_t>(input.size()), request.deadline_ns, use);
+  const std::uint32_t generation = seg.write_request(
+      slot, input.data(), static_cast<std::uint32_t>(input.size()), request.deadline_ns, use);
   if (!publish_locked(seg, slot)) {
     // Cannot happen while slots == ring capacity, but a full ring must never lose a request.
     seg.slots[slot].use = Use::kFree;

@@ -61,8 +61,6 @@ class ClientImpl {
   // Claims a slot in the current segment, writes the request and, while a daemon is attached,
   // publishes it. Fills `request.at`.
   std::optional<Error> enqueue_locked(std::string_view input, Use use, Request& request);
-  std::uint32_t write_slot_locked(Segment& seg, std::uint32_t slot, const void* input,
-                                  std::uint32_t bytes, std::int64_t deadline_ns, Use use) noexcept;
   bool publish_locked(Segment& seg, std::uint32_t slot) noexcept;
   // Gives the slot a request holds back: free at once if no daemon can still write it, else
   // withdrawn and reused once the daemon answers it.

@@ -21,11 +21,6 @@ class LogLimiter {
   // says how many of its kind were suppressed since the last one logged.
   bool allow(LogKind kind, std::int64_t now_ns, std::string& note);
 
-  // Messages of this kind held back so far and not yet reported.
-  [[nodiscard]] std::uint64_t suppressed(LogKind kind) const noexcept {
-    return buckets_[static_cast<std::size_t>(kind)].suppressed;
-  }
-
  private:
   struct Bucket {
     double tokens = kBurst;
