@@ -315,6 +315,10 @@ DaemonStatus ClientImpl::daemon_status() const {
   out.in_flight = page.in_flight.load(std::memory_order_relaxed);
   out.batches = page.batches.load(std::memory_order_relaxed);
   out.batch_failures = page.batch_failures.load(std::memory_order_relaxed);
+  out.requests_abandoned = page.requests_abandoned.load(std::memory_order_relaxed);
+  out.max_batch = page.max_batch.load(std::memory_order_relaxed);
+  out.max_wait_ns = page.max_wait_ns.load(std::memory_order_relaxed);
+  out.max_batch_bytes = page.max_batch_bytes.load(std::memory_order_relaxed);
   for (const auto& bucket : page.batch_sizes) out.batch_sizes.push_back(bucket.load(std::memory_order_relaxed));
   const std::size_t listed = std::min<std::size_t>(page.devices.load(std::memory_order_relaxed), shm::kStatusDevices);
   for (std::size_t d = 0; d < listed; ++d) {

@@ -74,6 +74,12 @@ struct DaemonStatus {
   std::uint64_t clients = 0;
   std::uint64_t requests_taken = 0, requests_ok = 0, requests_failed = 0, requests_rejected = 0;
   std::uint64_t in_flight = 0;  // taken by the daemon and not yet answered
+  std::uint64_t requests_abandoned = 0;  // their client went before they were batched
+  // The batching policy in force: flush at max_batch requests, max_batch_bytes input bytes, or
+  // when the oldest has waited max_wait_ns.
+  std::uint32_t max_batch = 0;
+  std::int64_t max_wait_ns = 0;
+  std::uint64_t max_batch_bytes = 0;
   std::uint64_t batches = 0, batch_failures = 0;
   std::vector<std::uint64_t> batch_sizes;  // bucket b counts batches of [2^b, 2^(b+1)) requests
   std::vector<Device> devices;

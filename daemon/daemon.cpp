@@ -110,6 +110,7 @@ void Daemon::start() {
         if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
       },
       [this] { publish_status(); });
+  publish_policy();
   publish_status();
   router_->start();
   arm_poll(control_->fd(), pack(Op::kListen, 0));
@@ -149,10 +150,18 @@ void Daemon::publish_status() noexcept {
   page.in_flight.store(stats_.in_flight(), relaxed);
   page.batches.store(stats_.batches.load(relaxed), relaxed);
   page.batch_failures.store(stats_.batch_failures.load(relaxed), relaxed);
+  page.requests_abandoned.store(stats_.requests_abandoned.load(relaxed), relaxed);
   for (std::size_t b = 0; b < shm::kBatchSizeBuckets; ++b) {
     page.batch_sizes[b].store(stats_.batch_sizes[b].load(relaxed), relaxed);
   }
   page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
+}
+
+void Daemon::publish_policy() noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  status_->max_batch.store(static_cast<std::uint32_t>(config_.batch.max_batch), relaxed);
+  status_->max_wait_ns.store(config_.batch.max_wait.count(), relaxed);
+  status_->max_batch_bytes.store(config_.batch.max_batch_bytes, relaxed);
 }
 
 void Daemon::update_limits(const BatchLimits& limits) {
@@ -169,6 +178,7 @@ void Daemon::apply_pending_limits() {
   std::lock_guard lock(limits_mu_);
   config_.batch = pending_limits_;
   batcher_.set_limits(pending_limits_);
+  publish_policy();
 }
 
 void Daemon::set_watchdog(std::chrono::nanoseconds interval, std::function<void()> ping) {

@@ -117,6 +117,8 @@ class Daemon {
   void ring_doorbell() noexcept;
   // Copies stats and device health into the status page (watchdog thread).
   void publish_status() noexcept;
+  // Writes the batching policy in force into the status page (drain loop: it owns config_.batch).
+  void publish_policy() noexcept;
 
   DaemonConfig config_;
   std::unique_ptr<Backend> backend_;

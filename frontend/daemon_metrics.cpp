@@ -85,6 +85,13 @@ void render_daemon_status(const DaemonStatus* status, std::string& out) {
                  status->requests_failed);
   fmt::format_to(std::back_inserter(out), "batchd_daemon_requests_total{{result=\"rejected\"}} {}\n",
                  status->requests_rejected);
+  gauge("batchd_daemon_requests_abandoned_total", "counter",
+        "Requests dropped unanswered because their client went before they were batched.",
+        status->requests_abandoned);
+  gauge("batchd_daemon_max_batch", "gauge", "The batching policy: most requests in one batch.", status->max_batch);
+  gauge("batchd_daemon_max_wait_seconds", "gauge",
+        "The batching policy: longest a request waits for its batch to fill.",
+        static_cast<double>(status->max_wait_ns) / 1e9);
   gauge("batchd_daemon_requests_taken_total", "counter", "Requests the daemon took from its clients.",
         status->requests_taken);
   gauge("batchd_daemon_batches_total", "counter", "Batches the daemon ran.", status->batches);

@@ -44,6 +44,14 @@ struct alignas(64) DaemonStatusPage {
   std::atomic<std::uint64_t> batch_failures;
   std::atomic<std::uint64_t> batch_sizes[kBatchSizeBuckets];
   StatusDevice device[kStatusDevices];
+  // Appended after the device table, so a client built before them reads the page unchanged.
+  // The batching policy in force (a SIGHUP reload changes it), and requests whose client went
+  // before they were batched.
+  std::atomic<std::uint32_t> max_batch;
+  std::atomic<std::uint32_t> reserved_policy;
+  std::atomic<std::int64_t> max_wait_ns;
+  std::atomic<std::uint64_t> max_batch_bytes;
+  std::atomic<std::uint64_t> requests_abandoned;
 };
 
 static_assert(std::is_standard_layout_v<DaemonStatusPage>);

@@ -31,6 +31,16 @@ std::uint64_t scaled(std::uint64_t count, std::uint64_t minimum) {
   return n < minimum ? minimum : n;
 }
 
+double slowdown() {
+  const char* env = std::getenv("BATCHD_TEST_SLOWDOWN");
+  const double factor = env != nullptr ? std::atof(env) : 1.0;
+  return factor >= 1.0 ? factor : 1.0;
+}
+
+std::chrono::milliseconds grace(std::chrono::milliseconds allowance) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(static_cast<double>(allowance.count()) * slowdown()));
+}
+
 namespace {
 
 struct TempDir {

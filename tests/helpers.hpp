@@ -23,6 +23,13 @@ namespace batchd::test {
 double scale();
 std::uint64_t scaled(std::uint64_t count, std::uint64_t minimum = 1);
 
+// BATCHD_TEST_SLOWDOWN (default 1; meson sets 3 for ASan, 10 for TSan): how much slower this
+// build runs. grace(d) is the allowance d, given for the plain build, stretched by it: a bound
+// such as "within the deadline + grace(250ms)" holds on a sanitizer build without being loose on
+// the plain one.
+double slowdown();
+std::chrono::milliseconds grace(std::chrono::milliseconds allowance);
+
 // A fresh directory under /tmp for this test process, removed at exit; returns a socket path in it.
 std::string temp_socket_path(const std::string& name = "batchd.sock");
 

@@ -128,7 +128,7 @@ TEST_CASE("each way a request fails reaches the caller as its own error") {
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code == ErrorCode::kTimeout);
     CHECK(took >= 100ms);
-    CHECK(took < 900ms);
+    CHECK(took < 100ms + test::grace(800ms));  // well before the 1 s window closes
     // The slot comes back once the daemon answers the abandoned request.
     CHECK(client->submit("next", 5s).ok());
   }
@@ -143,7 +143,7 @@ TEST_CASE("a daemon that is not running is reported as unavailable within the ti
   CHECK_FALSE(client);
   CHECK(error.code == ErrorCode::kDaemonUnavailable);
   CHECK(error.message.find(path) != std::string::npos);
-  CHECK(took < 1500ms);
+  CHECK(took < 300ms + test::grace(1200ms));
 }
 
 namespace {
@@ -174,11 +174,14 @@ TEST_CASE("an idle daemon with an attached client sleeps instead of spinning") {
   REQUIRE(client->submit("wake it once", 5s).ok());
   std::this_thread::sleep_for(200ms);
   const long before = cpu_ticks(daemon.pid());
-  std::this_thread::sleep_for(1s);
+  std::this_thread::sleep_for(2s);
   const long after = cpu_ticks(daemon.pid());
   REQUIRE(before >= 0);
-  MESSAGE("daemon CPU while idle for 1 s: ", (after - before) * 1000 / sysconf(_SC_CLK_TCK), " ms");
-  CHECK(after - before <= sysconf(_SC_CLK_TCK) / 20);  // under 5% of one core
+  REQUIRE(after >= before);
+  MESSAGE("daemon CPU while idle for 2 s: ", (after - before) * 1000 / sysconf(_SC_CLK_TCK), " ms");
+  // A drain loop that spins burns a whole core; one that sleeps, next to nothing (how little is
+  // measured in bench/service.py). Half a core tells the two apart on any build.
+  CHECK(after - before < sysconf(_SC_CLK_TCK));
 }
 
 TEST_CASE("a second daemon on the same socket is refused") {

@@ -128,7 +128,7 @@ TEST_CASE("a daemon that stays down: each caller gets daemon_unavailable at its 
   CHECK(late.error().code == ErrorCode::kDaemonUnavailable);
   CHECK(late.error().message.find(path) != std::string::npos);
   CHECK(sync_took >= 300ms);
-  CHECK(sync_took < 550ms);
+  CHECK(sync_took < 300ms + test::grace(250ms));
 
   std::optional<Result> async_result;
   const auto async_start = std::chrono::steady_clock::now();
@@ -142,14 +142,14 @@ TEST_CASE("a daemon that stays down: each caller gets daemon_unavailable at its 
   REQUIRE(async_result.has_value());
   CHECK(async_result->error().code == ErrorCode::kDaemonUnavailable);
   CHECK(async_took >= 300ms);
-  CHECK(async_took < 550ms);
+  CHECK(async_took < 300ms + test::grace(250ms));
 
   holder.join();
   REQUIRE(in_flight.has_value());
   REQUIRE_FALSE(in_flight->ok());
   CHECK(in_flight->error().code == ErrorCode::kDaemonUnavailable);
   CHECK(in_flight_took >= 600ms);
-  CHECK(in_flight_took < 850ms);
+  CHECK(in_flight_took < 600ms + test::grace(250ms));
 
   // The slots those requests held are back, and a daemon that returns is used again.
   daemon = std::make_unique<test::DaemonProcess>(path, daemon_args("2"));
@@ -261,4 +261,8 @@ TEST_CASE("chaos: open loop while the daemon is killed with -9 three times and r
   CHECK(chaos.tally.failed.load() == 0);
   CHECK(chaos.tally.wrong.load() == 0);
   CHECK(chaos.tally.ok.load() == static_cast<int>(sent));
+  // The worst a request suffered is one outage (at most 300 ms down) plus the new daemon's start
+  // and the client's re-attach; a client that re-attached late, or only on a later request's
+  // behalf, would add far more.
+  CHECK(std::chrono::nanoseconds(max_ns - baseline_p99) < 300ms + test::grace(700ms));
 }

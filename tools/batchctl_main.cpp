@@ -13,10 +13,14 @@ namespace {
 std::string as_text(const batchd::DaemonStatus& s) {
   std::string out = fmt::format(
       "backend {} (pid {}), {} of {} devices healthy, {} clients\n"
-      "requests: {} taken, {} ok, {} failed ({} refused before running), {} in flight\n"
+      "policy: batches of up to {} requests or {} bytes, waiting at most {:.3f} ms\n"
+      "requests: {} taken, {} ok, {} failed ({} refused before running), {} in flight, {} "
+      "abandoned by their client\n"
       "batches: {} ({} failed); sizes:",
-      s.backend, s.daemon_pid, s.healthy_devices, s.devices.size(), s.clients, s.requests_taken,
-      s.requests_ok, s.requests_failed, s.requests_rejected, s.in_flight, s.batches, s.batch_failures);
+      s.backend, s.daemon_pid, s.healthy_devices, s.devices.size(), s.clients, s.max_batch,
+      s.max_batch_bytes, static_cast<double>(s.max_wait_ns) / 1e6, s.requests_taken, s.requests_ok,
+      s.requests_failed, s.requests_rejected, s.in_flight, s.requests_abandoned, s.batches,
+      s.batch_failures);
   for (std::size_t b = 0; b < s.batch_sizes.size(); ++b) {
     if (s.batch_sizes[b] != 0) out += fmt::format(" [{}..{}]:{}", 1U << b, (2U << b) - 1, s.batch_sizes[b]);
   }
@@ -42,9 +46,11 @@ std::string as_json(const batchd::DaemonStatus& s) {
   return fmt::format(
       "{{\"backend\":\"{}\",\"daemon_pid\":{},\"healthy_devices\":{},\"clients\":{},"
       "\"requests_taken\":{},\"requests_ok\":{},\"requests_failed\":{},\"requests_rejected\":{},"
-      "\"in_flight\":{},\"batches\":{},\"batch_failures\":{},\"batch_sizes\":[{}],\"devices\":[{}]}}",
+      "\"in_flight\":{},\"requests_abandoned\":{},\"max_batch\":{},\"max_wait_ns\":{},"
+      "\"max_batch_bytes\":{},\"batches\":{},\"batch_failures\":{},\"batch_sizes\":[{}],\"devices\":[{}]}}",
       s.backend, s.daemon_pid, s.healthy_devices, s.clients, s.requests_taken, s.requests_ok,
-      s.requests_failed, s.requests_rejected, s.in_flight, s.batches, s.batch_failures,
+      s.requests_failed, s.requests_rejected, s.in_flight, s.requests_abandoned, s.max_batch,
+      s.max_wait_ns, s.max_batch_bytes, s.batches, s.batch_failures,
       fmt::join(s.batch_sizes, ","), devices);
 }
 
