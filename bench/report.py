@@ -268,6 +268,33 @@ def http_section(http):
     return "\n".join(rows)
 
 
+def service_section(service):
+    if service is None:
+        return "_Not measured yet: run `bench/run-all.sh service report`._"
+    o, i, s = service["overload"], service["idle"], service["slow_device"]
+    r = o["result"]
+    return "\n".join([
+        "| measurement | baseline (same run) | result | ratio |", "|---|---:|---:|---:|",
+        f"| answers/s at 3x overload, {o['deadline_ms']} ms deadlines | capacity {o['capacity_rps']:.0f}/s "
+        f"(closed loop) | {r['ok'] / r['duration_s']:.0f}/s | {o['goodput_over_capacity']:.2f} |",
+        f"| accepted requests that missed their deadline | | {r['errors_by_kind'].get('timeout', 0)} of "
+        f"{r['ok'] + r['errors_by_kind'].get('timeout', 0)} | {o['late_share_of_accepted']:.4f} |",
+        f"| refused as overloaded | offered {r['sent']} | {r['errors_by_kind'].get('overloaded', 0)} | "
+        f"{o['overloaded_share']:.2f} |",
+        f"| answered p99 | deadline {o['deadline_ms']} ms | {ms(r['p99_us'])} ms | {o['p99_over_deadline']:.2f} |",
+        f"| daemon RSS over the overload run | {o['rss_start_kib']} KiB at start | {o['rss_peak_kib']} KiB peak | "
+        f"{o['rss_peak_kib'] / max(1, o['rss_start_kib']):.2f} |",
+        f"| daemon CPU, {i['idle_clients']} quiet clients attached | {100 * i['busy_cpu_share_of_core']:.1f}% of a core "
+        f"at {i['busy_rps']:.0f}/s | {100 * i['idle_cpu_share_of_core']:.2f}% | {ratio(i['idle_over_busy'])} |",
+        f"| batches on a {s['slow_factor']}x slower device | {s['batches_per_device'][0]} on the fast one | "
+        f"{s['batches_per_device'][1]} | {ratio(s['fast_over_slow'])} (fast/slow) |",
+    ])
+
+
+def ratio(value):
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def machine_line(*results):
     for r in results:
         if r and r.get("machine"):
@@ -289,7 +316,7 @@ def main():
         for p in sweep["points"]:
             p["model"] = model_entry(predict(cost, p["max_batch"], p["max_wait_ms"], p["rate"], spares(p)))
     parts = {"MACHINE": machine_line(sweep, ipc, gain), "IPC": ipc_section(ipc), "GAIN": gain_section(gain),
-             "HTTP": http_section(http), **sweep_parts(sweep)}
+             "HTTP": http_section(http), "SERVICE": service_section(load("service.json")), **sweep_parts(sweep)}
     if sweep:
         parts["SWEEP_SETUP"] = (f"{len(sweep['batches'])} max-batch values x {len(sweep['waits_ms'])} max-wait values x "
                                 f"{len(sweep['loads'])} loads, {sweep['point_s']} s per point, deadline "

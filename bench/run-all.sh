@@ -7,14 +7,15 @@
 #   3. bench/ipc.py     IPC round trip: batchd vs a Unix-domain socket vs iceoryx,
 #   4. bench/sweep.py   batching gain and the max-batch x max-wait x load sweep (sim backend),
 #   5. bench/http-bench.sh  batchd-http vs nginx under wrk, and 10,000/s over HTTP,
-#   6. bench/report.py  docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
-# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc sweep http report
+#   6. bench/service.py  overload, idle CPU and a slow device, each against a same-run baseline,
+#   7. bench/report.py  docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
+# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc sweep http service report
 # Environment: SWEEP_QUICK=1 (a 3x3x3 sweep, for trying the pipeline), SWEEP_POINT_S, IPC_DURATION.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-release
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ipc sweep http report)
+[ ${#steps[@]} -gt 0 ] || steps=(ipc sweep http service report)
 wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 started=$SECONDS
 
@@ -41,5 +42,6 @@ if wants http; then
   echo "== HTTP"
   BUILD=0 DURATION=${DURATION:-10} STRESS_DURATION=${STRESS_DURATION:-20} bash bench/http-bench.sh "$build"
 fi
+if wants service; then echo "== service: overload, idle, a slow device"; /usr/bin/python3 bench/service.py; fi
 if wants report; then /usr/bin/python3 bench/report.py; fi
 echo "== done in $((SECONDS - started)) s"
