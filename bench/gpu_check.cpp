@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "kernels/cuda_backend.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 #include "kernels/sha256_launch.hpp"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/backend.hpp"
+#include "backend/backend.hpp"
 #include "daemon/config.hpp"
 
 namespace batchd {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/backend.hpp"
+#include "backend/backend.hpp"
 #include "daemon/client_session.hpp"
 
 namespace batchd {

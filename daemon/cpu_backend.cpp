@@ -1,6 +1,6 @@
 #include "daemon/cpu_backend.hpp"
 
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 
 namespace batchd {
 

@@ -1,7 +1,7 @@
 // The reference backend on CPU threads: iterated SHA-256, lowercase hex.
 #pragma once
 
-#include "daemon/backend.hpp"
+#include "backend/backend.hpp"
 
 namespace batchd {
 

@@ -21,7 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/backend.hpp"
+#include "backend/backend.hpp"
 #include "daemon/batcher.hpp"
 #include "daemon/client_session.hpp"
 #include "daemon/completer.hpp"

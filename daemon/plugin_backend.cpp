@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "daemon/backend_plugin.h"
+#include "backend/backend_plugin.h"
 
 namespace batchd {
 namespace {

@@ -1,11 +1,11 @@
 // A Backend that wraps a user's plug-in: a shared library behind the C ABI of
-// daemon/backend_plugin.h, selected with `--backend plugin:/path/libmine.so`.
+// backend/backend_plugin.h, selected with `--backend plugin:/path/libmine.so`.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "daemon/backend.hpp"
+#include "backend/backend.hpp"
 
 namespace batchd {
 

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/backend.hpp"
+#include "backend/backend.hpp"
 #include "daemon/batch.hpp"
 #include "daemon/completer.hpp"
 #include "daemon/device_health.hpp"

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/backend.hpp"
-#include "kernels/sim_reference.hpp"
+#include "backend/backend.hpp"
+#include "backend/sim_reference.hpp"
 
 namespace batchd {
 

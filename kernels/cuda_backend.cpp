@@ -11,7 +11,7 @@
 
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_lanes.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 #include "kernels/sha256_launch.hpp"
 
 namespace batchd {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/backend.hpp"
+#include "backend/backend.hpp"
 
 namespace batchd {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/backend.hpp"
+#include "backend/backend.hpp"
 
 namespace batchd::cuda {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 
 namespace batchd::cuda {
 namespace {

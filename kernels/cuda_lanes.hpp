@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "daemon/backend.hpp"
+#include "backend/backend.hpp"
 
 namespace batchd::cuda {
 

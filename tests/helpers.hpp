@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "client_lib/client.hpp"
-#include "daemon/backend.hpp"
+#include "backend/backend.hpp"
 #include "daemon/config.hpp"
 #include "daemon/daemon.hpp"
 

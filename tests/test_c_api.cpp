@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "client_lib/batchd_client.h"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 #include "tests/helpers.hpp"
 
 extern "C" int c_api_roundtrip(const char* socket_path, const char* input, char* out, size_t out_size);

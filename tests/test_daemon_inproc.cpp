@@ -11,7 +11,7 @@
 #include "client_lib/attach.hpp"
 #include "client_lib/client.hpp"
 #include "daemon/cpu_backend.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 #include "shm/memfd_region.hpp"
 #include "shm/ring.hpp"
 #include "shm/segment_view.hpp"

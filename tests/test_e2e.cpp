@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "client_lib/client.hpp"
-#include "kernels/reference_batchstring.hpp"
-#include "kernels/sim_reference.hpp"
+#include "backend/reference_batchstring.hpp"
+#include "backend/sim_reference.hpp"
 #include "tests/helpers.hpp"
 
 using namespace batchd;

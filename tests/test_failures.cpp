@@ -13,7 +13,7 @@
 
 #include "client_lib/client.hpp"
 #include "daemon/sim_backend.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 #include "tests/helpers.hpp"
 
 

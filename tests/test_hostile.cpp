@@ -28,7 +28,7 @@
 #include "client_lib/client_segment.hpp"
 #include "daemon/cpu_backend.hpp"
 #include "daemon/sim_backend.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 #include "shm/attach_protocol.hpp"
 #include "shm/futex.hpp"
 #include "shm/memfd_region.hpp"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "daemon/plugin_backend.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 #include "tests/helpers.hpp"
 
 namespace {

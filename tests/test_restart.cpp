@@ -10,7 +10,7 @@
 #include <random>
 
 #include "client_lib/client.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 #include "shm/futex.hpp"
 #include "tests/helpers.hpp"
 

@@ -3,8 +3,8 @@
 #include <bit>
 #include <numeric>
 
-#include "kernels/reference_batchstring.hpp"
-#include "kernels/sim_reference.hpp"
+#include "backend/reference_batchstring.hpp"
+#include "backend/sim_reference.hpp"
 
 namespace batchd::stress {
 

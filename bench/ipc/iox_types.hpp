@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 
 namespace batchd::bench {
 

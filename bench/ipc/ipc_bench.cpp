@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "bench/ipc/channel.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 
 namespace {
 

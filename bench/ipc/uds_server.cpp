@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "bench/ipc/uds_protocol.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/backend.hpp"
+#include "backend/backend.hpp"
 
 namespace batchd::cuda_test {
 

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "kernels/cuda_backend.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 #include "tests/cuda/cuda_test_inputs.hpp"
 
 namespace {

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "kernels/cuda_backend.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 #include "tests/cuda/cuda_test_inputs.hpp"
 #include "tests/cuda/fake_cuda_runtime.hpp"
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "kernels/cuda_backend.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 #include "kernels/sha256_kernel.cuh"
 #include "tests/cuda/cuda_test_inputs.hpp"
 

@@ -23,7 +23,7 @@
 #include <stdexcept>
 
 #include "frontend/http_response.hpp"
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 
 
 namespace batchd::test {

@@ -2,7 +2,7 @@
 // real HTTP over TCP, in both io modes (multishot io_uring, and the basic fallback).
 #include <doctest/doctest.h>
 
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 #include "tests/http/http_test_support.hpp"
 
 using namespace batchd;

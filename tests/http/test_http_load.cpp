@@ -17,7 +17,7 @@
 #include <memory>
 #include <thread>
 
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 #include "tests/http/http_test_support.hpp"
 
 using namespace batchd;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/backend_plugin.h"
+#include "backend/backend_plugin.h"
 
 struct echo_state {
   atomic_int stopping; /* set by shutdown, read by runs on other threads */

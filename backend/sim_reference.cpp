@@ -1,4 +1,4 @@
-#include "kernels/sim_reference.hpp"
+#include "backend/sim_reference.hpp"
 
 namespace batchd {
 

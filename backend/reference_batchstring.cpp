@@ -1,4 +1,4 @@
-#include "kernels/reference_batchstring.hpp"
+#include "backend/reference_batchstring.hpp"
 
 #include <openssl/sha.h>
 
