@@ -62,7 +62,7 @@ EventLoop::EventLoop(const LoopContext& context)
   api_limits.max_timeout = std::chrono::milliseconds(options_.max_timeout_ms);
   api_limits.max_body_bytes = options_.max_body_bytes;
   api_ = std::make_unique<Api>(api_limits, static_cast<ApiContext&>(*this));
-  now_ns_ = monotonic_now_ns();
+  now_ns_ = shm::monotonic_ns();
   last_sweep_ns_ = now_ns_;
   date_second_ = static_cast<std::int64_t>(::time(nullptr));
   date_ = http_date(date_second_);
@@ -92,7 +92,7 @@ void EventLoop::run() {
     if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
       throw std::system_error(-rc, std::generic_category(), "io_uring_submit_and_wait");
     }
-    now_ns_ = monotonic_now_ns();
+    now_ns_ = shm::monotonic_ns();
     unsigned head = 0;
     unsigned seen = 0;
     io_uring_cqe* cqe = nullptr;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "frontend/event_loop.hpp"
+#include "shm/clock.hpp"
 
 namespace batchd::http {
 
@@ -20,12 +21,6 @@ inline constexpr std::int64_t kLingerNs = 1'000'000'000;  // read-and-discard af
 inline constexpr std::int64_t kSweepNs = 100'000'000;     // connection timeouts are checked this often
 inline constexpr std::int64_t kFastTickNs = 5'000'000;    // while answers are owed: poll() expires timeouts
 inline constexpr std::int64_t kSlowTickNs = 50'000'000;
-
-inline std::int64_t monotonic_now_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // A completion carries back only its 64-bit user_data, so that word must say both what finished
 // and for which connection (slot and generation), with no allocation per operation:

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "shm/clock.hpp"  // monotonic_ns: the clock of futex deadlines
+
 namespace batchd::shm {
 
 // Sleeps while *word == expected, until woken or CLOCK_MONOTONIC reaches deadline_ns (0: no
@@ -14,9 +16,6 @@ int futex_wait_until(const std::atomic<std::uint32_t>& word, std::uint32_t expec
 
 // Wakes every process sleeping on word.
 void futex_wake_all(const std::atomic<std::uint32_t>& word) noexcept;
-
-// CLOCK_MONOTONIC in nanoseconds: the clock of every deadline in shared memory.
-std::int64_t monotonic_ns() noexcept;
 
 // Publishes a new value of a futex word and wakes sleepers only if a waiter flagged itself. The
 // store and the flag check are both seq_cst, as are wait_for_change's flag store and re-check

@@ -7,13 +7,11 @@
 #include <cerrno>
 #include <cstdint>
 
+#include "shm/clock.hpp"
+
 namespace batchd::stress {
 
-inline std::int64_t now_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+inline std::int64_t now_ns() noexcept { return shm::monotonic_ns(); }
 
 // Absolute sleep, so pacing errors do not accumulate the way relative sleeps would.
 inline void sleep_until_ns(std::int64_t deadline_ns) noexcept {
