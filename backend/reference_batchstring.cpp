@@ -2,7 +2,7 @@
 
 #include <openssl/sha.h>
 
-namespace batchd::kernels {
+namespace batchd {
 namespace {
 
 void to_hex(const unsigned char* digest, char* out) noexcept {
@@ -32,4 +32,4 @@ std::string reference_batchstring(std::string_view input, unsigned cost) {
   return out;
 }
 
-}  // namespace batchd::kernels
+}  // namespace batchd

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace batchd::kernels {
+namespace batchd {
 
 inline constexpr std::size_t kDigestHexBytes = 64;
 
@@ -16,4 +16,4 @@ void reference_batchstring(std::string_view input, unsigned cost, char* out) noe
 
 std::string reference_batchstring(std::string_view input, unsigned cost);
 
-}  // namespace batchd::kernels
+}  // namespace batchd

@@ -27,7 +27,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr std::size_t kHex = batchd::kernels::kDigestHexBytes;
+constexpr std::size_t kHex = batchd::kDigestHexBytes;
 constexpr int kExitSkipped = 77;
 constexpr std::uint32_t kThroughputBatchSizes[] = {1, 8, 64, 512, 4096};
 // Throughput inputs: batchd-stress's default length range.
@@ -179,7 +179,7 @@ void CorrectnessRun::check_batch(std::uint64_t index, FlatBatch& batch, batchd::
   const batchd::BatchInput in = batch.view();
   expected.resize(count * kHex);
   for (std::size_t i = 0; i < count; ++i) {
-    batchd::kernels::reference_batchstring(in.at(i), result_.cost, expected.data() + i * kHex);
+    batchd::reference_batchstring(in.at(i), result_.cost, expected.data() + i * kHex);
   }
   tally(index, batch, status, out, expected);
 }

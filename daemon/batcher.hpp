@@ -25,6 +25,13 @@ class WaitOrFullBatcher {
 
   explicit WaitOrFullBatcher(BatchLimits limits) noexcept : limits_(limits) {}
 
+  // The daemon keeps time as CLOCK_MONOTONIC nanoseconds (shm/clock.hpp), which is steady_clock's
+  // epoch on Linux.
+  static TimePoint at_ns(std::int64_t ns) noexcept { return TimePoint(std::chrono::nanoseconds(ns)); }
+  static std::int64_t ns_of(TimePoint t) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  }
+
   // Whether a request of `bytes` may join the open batch. An empty batch takes any one request,
   // so a request larger than the byte budget still runs (alone).
   [[nodiscard]] bool fits(std::uint64_t bytes) const noexcept {

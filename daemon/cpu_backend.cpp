@@ -6,9 +6,9 @@ namespace batchd {
 
 BackendStatus CpuBackend::run(LaneId /*lane*/, const BatchInput& in, BatchOutput& out) {
   out.clear();
-  out.bytes.reserve(in.size() * kernels::kDigestHexBytes);
+  out.bytes.reserve(in.size() * kDigestHexBytes);
   for (std::size_t i = 0; i < in.size(); ++i) {
-    kernels::reference_batchstring(in.at(i), cost_, out.append(kernels::kDigestHexBytes));
+    reference_batchstring(in.at(i), cost_, out.append(kDigestHexBytes));
   }
   return BackendStatus::success();
 }

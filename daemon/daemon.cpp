@@ -1,7 +1,9 @@
+// The daemon's life: start-up (io_uring, status page, control socket, router), the drain loop
+// that ties the other parts together, the status page and policy it publishes, and the
+// watchdog. The parts: daemon_attach.cpp (handshake), daemon_batching.cpp (drain and batch),
+// daemon_io.cpp (io_uring events and sleeping), daemon_shutdown.cpp (stopping).
 #include "daemon/daemon.hpp"
 
-#include <poll.h>
-#include <simdjson.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -19,26 +21,10 @@ namespace batchd {
 
 using io_ops::Op;
 using io_ops::pack;
-using io_ops::op_of;
-using io_ops::id_of;
 
 namespace {
 
 constexpr unsigned kRingEntries = 512;
-// Requests taken from one client before moving to the next, so one busy client cannot starve
-// the others within a drain pass.
-constexpr unsigned kBurstPerClient = 32;
-constexpr std::int64_t kStopGraceNs = 5'000'000'000;
-constexpr std::int64_t kStopPollNs = 1'000'000;
-// A safety net only: a worker that frees a batch rings the doorbell when the drain loop sleeps.
-constexpr std::int64_t kPoolPollNs = 1'000'000;
-
-std::int64_t to_ns(WaitOrFullBatcher::TimePoint t) noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-WaitOrFullBatcher::TimePoint from_ns(std::int64_t ns) noexcept {
-  return WaitOrFullBatcher::TimePoint(std::chrono::nanoseconds(ns));
-}
 
 }  // namespace
 
@@ -192,251 +178,8 @@ void Daemon::ping_watchdog_if_due(std::int64_t now_ns) {
   next_watchdog_ns_ = now_ns + watchdog_interval_ns_;
 }
 
-void Daemon::request_stop() noexcept {
-  stop_requested_.store(true, std::memory_order_relaxed);
-  ring_doorbell();
-}
-
-void Daemon::ring_doorbell() noexcept {
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(doorbell_.get(), &one, sizeof(one));
-}
-
-io_uring_sqe* Daemon::next_sqe() {
-  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-  if (sqe == nullptr) {  // the submission queue is full: flush it to make room
-    io_uring_submit(&ring_);
-    sqe = io_uring_get_sqe(&ring_);
-  }
-  return sqe;
-}
-
-void Daemon::arm_poll(int fd, std::uint64_t user_data) {
-  io_uring_sqe* sqe = next_sqe();
-  io_uring_prep_poll_add(sqe, fd, POLLIN | POLLRDHUP);
-  io_uring_sqe_set_data64(sqe, user_data);
-}
-
-void Daemon::arm_doorbell_read() {
-  io_uring_sqe* sqe = next_sqe();
-  io_uring_prep_read(sqe, doorbell_.get(), &doorbell_value_, sizeof(doorbell_value_), 0);
-  io_uring_sqe_set_data64(sqe, pack(Op::kDoorbell, 0));
-}
-
-void Daemon::handle_completions() {
-  io_uring_cqe* cqes[64];
-  for (;;) {
-    const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, 64);
-    if (n == 0) break;
-    for (unsigned i = 0; i < n; ++i) {
-      const std::uint64_t data = io_uring_cqe_get_data64(cqes[i]);
-      const int res = cqes[i]->res;
-      io_uring_cqe_seen(&ring_, cqes[i]);
-      handle_event(data, res);
-    }
-  }
-  if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
-}
-
-void Daemon::handle_event(std::uint64_t user_data, int result) {
-  switch (op_of(user_data)) {
-    case Op::kListen:
-      if (!stop_requested_.load(std::memory_order_relaxed)) {
-        accept_clients();
-        arm_poll(control_->fd(), pack(Op::kListen, 0));
-      }
-      break;
-    case Op::kDoorbell:
-      arm_doorbell_read();
-      break;
-    case Op::kAttach:
-      finish_attach(id_of(user_data));
-      break;
-    case Op::kSession:
-      if (result >= 0) on_session_readable(id_of(user_data));
-      break;
-    case Op::kClientDoorbell:
-      if (auto it = sessions_.find(id_of(user_data)); it != sessions_.end() && result >= 0) {
-        it->second->drain_doorbell();
-        arm_poll(it->second->doorbell_fd(), user_data);
-      }
-      break;
-    case Op::kIgnore:
-      break;
-  }
-}
-
-void Daemon::reject(const PendingRequest& request, shm::WireStatus status, const char* why) {
-  stats_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
-  completer_.complete_one(RequestRef{request.session, request.taken.slot, request.taken.generation,
-                                     request.taken.deadline_mono_ns},
-                          status, why);
-}
-
-bool Daemon::admit(std::shared_ptr<ClientSession> session, const TakenRequest& taken,
-                   std::int64_t now_ns) {
-  PendingRequest request{std::move(session), taken, now_ns};
-  const shm::RequestSlotHeader& header = *request.session->view().request_slot(taken.slot);
-  if (header.cancel_generation.load(std::memory_order_relaxed) == taken.generation) {
-    reject(request, shm::WireStatus::kCancelled, "request withdrawn by the client");
-    return false;
-  }
-  if (taken.deadline_mono_ns != 0) {
-    if (taken.deadline_mono_ns <= now_ns) {
-      reject(request, shm::WireStatus::kTimeout, "deadline passed before the daemon took the request");
-      return false;
-    }
-    // Everything taken and not yet answered is ahead of this request. Rejecting now, when it
-    // cannot make its deadline anyway, keeps the backlog (and memory) bounded by what can be
-    // served in time, and tells the caller at once instead of at its deadline.
-    const std::uint64_t ahead = stats_.in_flight();
-    const std::int64_t delay_ns = router_->estimate_delay_ns(ahead, config_.batch.max_batch, now_ns);
-    // A fifth of the budget is kept back for what the estimate cannot see: batch-time jitter,
-    // and the completion reaching the caller. deadline > now here, so budget_ns cannot
-    // overflow, and taking the fifth off by division keeps a far deadline from overflowing.
-    const std::int64_t budget_ns = taken.deadline_mono_ns - now_ns;
-    if (delay_ns > budget_ns - budget_ns / 5) {
-      reject(request, shm::WireStatus::kOverloaded,
-             "overloaded: the daemon's backlog would outlast this request's deadline; retry later");
-      return false;
-    }
-  }
-  pending_.push_back(std::move(request));
-  return true;
-}
-
-bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
-  Batch& batch = *open_;
-  const TakenRequest& taken = request.taken;
-  if (taken.deadline_mono_ns != 0 && taken.deadline_mono_ns <= now_ns) {
-    reject(request, shm::WireStatus::kTimeout, "deadline passed before the request was batched");
-    return false;
-  }
-  // Still withdrawable while it waits here: only a batch makes a request claimed.
-  const shm::RequestSlotHeader& header = *request.session->view().request_slot(taken.slot);
-  if (header.cancel_generation.load(std::memory_order_relaxed) == taken.generation) {
-    reject(request, shm::WireStatus::kCancelled, "request withdrawn by the client");
-    return false;
-  }
-  const std::size_t start = batch.input_bytes.size();
-  batch.input_bytes.resize(start + taken.input_bytes);
-  // Copy first, check the copy: the client may still be scribbling on its slot.
-  if (taken.input_bytes > 0) std::memcpy(batch.input_bytes.data() + start, taken.input, taken.input_bytes);
-  if (!simdjson::validate_utf8(batch.input_bytes.data() + start, taken.input_bytes)) {
-    batch.input_bytes.resize(start);
-    reject(request, shm::WireStatus::kInvalidUtf8, "input is not valid UTF-8");
-    return false;
-  }
-  if (batch.requests.empty()) batch.opened_ns = request.arrival_ns;
-  batch.input_offsets.push_back(static_cast<std::uint32_t>(batch.input_bytes.size()));
-  batch.requests.push_back(RequestRef{std::move(request.session), taken.slot, taken.generation,
-                                      taken.deadline_mono_ns});
-  batcher_.add(taken.input_bytes, from_ns(request.arrival_ns));
-  return true;
-}
-
-bool Daemon::fill_batches(std::int64_t now_ns) {
-  bool progressed = false;
-  while (!pending_.empty()) {
-    if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) break;
-    PendingRequest& request = pending_.front();
-    if (!batcher_.fits(request.taken.input_bytes)) {
-      batcher_.mark_full();
-      flush_open_batch();
-      continue;  // the same request goes into the next batch
-    }
-    move_into_batch(request, now_ns);
-    pending_.pop_front();
-    progressed = true;
-    if (batcher_.count() >= batcher_.limits().max_batch) flush_open_batch();
-  }
-  // Checked once the batch holds all it can: a request that waited for a batch object does not
-  // make a batch of one.
-  if (batcher_.due(from_ns(now_ns))) flush_open_batch();
-  return progressed;
-}
-
-void Daemon::flush_open_batch() {
-  if (open_ == nullptr || open_->requests.empty()) return;
-  open_->id = next_batch_id_++;
-  router_->dispatch(open_);
-  open_ = nullptr;
-  batcher_.reset();
-}
-
-bool Daemon::drain_rings(std::int64_t now_ns) {
-  bool progressed = false;
-  std::string why;
-  const std::size_t clients = drain_order_.size();
-  for (std::size_t visited = 0; visited < clients && !drain_order_.empty(); ++visited) {
-    if (drain_cursor_ >= drain_order_.size()) drain_cursor_ = 0;
-    std::shared_ptr<ClientSession> session = drain_order_[drain_cursor_++];
-    for (unsigned taken_here = 0; taken_here < kBurstPerClient; ++taken_here) {
-      TakenRequest taken;
-      const TakeResult result = session->take(taken, why);
-      if (result == TakeResult::kEmpty) break;
-      if (result == TakeResult::kViolation) {
-        drop_session(session->id(), why.c_str());
-        break;
-      }
-      session->mark_in_flight(taken.slot, taken.generation);
-      session->pop();
-      stats_.requests_taken.fetch_add(1, std::memory_order_relaxed);
-      admit(session, taken, now_ns);
-      progressed = true;
-    }
-    session->publish();
-  }
-  return progressed;
-}
-
-bool Daemon::work_waiting() {
-  if (std::any_of(drain_order_.begin(), drain_order_.end(),
-                  [](const auto& s) { return s->has_pending(); })) {
-    return true;  // rings are drained whether or not a batch object is free
-  }
-  return !pending_.empty() && (open_ != nullptr || (open_ = router_->try_acquire()) != nullptr);
-}
-
-void Daemon::sleep_until_work() {
-  // seq_cst, as are the producers' tail stores and their reads of this flag: either they see the
-  // flag and ring the doorbell, or the re-check below sees their entry.
-  status_->drain_sleeping.store(1, std::memory_order_seq_cst);
-  if (!work_waiting()) {
-    std::int64_t wait_ns = -1;  // none: until an event
-    if (!pending_.empty() && open_ == nullptr) {
-      wait_ns = kPoolPollNs;  // every batch busy: a worker's doorbell wakes us; this is a net
-    }
-    if (auto deadline = batcher_.deadline()) {
-      wait_ns = std::max<std::int64_t>(0, to_ns(*deadline) - shm::monotonic_ns());
-    }
-    if (!attaching_.empty()) {
-      const std::int64_t until_expiry =
-          std::max<std::int64_t>(0, attaching_.begin()->second.deadline_ns - shm::monotonic_ns());
-      wait_ns = wait_ns < 0 ? until_expiry : std::min(wait_ns, until_expiry);
-    }
-    if (watchdog_interval_ns_ != 0) {
-      const std::int64_t until_ping = std::max<std::int64_t>(0, next_watchdog_ns_ - shm::monotonic_ns());
-      wait_ns = wait_ns < 0 ? until_ping : std::min(wait_ns, until_ping);
-    }
-    if (stop_requested_.load(std::memory_order_relaxed)) {
-      // Stopping: poll for the last batches to come back rather than wait on clients.
-      wait_ns = wait_ns < 0 ? kStopPollNs : std::min(wait_ns, kStopPollNs);
-    }
-    io_uring_cqe* cqe = nullptr;
-    if (wait_ns >= 0) {
-      __kernel_timespec ts{wait_ns / 1'000'000'000, wait_ns % 1'000'000'000};
-      io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
-    } else {
-      io_uring_submit_and_wait(&ring_, 1);
-    }
-  }
-  status_->drain_sleeping.store(0, std::memory_order_seq_cst);
-}
-
 void Daemon::run() {
   std::int64_t idle_since_ns = 0;
-  std::int64_t stop_at_ns = 0;
   const std::int64_t spin_ns = static_cast<std::int64_t>(config_.drain_spin_us) * 1000;
   for (;;) {
     handle_completions();
@@ -447,23 +190,7 @@ void Daemon::run() {
     const bool drained = drain_rings(now_ns);
     const bool progressed = fill_batches(now_ns) || drained;
 
-    if (stop_requested_.load(std::memory_order_relaxed)) {
-      if (stop_at_ns == 0) {
-        stop_at_ns = now_ns;
-        control_->close_listener();
-        spdlog::info("stopping: finishing in-flight requests");
-      }
-      const bool rings_empty = !work_waiting() || now_ns - stop_at_ns > kStopGraceNs;
-      if (rings_empty && !progressed) {
-        // Whatever is open runs now rather than waiting out its window.
-        flush_open_batch();
-        if (open_ != nullptr && open_->requests.empty()) {
-          router_->release(open_);
-          open_ = nullptr;
-        }
-        if (router_->idle()) break;
-      }
-    }
+    if (stop_requested_.load(std::memory_order_relaxed) && stopping_done(now_ns, progressed)) break;
     if (progressed) {
       idle_since_ns = 0;
       continue;
@@ -478,13 +205,7 @@ void Daemon::run() {
     sleep_until_work();
     idle_since_ns = 0;
   }
-  router_->stop();
-  // Every answer is written: tell the clients now rather than when this object goes away.
-  while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
-  spdlog::info("stopped: {} requests taken, {} ok, {} failed, {} rejected, {} batches",
-               stats_.requests_taken.load(), stats_.requests_ok.load(),
-               stats_.requests_failed.load(), stats_.requests_rejected.load(),
-               stats_.batches.load());
+  finish_stop();
 }
 
 }  // namespace batchd

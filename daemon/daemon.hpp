@@ -103,12 +103,19 @@ class Daemon {
   // backlog) and queues the rest; returns whether it was queued.
   bool admit(std::shared_ptr<ClientSession> session, const TakenRequest& taken, std::int64_t now_ns);
   void reject(const PendingRequest& request, shm::WireStatus status, const char* why);
+  // Rejects a request its client withdrew, or one past its deadline (saying late_why); returns
+  // whether it did.
+  bool rejected_as_gone(const PendingRequest& request, std::int64_t now_ns, const char* late_why);
   bool fill_batches(std::int64_t now_ns);
   bool move_into_batch(PendingRequest& request, std::int64_t now_ns);
   void flush_open_batch();
   bool work_waiting();
   void sleep_until_work();
   void apply_pending_limits();
+  // The shutdown path (daemon_shutdown.cpp): one step of stopping, true once nothing is left to
+  // answer; then finish_stop lets the clients go.
+  bool stopping_done(std::int64_t now_ns, bool progressed);
+  void finish_stop();
   void ping_watchdog_if_due(std::int64_t now_ns);
 
   io_uring_sqe* next_sqe();
@@ -152,6 +159,7 @@ class Daemon {
   std::uint64_t next_batch_id_ = 1;
 
   std::atomic<bool> stop_requested_{false};
+  std::int64_t stop_at_ns_ = 0;  // when the drain loop first saw the stop request
 
   std::mutex limits_mu_;
   BatchLimits pending_limits_;           // guarded by limits_mu_

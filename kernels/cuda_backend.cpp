@@ -17,7 +17,7 @@
 namespace batchd {
 namespace {
 
-constexpr std::size_t kHexBytes = kernels::kDigestHexBytes;
+constexpr std::size_t kHexBytes = kDigestHexBytes;
 // After queueing a batch, poll its event by yielding this long (a small batch is done in tens of
 // microseconds), then by sleeping kPollSleep between polls so a long batch costs no CPU. Polling
 // rather than cudaEventSynchronize lets shutdown() interrupt the wait.
@@ -75,7 +75,7 @@ BackendStatus CudaBackend::self_test(unsigned device) {
   const std::string_view input = std::string_view("batchd self-test").substr(0, limits_.max_bytes);
   const std::uint32_t offsets[2] = {0, static_cast<std::uint32_t>(input.size())};
   const BatchInput in{{input.data(), input.size()}, {offsets, 2}};
-  const std::string expected = kernels::reference_batchstring(input, cost_);
+  const std::string expected = reference_batchstring(input, cost_);
   const std::string where = "cuda device " + std::to_string(devices_[device]->ordinal());
   BatchOutput out;
   for (unsigned stream = 0; stream < streams_; ++stream) {

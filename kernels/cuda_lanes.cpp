@@ -33,7 +33,7 @@ struct LaneSizes {
 LaneSizes lane_sizes(BatchLimits limits) noexcept {
   return {round_up(limits.max_bytes),
           round_up((std::size_t{limits.max_inputs} + 1) * sizeof(std::uint32_t)),
-          round_up(std::size_t{limits.max_inputs} * kernels::kDigestHexBytes)};
+          round_up(std::size_t{limits.max_inputs} * kDigestHexBytes)};
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ TEST_CASE("the C ABI returns the reference answer and names its errors") {
   batchd::test::DaemonProcess daemon(path, {"--max-wait-ms", "0", "--cost", "3"});
   char out[128];
   REQUIRE(c_api_roundtrip(path.c_str(), "hello from C", out, sizeof(out)) == BATCHD_OK);
-  CHECK(std::string(out) == batchd::kernels::reference_batchstring("hello from C", 3));
+  CHECK(std::string(out) == batchd::reference_batchstring("hello from C", 3));
 
   CHECK(c_api_roundtrip(path.c_str(), "\xff not utf-8", out, sizeof(out)) == BATCHD_INVALID_UTF8);
   CHECK(std::strstr(out, "UTF-8") != nullptr);

@@ -93,7 +93,7 @@ TEST_CASE("many threads funnel through one client and each gets its own answer")
         Result r = client->submit(input, 10s);
         if (!r.ok()) {
           failed.fetch_add(1);
-        } else if (r.output() != kernels::reference_batchstring(input, 1)) {
+        } else if (r.output() != reference_batchstring(input, 1)) {
           wrong.fetch_add(1);
         } else {
           ok.fetch_add(1);
@@ -163,7 +163,7 @@ TEST_CASE("a client that breaks the protocol is dropped while others carry on") 
     const std::string input = "after-" + std::to_string(i);
     Result r = good->submit(input, 5s);
     REQUIRE(r.ok());
-    CHECK(r.output() == kernels::reference_batchstring(input, 1));
+    CHECK(r.output() == reference_batchstring(input, 1));
   }
 }
 
@@ -186,7 +186,7 @@ TEST_CASE("stopping the daemon finishes the requests it holds") {
     const std::string input = "held-" + std::to_string(i);
     REQUIRE_FALSE(client->submit_async(input, 30s, [&, input](Result&& r) {
       answered.fetch_add(1);
-      if (r.ok() && r.output() == kernels::reference_batchstring(input, 1)) ok.fetch_add(1);
+      if (r.ok() && r.output() == reference_batchstring(input, 1)) ok.fetch_add(1);
     }).has_value());
   }
   CHECK(test::eventually([&] { return daemon.stats().requests_taken.load() == 20; }, 5s));
@@ -240,7 +240,7 @@ TEST_CASE("a client scribbling over its own segment hurts only itself") {
   for (; std::chrono::steady_clock::now() < until; ++requests) {
     const std::string input = "good-" + std::to_string(requests);
     Result r = good->submit(input, 10s);
-    if (r.ok() && r.output() == kernels::reference_batchstring(input, 1)) ++ok;
+    if (r.ok() && r.output() == reference_batchstring(input, 1)) ++ok;
   }
   stop.store(true);
   hostile.join();

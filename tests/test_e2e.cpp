@@ -49,7 +49,7 @@ int client_process(const std::string& path, int index, int threads, std::uint64_
         Result r = client->submit(input, 30s);
         if (!r.ok()) {
           failed.fetch_add(1);
-        } else if (r.output() != kernels::reference_batchstring(input, 1)) {
+        } else if (r.output() != reference_batchstring(input, 1)) {
           wrong.fetch_add(1);
         } else {
           ok.fetch_add(1);
@@ -206,7 +206,7 @@ TEST_CASE("the example plug-in answers end to end") {
   for (const std::string input : {"hello", "", "héllo wörld 🙂"}) {
     Result r = client->submit(input, 5s);
     REQUIRE(r.ok());
-    CHECK(r.output() == kernels::reference_batchstring(input, 2));
+    CHECK(r.output() == reference_batchstring(input, 2));
   }
 }
 

@@ -67,7 +67,7 @@ TEST_CASE("clients killed at random moments while submitting leak nothing and di
     for (std::uint64_t i = 0; !stop.load(); ++i) {
       const std::string input = "steady " + std::to_string(i);
       Result r = normal->submit(input, 10s);
-      (r.ok() && r.output() == kernels::reference_batchstring(input, 1) ? ok : bad).fetch_add(1);
+      (r.ok() && r.output() == reference_batchstring(input, 1) ? ok : bad).fetch_add(1);
     }
   });
 

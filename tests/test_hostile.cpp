@@ -52,7 +52,7 @@ class NormalLoad {
           if (!r.ok()) {
             std::lock_guard lock(mu_);
             if (errors_++ == 0) first_error_ = r.error().message;
-          } else if (r.output() != kernels::reference_batchstring(input, 1)) {
+          } else if (r.output() != reference_batchstring(input, 1)) {
             wrong_.fetch_add(1);
           } else {
             ok_.fetch_add(1);
@@ -272,7 +272,7 @@ TEST_CASE("the daemon takes no descriptor from a client: an attach that offers o
     const std::string input = "async-" + std::to_string(i);
     REQUIRE_FALSE(client->submit_async(input, 10s, [&, input](Result&& r) {
       answered.fetch_add(1);
-      if (r.ok() && r.output() == kernels::reference_batchstring(input, 1)) correct.fetch_add(1);
+      if (r.ok() && r.output() == reference_batchstring(input, 1)) correct.fetch_add(1);
     }).has_value());
   }
   pollfd pfd{client->event_fd(), POLLIN, 0};
@@ -431,7 +431,7 @@ TEST_CASE("a deadline as far as the clock goes is served, not refused as overloa
   Result r = client->submit("forever", std::chrono::milliseconds(std::numeric_limits<std::int64_t>::max()));
   INFO((r.ok() ? std::string() : r.error().message));
   REQUIRE(r.ok());
-  CHECK(r.output() == kernels::reference_batchstring("forever", 1));
+  CHECK(r.output() == reference_batchstring("forever", 1));
   RawClient raw = RawClient::attach(socket);
   const std::uint32_t generation = raw.submit(0, "raw forever", std::numeric_limits<std::int64_t>::max(), 0);
   REQUIRE(test::eventually([&] { return raw.answered(0, generation); }, 10s));

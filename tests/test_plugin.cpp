@@ -78,7 +78,7 @@ void check_reference(Backend& backend, LaneId lane, const Inputs& inputs, unsign
   REQUIRE_MESSAGE(status.ok, status.message);
   REQUIRE(out.size() == inputs.items.size());
   for (std::size_t i = 0; i < inputs.items.size(); ++i) {
-    CHECK(out.at(i) == batchd::kernels::reference_batchstring(inputs.items[i], cost));
+    CHECK(out.at(i) == batchd::reference_batchstring(inputs.items[i], cost));
   }
 }
 

@@ -40,7 +40,7 @@ struct Tally {
       failed.fetch_add(1);
       std::lock_guard lock(mu);
       if (errors.size() < 5) errors.push_back(std::string(error_code_name(r.error().code)) + ": " + r.error().message);
-    } else if (r.output() != kernels::reference_batchstring(input, 1)) {
+    } else if (r.output() != reference_batchstring(input, 1)) {
       wrong.fetch_add(1);
     } else {
       ok.fetch_add(1);
@@ -155,7 +155,7 @@ TEST_CASE("a daemon that stays down: each caller gets daemon_unavailable at its 
   daemon = std::make_unique<test::DaemonProcess>(path, daemon_args("2"));
   Result after = client->submit("back again", 5s);
   REQUIRE(after.ok());
-  CHECK(after.output() == kernels::reference_batchstring("back again", 1));
+  CHECK(after.output() == reference_batchstring("back again", 1));
   CHECK(client->connected());
 }
 

@@ -35,7 +35,7 @@ std::chrono::milliseconds time_one(Client& client, const std::string& input) {
   const auto start = std::chrono::steady_clock::now();
   Result r = client.submit(input, 10s);
   REQUIRE(r.ok());
-  CHECK(r.output() == kernels::reference_batchstring(input, 1));
+  CHECK(r.output() == reference_batchstring(input, 1));
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
 }
 
@@ -96,7 +96,7 @@ TEST_CASE("SIGHUP reloads the batching policy without dropping a request; a brok
     const std::string input = "in flight " + std::to_string(i);
     REQUIRE_FALSE(client->submit_async(input, 10s, [&, input](Result&& r) {
       answered.fetch_add(1);
-      if (r.ok() && r.output() == kernels::reference_batchstring(input, 1)) correct.fetch_add(1);
+      if (r.ok() && r.output() == reference_batchstring(input, 1)) correct.fetch_add(1);
     }).has_value());
   }
   std::ofstream(config) << "max_wait_ms = 3\nmax_batch = 24\n";

@@ -84,8 +84,8 @@ void Recorder::answered(std::string_view input, std::string_view output, std::in
   if (sim_repeat_ > 0) {
     right = output == sim_expected_output(input, sim_repeat_);
   } else {
-    char expected[kernels::kDigestHexBytes];
-    kernels::reference_batchstring(input, cost_, expected);
+    char expected[kDigestHexBytes];
+    reference_batchstring(input, cost_, expected);
     right = output == std::string_view(expected, sizeof(expected));
   }
   if (right) {

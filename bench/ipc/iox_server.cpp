@@ -20,7 +20,7 @@ void answer_waiting(IoxServer& server) {
   while (!server.take().and_then([&](const auto& request) {
     server.loan(request).and_then([&](auto& response) {
       const std::uint32_t length = std::min<std::uint32_t>(request->length, sizeof(request->bytes));
-      batchd::kernels::reference_batchstring(std::string_view(request->bytes, length), 1, response->answer);
+      batchd::reference_batchstring(std::string_view(request->bytes, length), 1, response->answer);
       // A failed send shows at the client as a missing answer.
       static_cast<void>(response.send());
     });

@@ -14,7 +14,7 @@ struct IoxRequest {
 };
 
 struct IoxResponse {
-  char answer[kernels::kDigestHexBytes];
+  char answer[kDigestHexBytes];
 };
 
 // The service both sides open: {service, instance, event}.

@@ -40,7 +40,7 @@ void run_thread(batchd::bench::Channel& channel, const std::vector<std::string>&
                 Clock::time_point measure_from, const std::atomic<bool>& stop, ThreadResult& out) {
   std::string output;
   std::string error;
-  char expected[batchd::kernels::kDigestHexBytes];
+  char expected[batchd::kDigestHexBytes];
   for (std::size_t i = first; !stop.load(std::memory_order_relaxed); ++i) {
     const std::string& input = inputs[i % inputs.size()];
     const Clock::time_point t0 = Clock::now();
@@ -52,7 +52,7 @@ void run_thread(batchd::bench::Channel& channel, const std::vector<std::string>&
       out.last_error = error;
       continue;
     }
-    batchd::kernels::reference_batchstring(input, 1, expected);
+    batchd::reference_batchstring(input, 1, expected);
     if (output != std::string_view(expected, sizeof(expected))) ++out.wrong;
     out.latencies_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
   }

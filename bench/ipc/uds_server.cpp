@@ -42,8 +42,8 @@ bool serve(int fd, std::vector<char>& buffer) {
     const ssize_t n = ::recv(fd, buffer.data(), buffer.size(), MSG_DONTWAIT);
     if (n < 0) return errno == EAGAIN || errno == EINTR;
     if (n == 0) return false;
-    char answer[batchd::kernels::kDigestHexBytes];
-    batchd::kernels::reference_batchstring(std::string_view(buffer.data(), static_cast<std::size_t>(n)), 1,
+    char answer[batchd::kDigestHexBytes];
+    batchd::reference_batchstring(std::string_view(buffer.data(), static_cast<std::size_t>(n)), 1,
                                            answer);
     if (::send(fd, answer, sizeof(answer), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(answer))) return false;
   }

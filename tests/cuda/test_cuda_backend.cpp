@@ -51,7 +51,7 @@ void check_batch(batchd::Backend& backend, batchd::LaneId lane, const FlatBatch&
   REQUIRE(status.ok);
   REQUIRE(out.size() == in.size());
   for (std::size_t i = 0; i < in.size(); ++i) {
-    REQUIRE_MESSAGE(out.at(i) == batchd::kernels::reference_batchstring(in.at(i), cost),
+    REQUIRE_MESSAGE(out.at(i) == batchd::reference_batchstring(in.at(i), cost),
                     "input " << i << " of " << in.at(i).size() << " bytes");
   }
 }
@@ -99,7 +99,7 @@ TEST_CASE("a window of a larger batch (first offset not 0) is hashed from its ow
   REQUIRE(backend->run({0, 0}, window, out).ok);
   REQUIRE(out.size() == 3);
   for (std::size_t i = 0; i < 3; ++i)
-    CHECK(out.at(i) == batchd::kernels::reference_batchstring(window.at(i), 1));
+    CHECK(out.at(i) == batchd::reference_batchstring(window.at(i), 1));
 }
 
 TEST_CASE("a batch over the limits fails with a reason, and the lane keeps working") {

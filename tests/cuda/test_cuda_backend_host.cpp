@@ -43,7 +43,7 @@ FlatBatch random_batch(std::mt19937_64& rng, std::size_t count, std::size_t max_
 void check_answers(const batchd::BatchInput& in, const batchd::BatchOutput& out, unsigned cost) {
   REQUIRE(out.size() == in.size());
   for (std::size_t i = 0; i < in.size(); ++i) {
-    REQUIRE(out.at(i) == batchd::kernels::reference_batchstring(in.at(i), cost));
+    REQUIRE(out.at(i) == batchd::reference_batchstring(in.at(i), cost));
   }
 }
 

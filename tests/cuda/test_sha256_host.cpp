@@ -36,7 +36,7 @@ TEST_CASE("known SHA-256 vectors (FIPS 180-4 examples)") {
 TEST_CASE("iterated rounds hash the previous round's hex text") {
   const std::string once = kernel_batchstring("hello", 1);
   CHECK(kernel_batchstring("hello", 2) == kernel_batchstring(once, 1));
-  CHECK(kernel_batchstring("hello", 3) == batchd::kernels::reference_batchstring("hello", 3));
+  CHECK(kernel_batchstring("hello", 3) == batchd::reference_batchstring("hello", 3));
 }
 
 TEST_CASE("every length 0..300 and each block boundary to 4096 matches the reference") {
@@ -52,7 +52,7 @@ TEST_CASE("every length 0..300 and each block boundary to 4096 matches the refer
     for (const std::size_t n : lengths) {
       const std::string input = batchd::cuda_test::random_input(rng, n);
       REQUIRE_MESSAGE(
-          kernel_batchstring(input, cost) == batchd::kernels::reference_batchstring(input, cost),
+          kernel_batchstring(input, cost) == batchd::reference_batchstring(input, cost),
           "length " << n << " cost " << cost);
     }
   }
@@ -64,7 +64,7 @@ TEST_CASE("random UTF-8 inputs up to 4096 bytes, costs 1, 2, 3 and 17") {
     const std::string input = batchd::cuda_test::random_input(rng, rng() % 4097);
     for (const unsigned cost : {1U, 2U, 3U, 17U}) {
       REQUIRE(kernel_batchstring(input, cost) ==
-              batchd::kernels::reference_batchstring(input, cost));
+              batchd::reference_batchstring(input, cost));
     }
   }
 }
@@ -74,7 +74,7 @@ TEST_CASE("unaligned input addresses") {
   const std::string buffer = batchd::cuda_test::random_input(rng, 1000);
   for (std::size_t start = 0; start < 8; ++start) {
     const std::string_view input(buffer.data() + start, 200 + start * 37);
-    CHECK(kernel_batchstring(input, 1) == batchd::kernels::reference_batchstring(input, 1));
+    CHECK(kernel_batchstring(input, 1) == batchd::reference_batchstring(input, 1));
   }
 }
 

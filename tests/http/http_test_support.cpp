@@ -242,7 +242,7 @@ std::string batch_request(std::string_view input, const std::vector<std::string>
 }
 
 std::string expected_json_output(std::string_view input) {
-  return R"({"output":")" + kernels::reference_batchstring(input, 1) + "\"}";
+  return R"({"output":")" + reference_batchstring(input, 1) + "\"}";
 }
 
 std::string error_code_of(const std::string& body) {

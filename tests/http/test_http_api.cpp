@@ -63,7 +63,7 @@ TEST_CASE("200: JSON and plain-text answers, several on one keep-alive connectio
     REQUIRE(text.has_value());
     CHECK(text->status == 200);
     CHECK(text->header("content-type") == "text/plain; charset=utf-8");
-    CHECK(text->body == kernels::reference_batchstring("hello", 1));
+    CHECK(text->body == reference_batchstring("hello", 1));
   }
 }
 

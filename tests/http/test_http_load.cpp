@@ -59,7 +59,7 @@ struct LoadConn {
                                 random_utf8(rng, rng() % 96);
       if (text) {
         out += make_request("POST", "/v1/batchstring", input, {"Content-Type: text/plain"});
-        expected.push_back(kernels::reference_batchstring(input, 1));
+        expected.push_back(reference_batchstring(input, 1));
       } else {
         out += batch_request(input);
         expected.push_back(expected_json_output(input));

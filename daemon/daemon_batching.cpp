@@ -1,0 +1,142 @@
+// The drain-and-batch path: take requests from the clients' rings in turn, admit each or reject it
+// at once (withdrawn, expired, or bound to miss its deadline behind the backlog), copy the
+// admitted into the open batch, and hand full or due batches to the router.
+#include <simdjson.h>
+
+#include <cstring>
+
+#include "daemon/daemon.hpp"
+
+namespace batchd {
+
+namespace {
+
+// Requests taken from one client before moving to the next, so one busy client cannot starve
+// the others within a drain pass.
+constexpr unsigned kBurstPerClient = 32;
+
+}  // namespace
+
+void Daemon::reject(const PendingRequest& request, shm::WireStatus status, const char* why) {
+  stats_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+  completer_.complete_one(RequestRef{request.session, request.taken.slot, request.taken.generation,
+                                     request.taken.deadline_mono_ns},
+                          status, why);
+}
+
+bool Daemon::rejected_as_gone(const PendingRequest& request, std::int64_t now_ns, const char* late_why) {
+  const TakenRequest& taken = request.taken;
+  const shm::RequestSlotHeader& header = *request.session->view().request_slot(taken.slot);
+  if (header.cancel_generation.load(std::memory_order_relaxed) == taken.generation) {
+    reject(request, shm::WireStatus::kCancelled, "request withdrawn by the client");
+    return true;
+  }
+  if (taken.deadline_mono_ns != 0 && taken.deadline_mono_ns <= now_ns) {
+    reject(request, shm::WireStatus::kTimeout, late_why);
+    return true;
+  }
+  return false;
+}
+
+bool Daemon::admit(std::shared_ptr<ClientSession> session, const TakenRequest& taken,
+                   std::int64_t now_ns) {
+  PendingRequest request{std::move(session), taken, now_ns};
+  if (rejected_as_gone(request, now_ns, "deadline passed before the daemon took the request")) return false;
+  if (taken.deadline_mono_ns != 0) {
+    // Everything taken and not yet answered is ahead of this request. Rejecting now, when it
+    // cannot make its deadline anyway, keeps the backlog (and memory) bounded by what can be
+    // served in time, and tells the caller at once instead of at its deadline.
+    const std::uint64_t ahead = stats_.in_flight();
+    const std::int64_t delay_ns = router_->estimate_delay_ns(ahead, config_.batch.max_batch, now_ns);
+    // A fifth of the budget is kept back for what the estimate cannot see: batch-time jitter,
+    // and the completion reaching the caller. deadline > now here, so budget_ns cannot
+    // overflow, and taking the fifth off by division keeps a far deadline from overflowing.
+    const std::int64_t budget_ns = taken.deadline_mono_ns - now_ns;
+    if (delay_ns > budget_ns - budget_ns / 5) {
+      reject(request, shm::WireStatus::kOverloaded,
+             "overloaded: the daemon's backlog would outlast this request's deadline; retry later");
+      return false;
+    }
+  }
+  pending_.push_back(std::move(request));
+  return true;
+}
+
+bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
+  Batch& batch = *open_;
+  const TakenRequest& taken = request.taken;
+  // Still withdrawable while it waited: only a batch makes a request claimed.
+  if (rejected_as_gone(request, now_ns, "deadline passed before the request was batched")) return false;
+  const std::size_t start = batch.input_bytes.size();
+  batch.input_bytes.resize(start + taken.input_bytes);
+  // Copy first, check the copy: the client may still be scribbling on its slot.
+  if (taken.input_bytes > 0) std::memcpy(batch.input_bytes.data() + start, taken.input, taken.input_bytes);
+  if (!simdjson::validate_utf8(batch.input_bytes.data() + start, taken.input_bytes)) {
+    batch.input_bytes.resize(start);
+    reject(request, shm::WireStatus::kInvalidUtf8, "input is not valid UTF-8");
+    return false;
+  }
+  if (batch.requests.empty()) batch.opened_ns = request.arrival_ns;
+  batch.input_offsets.push_back(static_cast<std::uint32_t>(batch.input_bytes.size()));
+  batch.requests.push_back(RequestRef{std::move(request.session), taken.slot, taken.generation,
+                                      taken.deadline_mono_ns});
+  batcher_.add(taken.input_bytes, WaitOrFullBatcher::at_ns(request.arrival_ns));
+  return true;
+}
+
+bool Daemon::fill_batches(std::int64_t now_ns) {
+  bool progressed = false;
+  while (!pending_.empty()) {
+    if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) break;
+    PendingRequest& request = pending_.front();
+    if (!batcher_.fits(request.taken.input_bytes)) {
+      batcher_.mark_full();
+      flush_open_batch();
+      continue;  // the same request goes into the next batch
+    }
+    move_into_batch(request, now_ns);
+    pending_.pop_front();
+    progressed = true;
+    if (batcher_.count() >= batcher_.limits().max_batch) flush_open_batch();
+  }
+  // Checked once the batch holds all it can: a request that waited for a batch object does not
+  // make a batch of one.
+  if (batcher_.due(WaitOrFullBatcher::at_ns(now_ns))) flush_open_batch();
+  return progressed;
+}
+
+void Daemon::flush_open_batch() {
+  if (open_ == nullptr || open_->requests.empty()) return;
+  open_->id = next_batch_id_++;
+  router_->dispatch(open_);
+  open_ = nullptr;
+  batcher_.reset();
+}
+
+bool Daemon::drain_rings(std::int64_t now_ns) {
+  bool progressed = false;
+  std::string why;
+  const std::size_t clients = drain_order_.size();
+  for (std::size_t visited = 0; visited < clients && !drain_order_.empty(); ++visited) {
+    if (drain_cursor_ >= drain_order_.size()) drain_cursor_ = 0;
+    std::shared_ptr<ClientSession> session = drain_order_[drain_cursor_++];
+    for (unsigned taken_here = 0; taken_here < kBurstPerClient; ++taken_here) {
+      TakenRequest taken;
+      const TakeResult result = session->take(taken, why);
+      if (result == TakeResult::kEmpty) break;
+      if (result == TakeResult::kViolation) {
+        drop_session(session->id(), why.c_str());
+        break;
+      }
+      session->mark_in_flight(taken.slot, taken.generation);
+      session->pop();
+      stats_.requests_taken.fetch_add(1, std::memory_order_relaxed);
+      admit(session, taken, now_ns);
+      progressed = true;
+    }
+    session->publish();
+  }
+  return progressed;
+}
+
+}  // namespace batchd

@@ -1,0 +1,48 @@
+// The shutdown path: on SIGTERM/SIGINT the daemon stops taking new clients, finishes every request
+// it holds (within a grace period for clients that keep submitting), then lets its clients go.
+#include <spdlog/spdlog.h>
+
+#include "daemon/daemon.hpp"
+
+namespace batchd {
+
+namespace {
+
+// How long clients that keep submitting hold up the stop: their rings are drained this long.
+constexpr std::int64_t kStopGraceNs = 5'000'000'000;
+
+}  // namespace
+
+void Daemon::request_stop() noexcept {
+  stop_requested_.store(true, std::memory_order_relaxed);
+  ring_doorbell();
+}
+
+bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {
+  if (stop_at_ns_ == 0) {
+    stop_at_ns_ = now_ns;
+    control_->close_listener();  // new attaches are refused from here on
+    spdlog::info("stopping: finishing in-flight requests");
+  }
+  const bool rings_empty = !work_waiting() || now_ns - stop_at_ns_ > kStopGraceNs;
+  if (!rings_empty || progressed) return false;
+  // Whatever is open runs now rather than waiting out its window.
+  flush_open_batch();
+  if (open_ != nullptr && open_->requests.empty()) {
+    router_->release(open_);
+    open_ = nullptr;
+  }
+  return router_->idle();
+}
+
+void Daemon::finish_stop() {
+  router_->stop();
+  // Every answer is written: tell the clients now rather than when this object goes away.
+  while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
+  spdlog::info("stopped: {} requests taken, {} ok, {} failed, {} rejected, {} batches",
+               stats_.requests_taken.load(), stats_.requests_ok.load(),
+               stats_.requests_failed.load(), stats_.requests_rejected.load(),
+               stats_.batches.load());
+}
+
+}  // namespace batchd
