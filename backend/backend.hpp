@@ -60,6 +60,15 @@ struct LaneId {
   unsigned stream = 0;
 };
 
+// The largest batch a backend can run. One that sizes buffers at start (cuda: pinned host and
+// device memory per lane) states them here; the daemon clamps its batching policy to this at start
+// and on every reload, so a policy larger than the buffers never sends batches down the failure
+// path.
+struct BatchCapacity {
+  std::uint32_t max_inputs = UINT32_MAX;
+  std::uint64_t max_bytes = UINT64_MAX;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -70,6 +79,8 @@ class Backend {
   // most one batch per (device, stream) at a time.
   [[nodiscard]] virtual unsigned devices() const noexcept = 0;
   [[nodiscard]] virtual unsigned streams_per_device() const noexcept { return 1; }
+  // Default: no limit of the backend's own.
+  [[nodiscard]] virtual BatchCapacity capacity() const noexcept { return {}; }
 
   // Runs one batch on a lane. Thread-safe across distinct lanes. On success `out` holds one
   // output per input; the caller checks the count and treats a mismatch as a backend error. A

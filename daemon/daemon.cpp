@@ -31,6 +31,26 @@ constexpr unsigned kRingEntries = 512;
 Daemon::Daemon(DaemonConfig config, std::unique_ptr<Backend> backend)
     : config_(std::move(config)), backend_(std::move(backend)), batcher_(config_.batch) {
   if (config_.socket_path.empty()) config_.socket_path = default_socket_path();
+  if (backend_ == nullptr) throw std::invalid_argument("the daemon needs a backend");
+  config_.batch = fit_to_backend(config_.batch, "start");
+  batcher_.set_limits(config_.batch);
+}
+
+BatchLimits Daemon::fit_to_backend(BatchLimits limits, const char* when) const {
+  const BatchCapacity capacity = backend_->capacity();
+  if (limits.max_batch > capacity.max_inputs) {
+    spdlog::warn("{}: max batch {} is more than the {} backend can run ({}: it sizes its buffers at "
+                 "start; restart the daemon to change that); using {}",
+                 when, limits.max_batch, backend_->name(), capacity.max_inputs, capacity.max_inputs);
+    limits.max_batch = capacity.max_inputs;
+  }
+  if (limits.max_batch_bytes > capacity.max_bytes) {
+    spdlog::warn("{}: max batch bytes {} is more than the {} backend can run ({}: it sizes its buffers "
+                 "at start; restart the daemon to change that); using {}",
+                 when, limits.max_batch_bytes, backend_->name(), capacity.max_bytes, capacity.max_bytes);
+    limits.max_batch_bytes = capacity.max_bytes;
+  }
+  return limits;
 }
 
 Daemon::~Daemon() {
@@ -153,7 +173,7 @@ void Daemon::publish_policy() noexcept {
 void Daemon::update_limits(const BatchLimits& limits) {
   {
     std::lock_guard lock(limits_mu_);
-    pending_limits_ = limits;
+    pending_limits_ = fit_to_backend(limits, "reload");
   }
   limits_changed_.store(true, std::memory_order_release);
   ring_doorbell();
@@ -165,6 +185,9 @@ void Daemon::apply_pending_limits() {
   config_.batch = pending_limits_;
   batcher_.set_limits(pending_limits_);
   publish_policy();
+  spdlog::info("batching policy now: max batch {}, max wait {} us, max batch bytes {}", config_.batch.max_batch,
+               std::chrono::duration_cast<std::chrono::microseconds>(config_.batch.max_wait).count(),
+               config_.batch.max_batch_bytes);
 }
 
 void Daemon::set_watchdog(std::chrono::nanoseconds interval, std::function<void()> ping) {

@@ -112,6 +112,8 @@ class Daemon {
   bool work_waiting();
   void sleep_until_work();
   void apply_pending_limits();
+  // The policy cut to what the backend can run (Backend::capacity), with a warning when it was.
+  BatchLimits fit_to_backend(BatchLimits limits, const char* when) const;
   // The shutdown path (daemon_shutdown.cpp): one step of stopping, true once nothing is left to
   // answer; then finish_stop lets the clients go.
   bool stopping_done(std::int64_t now_ns, bool progressed);

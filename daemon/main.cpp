@@ -22,11 +22,7 @@ void reload(const std::vector<std::string>& args, batchd::Daemon& daemon) {
     spdlog::error("reload refused, keeping the running configuration: {}", message);
     return;
   }
-  daemon.update_limits(fresh.config.batch);
-  spdlog::info("reloaded: max batch {}, max wait {} us, max batch bytes {}",
-               fresh.config.batch.max_batch,
-               std::chrono::duration_cast<std::chrono::microseconds>(fresh.config.batch.max_wait).count(),
-               fresh.config.batch.max_batch_bytes);
+  daemon.update_limits(fresh.config.batch);  // logs the policy it applies
 }
 
 // Takes signals on one thread with sigwait, so no handler ever runs inside the drain loop.

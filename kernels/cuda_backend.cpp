@@ -41,6 +41,9 @@ class CudaBackend final : public Backend {
     return static_cast<unsigned>(devices_.size());
   }
   [[nodiscard]] unsigned streams_per_device() const noexcept override { return streams_; }
+  [[nodiscard]] BatchCapacity capacity() const noexcept override {
+    return {limits_.max_inputs, limits_.max_bytes};
+  }
   BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) override;
   void shutdown() noexcept override { shutting_down_.store(true, std::memory_order_release); }
 

@@ -83,6 +83,8 @@ class InProcessDaemon {
   [[nodiscard]] const std::string& socket_path() const noexcept { return daemon_.socket_path(); }
   [[nodiscard]] const DaemonStats& stats() const noexcept { return daemon_.stats(); }
   [[nodiscard]] const auto& devices() const noexcept { return daemon_.devices(); }
+  // What a SIGHUP reload hands the daemon.
+  void update_limits(const BatchLimits& limits) { daemon_.update_limits(limits); }
   void stop();
 
  private:
