@@ -1,9 +1,10 @@
-// What each of the drain loop's io_uring operations waits for, packed into its user_data: the
-// kind in the top byte, whose it is (a session or handshake id) below, so one 64-bit word routes
-// a completion without a lookup table.
+// What each of the drain loop's io_uring operations waits for, packed into its user_data
+// (uring/user_data.hpp): the kind, and whose it is (a session or handshake id).
 #pragma once
 
 #include <cstdint>
+
+#include "uring/user_data.hpp"
 
 namespace batchd::io_ops {
 
@@ -15,12 +16,8 @@ enum class Op : std::uint64_t {
   kClientDoorbell = 5,
   kIgnore = 6,          // completions nobody waits for (poll removals)
 };
-constexpr std::uint64_t pack(Op op, std::uint64_t id) noexcept {
-  return (static_cast<std::uint64_t>(op) << 56) | id;
-}
-constexpr Op op_of(std::uint64_t user_data) noexcept { return static_cast<Op>(user_data >> 56); }
-constexpr std::uint64_t id_of(std::uint64_t user_data) noexcept {
-  return user_data & ((std::uint64_t{1} << 56) - 1);
-}
+constexpr std::uint64_t pack(Op op, std::uint64_t id) noexcept { return uring::pack(op, id); }
+constexpr Op op_of(std::uint64_t user_data) noexcept { return uring::op_of<Op>(user_data); }
+constexpr std::uint64_t id_of(std::uint64_t user_data) noexcept { return uring::id_of(user_data); }
 
 }  // namespace batchd::io_ops

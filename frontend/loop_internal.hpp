@@ -10,6 +10,7 @@
 
 #include "frontend/event_loop.hpp"
 #include "shm/clock.hpp"
+#include "uring/user_data.hpp"
 
 namespace batchd::http {
 
@@ -22,16 +23,17 @@ inline constexpr std::int64_t kSweepNs = 100'000'000;     // connection timeouts
 inline constexpr std::int64_t kFastTickNs = 5'000'000;    // while answers are owed: poll() expires timeouts
 inline constexpr std::int64_t kSlowTickNs = 50'000'000;
 
-// A completion carries back only its 64-bit user_data, so that word must say both what finished
-// and for which connection (slot and generation), with no allocation per operation:
-// op in bits 56-63, generation (low 24 bits) in 32-55, slot in 0-31.
+// A connection's operations name it in their user_data (uring/user_data.hpp) by slot and
+// generation: the id's low 32 bits are the slot, the 24 above its generation's low bits.
 inline std::uint64_t pack_user_data(std::uint8_t op, std::uint32_t index, std::uint32_t generation) noexcept {
-  return (std::uint64_t{op} << 56) | (std::uint64_t{generation & 0xFFFFFFU} << 32) | index;
+  return uring::pack(op, (std::uint64_t{generation & 0xFFFFFFU} << 32) | index);
 }
-inline std::uint8_t user_data_op(std::uint64_t data) noexcept { return static_cast<std::uint8_t>(data >> 56); }
-inline std::uint32_t user_data_index(std::uint64_t data) noexcept { return static_cast<std::uint32_t>(data); }
+inline std::uint8_t user_data_op(std::uint64_t data) noexcept { return uring::op_of<std::uint8_t>(data); }
+inline std::uint32_t user_data_index(std::uint64_t data) noexcept {
+  return static_cast<std::uint32_t>(uring::id_of(data));
+}
 inline std::uint32_t user_data_generation(std::uint64_t data) noexcept {
-  return static_cast<std::uint32_t>(data >> 32) & 0xFFFFFFU;
+  return static_cast<std::uint32_t>(uring::id_of(data) >> 32) & 0xFFFFFFU;
 }
 
 struct EventLoop::Conn {
