@@ -4,8 +4,11 @@
 
 #include "daemon/backend_factory.hpp"
 
+#include <grp.h>
 #include <signal.h>
+#include <simdjson.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -94,6 +97,14 @@ std::string daemon_binary() {
   return env;
 }
 
+std::string built_binary(const char* env_var) {
+  const char* env = std::getenv(env_var);
+  if (env == nullptr) {
+    throw std::runtime_error(std::string(env_var) + " is not set (run the tests through meson)");
+  }
+  return env;
+}
+
 pid_t spawn(std::vector<std::string> argv_storage) {
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());
@@ -116,6 +127,89 @@ int run_to_exit(const std::vector<std::string>& argv, std::chrono::milliseconds 
     throw std::runtime_error(argv[0] + " did not exit in time");
   }
   return status;
+}
+
+namespace {
+
+std::string read_all(int fd) {
+  std::string text;
+  char buffer[4096];
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, buffer, sizeof(buffer), at);
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+    at += n;
+  }
+  return text;
+}
+
+}  // namespace
+
+int ProcessOutput::exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+
+ProcessOutput run_captured(const std::vector<std::string>& argv_storage, std::chrono::milliseconds timeout,
+                           std::optional<RunAs> as, std::string_view stdin_text) {
+  // Files, not pipes: a child that writes much cannot block on a reader that waits for its exit.
+  const shm::UniqueFd in(::memfd_create("stdin", MFD_CLOEXEC));
+  const shm::UniqueFd out(::memfd_create("stdout", MFD_CLOEXEC));
+  const shm::UniqueFd err(::memfd_create("stderr", MFD_CLOEXEC));
+  if (!in.valid() || !out.valid() || !err.valid()) throw std::runtime_error("memfd_create failed");
+  if (::pwrite(in.get(), stdin_text.data(), stdin_text.size(), 0) !=
+      static_cast<ssize_t>(stdin_text.size())) {
+    throw std::runtime_error("cannot write the child's standard input");
+  }
+  std::vector<std::string> copy = argv_storage;
+  std::vector<char*> argv;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // Everything is prepared before fork: the child of a threaded process may only make
+  // async-signal-safe calls until it execs.
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    if (::dup2(in.get(), STDIN_FILENO) < 0 || ::dup2(out.get(), STDOUT_FILENO) < 0 ||
+        ::dup2(err.get(), STDERR_FILENO) < 0) {
+      ::_exit(126);
+    }
+    if (as && (::setgroups(0, nullptr) != 0 || ::setgid(as->gid) != 0 || ::setuid(as->uid) != 0)) {
+      ::_exit(125);
+    }
+    ::execve(argv[0], argv.data(), environ);
+    ::_exit(127);
+  }
+  ProcessOutput result;
+  const bool exited =
+      eventually([&] { return ::waitpid(pid, &result.status, WNOHANG) == pid; }, timeout);
+  if (!exited) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &result.status, 0);
+    throw std::runtime_error(argv_storage[0] + " did not exit in time");
+  }
+  result.out = read_all(out.get());
+  result.err = read_all(err.get());
+  return result;
+}
+
+double StressRun::field(const std::string& key) const {
+  std::string_view line = process.out;
+  while (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  if (const auto newline = line.rfind('\n'); newline != std::string_view::npos) {
+    line.remove_prefix(newline + 1);
+  }
+  simdjson::dom::parser parser;
+  simdjson::dom::element summary;
+  double value = 0;  // get_double takes integers too
+  const bool found = parser.parse(line.data(), line.size()).get(summary) == simdjson::SUCCESS &&
+                     summary[key].get_double().get(value) == simdjson::SUCCESS;
+  REQUIRE_MESSAGE(found, "no number '" << key << "' in the summary line: " << line
+                                       << "\nstderr: " << process.err);
+  return value;
+}
+
+StressRun run_stress(const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
+  std::vector<std::string> argv{built_binary("BATCHD_STRESS_BIN"), "--json", "--quiet"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return StressRun{run_captured(argv, timeout)};
 }
 
 DaemonProcess::DaemonProcess(const std::string& socket_path, const std::vector<std::string>& args) {
@@ -143,19 +237,31 @@ DaemonProcess::~DaemonProcess() {
   if (pid_ > 0) stop();
 }
 
-int DaemonProcess::stop() {
+void DaemonProcess::signal(int sig) {
+  if (pid_ <= 0) return;
+  signal_sent_ = sig;
+  ::kill(pid_, sig);
+}
+
+int DaemonProcess::wait_exit() {
   if (pid_ <= 0) return -1;
   const pid_t pid = pid_;
-  ::kill(pid_, SIGTERM);
   int status = 0;
   ::waitpid(pid_, &status, 0);
   pid_ = -1;
   if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-    FAIL_CHECK("batchd (pid " << pid << ") did not exit cleanly on SIGTERM: "
-               << describe_exit(status)
+    const char* name = ::sigabbrev_np(signal_sent_);
+    FAIL_CHECK("batchd (pid " << pid << ") did not exit cleanly on SIG" << (name != nullptr ? name : "?")
+               << ": " << describe_exit(status)
                << " (a sanitizer's report, if any, is in this test's output)");
   }
   return status;
+}
+
+int DaemonProcess::stop(int sig) {
+  if (pid_ <= 0) return -1;
+  signal(sig);
+  return wait_exit();
 }
 
 void DaemonProcess::kill9() {
@@ -178,6 +284,29 @@ std::unique_ptr<Client> connect(const std::string& path) {
   INFO(error.message);
   REQUIRE(client);
   return client;
+}
+
+shm::UniqueFd raw_connect(const std::string& socket) {
+  shm::UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  REQUIRE(fd.valid());
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
+  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  return fd;
+}
+
+shm::AttachStatus hello_status(int conn, std::uint32_t flags, std::span<const int> fds,
+                               std::string* message) {
+  const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, flags, 0};
+  REQUIRE(shm::send_with_fds(conn, std::as_bytes(std::span(&hello, 1)), fds) == 0);
+  shm::AttachReply reply{};
+  std::vector<shm::UniqueFd> got;
+  REQUIRE(shm::recv_with_fds(conn, std::as_writable_bytes(std::span(&reply, 1)), got) ==
+          static_cast<long>(sizeof(reply)));
+  reply.message[sizeof(reply.message) - 1] = '\0';
+  if (message != nullptr) *message = reply.message;
+  return reply.status;
 }
 
 InProcessDaemon::InProcessDaemon(DaemonConfig config, std::unique_ptr<Backend> backend)

@@ -1,14 +1,19 @@
 // Shared by the tests: temporary socket paths, a daemon run as a child process or in-process,
-// random UTF-8 inputs, and the size multiplier sanitizer builds use.
+// the project's tools run to their end with their output, raw attach handshakes, random UTF-8
+// inputs, and the size multiplier sanitizer builds use.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -16,6 +21,8 @@
 #include "backend/backend.hpp"
 #include "daemon/config.hpp"
 #include "daemon/daemon.hpp"
+#include "shm/attach_protocol.hpp"
+#include "shm/fd.hpp"
 
 namespace batchd::test {
 
@@ -39,6 +46,10 @@ std::string random_utf8(std::mt19937_64& rng, std::size_t bytes);
 // The batchd binary built next to the tests (BATCHD_BIN, set by meson).
 std::string daemon_binary();
 
+// Another binary built next to the tests, from the variable meson sets for it (BATCHD_SEND_BIN,
+// BATCHD_CTL_BIN, BATCHD_STRESS_BIN); throws if it is not set.
+std::string built_binary(const char* env_var);
+
 // Starts argv[0] (a path) with argv and this process's environment; throws if it cannot.
 pid_t spawn(std::vector<std::string> argv);
 
@@ -48,9 +59,39 @@ int run_to_exit(const std::vector<std::string>& argv, std::chrono::milliseconds 
 // A waitpid status in words: "exit code N" or "killed by signal N (name)".
 std::string describe_exit(int status);
 
+// The user a child process runs as (the test runner must be root to switch).
+struct RunAs {
+  uid_t uid;
+  gid_t gid;
+};
+
+// What a program run to its end left: its waitpid status and everything it wrote.
+struct ProcessOutput {
+  int status = 0;
+  std::string out;  // standard output
+  std::string err;  // standard error
+  // WIFEXITED and its code, else -1.
+  [[nodiscard]] int exit_code() const;
+};
+
+// Runs argv (a path first) to its end, as `as` if given, with this process's environment and
+// stdin_text as its standard input; kills it (and throws) after timeout.
+ProcessOutput run_captured(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                           std::optional<RunAs> as = std::nullopt, std::string_view stdin_text = {});
+
+// batchd-stress (BATCHD_STRESS_BIN) run with `args` plus --json --quiet: its exit status, its
+// output, and the numbers of its JSON summary (the last line of its standard output).
+struct StressRun {
+  ProcessOutput process;
+  // A numeric field of the summary; fails the test if there is none.
+  [[nodiscard]] double field(const std::string& key) const;
+};
+StressRun run_stress(const std::vector<std::string>& args,
+                     std::chrono::milliseconds timeout = std::chrono::minutes(5));
+
 // Runs the batchd binary as a child process; stops it with SIGTERM on destruction. A sanitizer
-// report at the daemon's exit shows only in its exit status, so every SIGTERM stop fails the test
-// unless batchd exits with code 0.
+// report at the daemon's exit shows only in its exit status, so every stop by signal fails the
+// test unless batchd exits with code 0.
 class DaemonProcess {
  public:
   // Starts batchd with --socket path and extra args, and waits until it accepts connections.
@@ -60,14 +101,21 @@ class DaemonProcess {
   DaemonProcess& operator=(const DaemonProcess&) = delete;
 
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
-  // Sends SIGTERM and returns the exit status (as from waitpid); fails the test unless it is 0.
-  int stop();
+  // Sends `sig` and returns at once (SIGTERM and SIGINT both make batchd finish what it holds
+  // and exit).
+  void signal(int sig);
+  // Waits for batchd to exit after signal() and returns its exit status (as from waitpid);
+  // fails the test unless it is 0.
+  int wait_exit();
+  // signal(sig), then wait_exit().
+  int stop(int sig = SIGTERM);
   // Sends SIGKILL (a crash: no clean-up, no answers for what it holds) and waits for the exit;
   // fails the test if batchd had already died of something else.
   void kill9();
 
  private:
   pid_t pid_ = -1;
+  int signal_sent_ = 0;  // the last signal() sent, for the failure message
 };
 
 // A Daemon in this process on its own thread, for tests that need to inject a backend or watch
@@ -94,6 +142,14 @@ class InProcessDaemon {
 
 // Connects a client to the daemon at path; fails the test (with the reason) if it cannot.
 std::unique_ptr<Client> connect(const std::string& path);
+
+// Connects to the control socket without saying anything; fails the test if it cannot.
+shm::UniqueFd raw_connect(const std::string& socket);
+
+// Sends a hello (with fds, if any) on a raw connection and returns the daemon's reply status;
+// its message, if wanted, in *message.
+shm::AttachStatus hello_status(int conn, std::uint32_t flags = 0, std::span<const int> fds = {},
+                               std::string* message = nullptr);
 
 // Waits for pred up to timeout, polling; returns its last value.
 template <class Pred>

@@ -137,31 +137,6 @@ struct RawClient {
   }
 };
 
-// Connects to the control socket without saying anything.
-shm::UniqueFd raw_connect(const std::string& socket) {
-  shm::UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  REQUIRE(fd.valid());
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
-  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  return fd;
-}
-
-// Sends a hello (with fds, if any) and returns the daemon's reply status.
-shm::AttachStatus hello_status(int conn, std::uint32_t flags, std::span<const int> fds,
-                               std::string* message = nullptr) {
-  const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, flags, 0};
-  REQUIRE(shm::send_with_fds(conn, std::as_bytes(std::span(&hello, 1)), fds) == 0);
-  shm::AttachReply reply{};
-  std::vector<shm::UniqueFd> got;
-  REQUIRE(shm::recv_with_fds(conn, std::as_writable_bytes(std::span(&reply, 1)), got) ==
-          static_cast<long>(sizeof(reply)));
-  reply.message[sizeof(reply.message) - 1] = '\0';
-  if (message != nullptr) *message = reply.message;
-  return reply.status;
-}
-
 std::size_t open_fds(pid_t pid) {
   std::size_t n = 0;
   for ([[maybe_unused]] const auto& entry :
@@ -260,10 +235,10 @@ TEST_CASE("the daemon takes no descriptor from a client: an attach that offers o
   shm::UniqueFd event(::eventfd(0, EFD_CLOEXEC));
   const std::uint64_t near_max = 0xfffffffffffffffeULL;
   REQUIRE(::write(event.get(), &near_max, sizeof(near_max)) == sizeof(near_max));
-  shm::UniqueFd conn = raw_connect(socket);
+  shm::UniqueFd conn = test::raw_connect(socket);
   const int fds[] = {event.get()};
   std::string message;
-  CHECK(hello_status(conn.get(), 1U, fds, &message) == shm::AttachStatus::kBadHello);
+  CHECK(test::hello_status(conn.get(), 1U, fds, &message) == shm::AttachStatus::kBadHello);
   CHECK(message.find("fds") != std::string::npos);
   // An event-driven client is served through its own waker instead.
   auto client = test::connect(socket);
@@ -290,7 +265,7 @@ TEST_CASE("idle connections do not lock anyone out: handshakes have a deadline a
   test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1", "--max-clients", "4",
                                       "--attach-timeout-ms", "300"});
   std::vector<shm::UniqueFd> idle;
-  for (int i = 0; i < 100; ++i) idle.push_back(raw_connect(socket));
+  for (int i = 0; i < 100; ++i) idle.push_back(test::raw_connect(socket));
   // Four clients attach at once, idle connections or not; a fifth is told why it may not.
   NormalLoad load(socket);
   std::vector<std::unique_ptr<Client>> more;
@@ -360,7 +335,7 @@ TEST_CASE("a user who may not attach gets a typed refusal, and its flood of atte
     // Two thousand refusals in a burst (malformed hellos: any user can send those), then one
     // more after the bucket refilled, which says how many were held back.
     const auto malformed_hello = [&] {
-      shm::UniqueFd conn = raw_connect(socket);
+      shm::UniqueFd conn = test::raw_connect(socket);
       const std::uint32_t garbage[4] = {0xdeadbeef, 1, 2, 3};
       (void)shm::send_with_fds(conn.get(), std::as_bytes(std::span(garbage)), {});
       char reply[sizeof(shm::AttachReply)];
