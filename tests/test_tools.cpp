@@ -1,0 +1,166 @@
+// The command-line tools against the batchd binary: batchctl's status report (text and JSON) and
+// batchd-send's answer, messages and exit codes.
+#include <doctest/doctest.h>
+#include <simdjson.h>
+
+#include <numeric>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "backend/reference_batchstring.hpp"
+#include "tests/helpers.hpp"
+
+using namespace batchd;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr unsigned kDevices = 2;
+constexpr int kAnswered = 20;
+
+test::ProcessOutput batchctl(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{test::built_binary("BATCHD_CTL_BIN")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return test::run_captured(argv, 30s);
+}
+
+test::ProcessOutput send(const std::vector<std::string>& args, std::string_view stdin_text = {}) {
+  std::vector<std::string> argv{test::built_binary("BATCHD_SEND_BIN")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return test::run_captured(argv, 30s, std::nullopt, stdin_text);
+}
+
+// A cpu daemon of kDevices devices that has answered kAnswered requests of one client, one at a
+// time (so in batches of one).
+struct AnsweredDaemon {
+  std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon{socket, {"--backend", "cpu", "--cpu-threads", std::to_string(kDevices),
+                                      "--max-wait-ms", "0.25", "--max-batch", "48", "--max-batch-bytes",
+                                      "1048576"}};
+  std::unique_ptr<Client> client = test::connect(socket);
+
+  AnsweredDaemon() {
+    for (int i = 0; i < kAnswered; ++i) REQUIRE(client->submit("req " + std::to_string(i), 10s).ok());
+    // The status page is published every 50 ms or so.
+    REQUIRE(test::eventually([&] { return client->daemon_status().requests_ok == kAnswered; }, 10s));
+  }
+};
+
+std::uint64_t uint_field(simdjson::dom::element object, const char* key) {
+  std::uint64_t value = 0;
+  REQUIRE_MESSAGE(object[key].get_uint64().get(value) == simdjson::SUCCESS, "no unsigned '" << key << "'");
+  return value;
+}
+
+}  // namespace
+
+TEST_CASE("batchctl --json: backend, pid, devices, clients, policy, and request and batch counts") {
+  AnsweredDaemon d;
+  const test::ProcessOutput run = batchctl({"--socket", d.socket, "--json"});
+  INFO("stdout: ", run.out, "\nstderr: ", run.err);
+  REQUIRE(run.exit_code() == 0);
+  simdjson::dom::parser parser;
+  simdjson::dom::element status;
+  REQUIRE(parser.parse(run.out).get(status) == simdjson::SUCCESS);
+  std::string_view backend;
+  REQUIRE(status["backend"].get_string().get(backend) == simdjson::SUCCESS);
+  CHECK(backend == "cpu");
+  CHECK(uint_field(status, "daemon_pid") == static_cast<std::uint64_t>(d.daemon.pid()));
+  CHECK(uint_field(status, "healthy_devices") == kDevices);
+  // The test's client, and batchctl itself unless it read the page before the daemon counted it.
+  CHECK(uint_field(status, "clients") >= 1);
+  CHECK(uint_field(status, "clients") <= 2);
+  CHECK(uint_field(status, "requests_taken") == kAnswered);
+  CHECK(uint_field(status, "requests_ok") == kAnswered);
+  CHECK(uint_field(status, "requests_failed") == 0);
+  CHECK(uint_field(status, "requests_rejected") == 0);
+  CHECK(uint_field(status, "in_flight") == 0);
+  CHECK(uint_field(status, "requests_abandoned") == 0);
+  CHECK(uint_field(status, "max_batch") == 48);
+  CHECK(uint_field(status, "max_wait_ns") == 250'000);
+  CHECK(uint_field(status, "max_batch_bytes") == 1'048'576);
+  // One request at a time: one batch each.
+  const std::uint64_t batches = uint_field(status, "batches");
+  CHECK(batches == kAnswered);
+  CHECK(uint_field(status, "batch_failures") == 0);
+
+  simdjson::dom::array sizes;
+  REQUIRE(status["batch_sizes"].get_array().get(sizes) == simdjson::SUCCESS);
+  std::uint64_t bucketed = 0;
+  for (simdjson::dom::element bucket : sizes) bucketed += bucket.get_uint64().value();
+  CHECK(bucketed == batches);
+
+  simdjson::dom::array devices;
+  REQUIRE(status["devices"].get_array().get(devices) == simdjson::SUCCESS);
+  CHECK(devices.size() == kDevices);
+  std::uint64_t device_batches = 0;
+  for (simdjson::dom::element device : devices) {
+    std::string_view state;
+    REQUIRE(device["state"].get_string().get(state) == simdjson::SUCCESS);
+    CHECK(state == "healthy");
+    CHECK(uint_field(device, "batches_failed") == 0);
+    CHECK(uint_field(device, "outstanding_requests") == 0);
+    device_batches += uint_field(device, "batches_ok");
+  }
+  CHECK(device_batches == batches);
+}
+
+TEST_CASE("batchctl's text report says the same in words") {
+  AnsweredDaemon d;
+  const test::ProcessOutput run = batchctl({"--socket", d.socket});
+  INFO("stdout: ", run.out, "\nstderr: ", run.err);
+  REQUIRE(run.exit_code() == 0);
+  const std::string pid = std::to_string(d.daemon.pid());
+  CHECK(std::regex_search(run.out, std::regex("^backend cpu \\(pid " + pid + "\\), 2 of 2 devices "
+                                              "healthy, [12] clients\n")));
+  CHECK(run.out.find("\npolicy: batches of up to 48 requests or 1048576 bytes, waiting at most 0.250 "
+                     "ms\n") != std::string::npos);
+  CHECK(run.out.find("\nrequests: 20 taken, 20 ok, 0 failed (0 refused before running), 0 in flight, 0 "
+                     "abandoned by their client\n") != std::string::npos);
+  // Every batch held one request: the only bucket is [1..1], with all of them.
+  CHECK(std::regex_search(run.out, std::regex("\nbatches: ([0-9]+) \\(0 failed\\); sizes: \\[1\\.\\.1\\]:\\1\n")));
+  for (unsigned device = 0; device < kDevices; ++device) {
+    CHECK(std::regex_search(run.out, std::regex("\ndevice " + std::to_string(device) +
+                                                ": healthy +[0-9]+ batches ok, 0 failed, 0 timeouts, 0 "
+                                                "requests outstanding, batch time [0-9.]+ ms\n")));
+  }
+}
+
+TEST_CASE("batchctl and batchd-send without a daemon: exit 1 with the reason on stderr") {
+  const std::string missing = test::temp_socket_path("absent.sock");
+  const test::ProcessOutput ctl = batchctl({"--socket", missing});
+  CHECK(ctl.exit_code() == 1);
+  CHECK(ctl.out.empty());
+  CHECK(ctl.err.find("batchctl: no batchd daemon at " + missing) != std::string::npos);
+
+  const test::ProcessOutput sent = send({"--socket", missing, "--timeout-ms", "300", "hello"});
+  CHECK(sent.exit_code() == 1);
+  CHECK(sent.out.empty());
+  CHECK(sent.err.find("batchd-send: no batchd daemon at " + missing) != std::string::npos);
+}
+
+TEST_CASE("batchd-send prints the answer of the cpu backend, from an argument or stdin") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "0", "--cost", "3",
+                                      "--max-input-bytes", "64"});
+  for (const std::string input : {"hello", "héllo wörld 🙂", ""}) {
+    CAPTURE(input);
+    const test::ProcessOutput run = send({"--socket", socket, input});
+    INFO("stderr: ", run.err);
+    CHECK(run.exit_code() == 0);
+    CHECK(run.out == reference_batchstring(input, 3) + "\n");
+  }
+  // --stdin: all of standard input is the input, newlines included.
+  const std::string piped = "piped\nünï\n";
+  const test::ProcessOutput from_stdin = send({"--socket", socket, "--stdin"}, piped);
+  CHECK(from_stdin.exit_code() == 0);
+  CHECK(from_stdin.out == reference_batchstring(piped, 3) + "\n");
+
+  // A request the daemon cannot take: exit 1, the error's name and reason on stderr.
+  const test::ProcessOutput too_large = send({"--socket", socket, std::string(65, 'x')});
+  CHECK(too_large.exit_code() == 1);
+  CHECK(too_large.out.empty());
+  CHECK(too_large.err.find("batchd-send: too_large: input of 65 bytes exceeds the daemon's limit of 64") !=
+        std::string::npos);
+}
