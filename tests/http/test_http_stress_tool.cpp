@@ -1,0 +1,55 @@
+// batchd-stress over HTTP (--http) against batchd-http: a clean run exits 0 with every request
+// answered right, and answers of another SHA-256 cost are all counted wrong, with a failing exit.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/http/http_test_support.hpp"
+
+using namespace batchd;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr int kExitFailures = 1;  // batchd-stress: some answers were errors or wrong
+
+std::vector<std::string> http_args(std::uint16_t port, std::uint64_t requests, const char* cost) {
+  return {"--http", "http://127.0.0.1:" + std::to_string(port), "--threads", "2", "--requests",
+          std::to_string(requests), "--cost", cost, "--timeout-ms", "20000"};
+}
+
+}  // namespace
+
+TEST_CASE("--http: closed loop through batchd-http, every answer checked, exit 0") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  test::FrontendProcess frontend(socket, {"--workers", "1"});
+  const std::uint64_t requests = test::scaled(400, 50);
+  const test::StressRun run = test::run_stress(http_args(frontend.port(), requests, "1"));
+  INFO("stdout: ", run.process.out, "\nstderr: ", run.process.err);
+  CHECK(run.process.exit_code() == 0);
+  CHECK(run.field("sent") == static_cast<double>(requests));
+  CHECK(run.field("ok") == static_cast<double>(requests));
+  CHECK(run.field("errors") == 0);
+  CHECK(run.field("wrong") == 0);
+}
+
+TEST_CASE("--http: answers of another cost are all counted wrong, and the exit status says so") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--cost", "2", "--max-wait-ms", "1"});
+  test::FrontendProcess frontend(socket, {"--workers", "1"});
+  const std::uint64_t requests = test::scaled(200, 50);
+  const test::StressRun wrong = test::run_stress(http_args(frontend.port(), requests, "1"));
+  INFO("stdout: ", wrong.process.out, "\nstderr: ", wrong.process.err);
+  CHECK(wrong.process.exit_code() == kExitFailures);
+  CHECK(wrong.field("sent") == static_cast<double>(requests));
+  CHECK(wrong.field("wrong") == static_cast<double>(requests));
+  CHECK(wrong.field("ok") == 0);
+  CHECK(wrong.field("errors") == 0);
+  // The same daemon's answers checked at its own cost are all right.
+  const test::StressRun right = test::run_stress(http_args(frontend.port(), requests, "2"));
+  CHECK(right.process.exit_code() == 0);
+  CHECK(right.field("ok") == static_cast<double>(requests));
+  CHECK(right.field("wrong") == 0);
+}
