@@ -234,9 +234,15 @@ void ClientImpl::cancel(std::uint64_t id) {
     std::lock_guard lock(mu_);
     for (AsyncRequest& request : async_) {
       if (request.id != id) continue;
+      // One already answered or past its deadline is finished: poll() reports it as such.
+      const Location& at = request.at;
+      const bool finished = at.segment->slot_done(at.slot, at.generation) ||
+                            shm::monotonic_ns() >= request.deadline_ns;
       // Settled by the next poll(), which releases the slot and so withdraws the request from
       // the daemon if it has not taken it yet.
-      if (!request.failure) request.failure = Error{ErrorCode::kCancelled, "withdrawn by the caller"};
+      if (!request.failure && !finished) {
+        request.failure = Error{ErrorCode::kCancelled, "withdrawn by the caller"};
+      }
       break;
     }
   }

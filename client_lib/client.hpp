@@ -128,8 +128,9 @@ class Client {
 
   // Withdraws an asynchronous request whose caller no longer wants the answer (an HTTP caller
   // that hung up): if the daemon has not taken it yet, it never runs. Its callback still comes,
-  // once, from the next poll(), with `cancelled`. `id` is what submit_async gave; unknown or
-  // finished ids are ignored. Any thread.
+  // once, from the next poll(), with `cancelled`. `id` is what submit_async gave; unknown ids,
+  // and those of finished requests (answered, timed out or failed, even while poll() has yet to
+  // call their callback), are ignored. Any thread.
   void cancel(std::uint64_t id);
 
   // Calls the callbacks of finished asynchronous requests (answered, timed out or failed) and

@@ -1,8 +1,10 @@
 // The daemon and the client library in one process: many threads through one client, a full
-// client, a client that breaks the protocol, a backend that misbehaves, and a graceful stop.
-// This suite is what the TSan build watches.
+// client, a client that breaks the protocol, a backend that misbehaves, a graceful stop, and
+// cancelled requests at each stage. This suite is what the TSan build watches.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <sys/mman.h>
@@ -37,6 +39,7 @@ class GateBackend final : public Backend {
   unsigned devices() const noexcept override { return 1; }
   BackendStatus run(LaneId, const BatchInput& in, BatchOutput& out) override {
     std::unique_lock lock(mu_);
+    ++entered_;
     cv_.wait(lock, [&] { return open_; });
     out.clear();
     for (std::size_t i = 0; i < in.size(); ++i) {
@@ -50,6 +53,11 @@ class GateBackend final : public Backend {
     std::lock_guard lock(mu_);
     return ran_;
   }
+  // Batches the backend has started running (held at the gate while it is closed).
+  std::size_t entered() {
+    std::lock_guard lock(mu_);
+    return entered_;
+  }
   void open() {
     std::lock_guard lock(mu_);
     open_ = true;
@@ -60,6 +68,7 @@ class GateBackend final : public Backend {
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = false;
+  std::size_t entered_ = 0;
   std::vector<std::string> ran_;  // every input the backend ran
 };
 
@@ -280,4 +289,107 @@ TEST_CASE("a cancelled request that the daemon has not batched yet never runs") 
   const auto ran = gate->ran();
   CHECK(ran.size() == 5);
   for (const auto& input : ran) CHECK(input.substr(4) < "5");
+}
+
+namespace {
+
+// An async request's callbacks: how many came, and what the last one said.
+struct Outcome {
+  std::atomic<int> calls{0};
+  std::string result;  // the output, or the error's name; written by poll()'s thread
+
+  Client::Callback callback() {
+    return [this](Result&& r) {
+      result = r.ok() ? r.output() : error_code_name(r.error().code);
+      calls.fetch_add(1);
+    };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cancelling a request the backend is running: one callback, cancelled; its slot waits for the daemon") {
+  auto backend = std::make_unique<GateBackend>();
+  GateBackend* gate = backend.get();
+  DaemonConfig config = small_config(0.0);
+  config.segment.slot_count = 2;
+  config.batch.max_batch = 1;
+  test::InProcessDaemon daemon(config, std::move(backend));
+  auto client = test::connect(daemon.socket_path());
+  Outcome running, other;
+  std::uint64_t running_id = 0;
+  REQUIRE_FALSE(client->submit_async("running", 10s, running.callback(), &running_id).has_value());
+  REQUIRE(test::eventually([&] { return gate->entered() == 1; }, 5s));  // the backend holds it
+  REQUIRE_FALSE(client->submit_async("other", 10s, other.callback()).has_value());
+  REQUIRE(test::eventually([&] { return daemon.stats().requests_taken.load() == 2; }, 5s));
+
+  client->cancel(running_id);
+  CHECK(test::eventually([&] { client->poll(); return running.calls.load() == 1; }, 5s));
+  CHECK(running.result == "cancelled");
+  CHECK(other.calls.load() == 0);
+  // The daemon still runs it and will write its answer into its slot: until then the slot is not
+  // handed out again, so with the other slot busy too there is no room.
+  Outcome refused;
+  const auto no_room = client->submit_async("no room", 10s, refused.callback());
+  REQUIRE(no_room.has_value());
+  CHECK(no_room->code == ErrorCode::kOverloaded);
+  // Cancelling it again, or an id never given out, does nothing.
+  client->cancel(running_id);
+  client->cancel(running_id + 1000);
+  CHECK(client->poll() == 0);
+  CHECK(running.calls.load() == 1);
+
+  gate->open();
+  CHECK(test::eventually([&] { client->poll(); return other.calls.load() == 1; }, 5s));
+  CHECK(other.result == "other");
+  // The cancelled request's answer came too, and reaches no callback.
+  CHECK(test::eventually([&] { return daemon.stats().requests_ok.load() == 2; }, 5s));
+  client->poll();
+  CHECK(running.calls.load() == 1);
+  CHECK(running.result == "cancelled");
+  CHECK(refused.calls.load() == 0);
+  const auto ran = gate->ran();
+  CHECK(std::find(ran.begin(), ran.end(), "running") != ran.end());  // a running batch is not stopped
+
+  // Both slots are free again: two requests in flight at once are admitted and answered.
+  Outcome first, second;
+  REQUIRE_FALSE(client->submit_async("first", 10s, first.callback()).has_value());
+  REQUIRE_FALSE(client->submit_async("second", 10s, second.callback()).has_value());
+  CHECK(test::eventually([&] { client->poll(); return first.calls.load() + second.calls.load() == 2; }, 5s));
+  CHECK(first.result == "first");
+  CHECK(second.result == "second");
+  CHECK(first.calls.load() == 1);
+  CHECK(second.calls.load() == 1);
+}
+
+TEST_CASE("cancelling a request already answered is ignored, whether or not its callback has come") {
+  test::InProcessDaemon daemon(small_config(0.0), std::make_unique<CpuBackend>(1, 1));
+  auto client = test::connect(daemon.socket_path());
+  const std::string expected = reference_batchstring("answered", 1);
+
+  // Its callback has come: the id is finished.
+  Outcome delivered;
+  std::uint64_t delivered_id = 0;
+  REQUIRE_FALSE(client->submit_async("answered", 10s, delivered.callback(), &delivered_id).has_value());
+  CHECK(test::eventually([&] { client->poll(); return delivered.calls.load() == 1; }, 5s));
+  client->cancel(delivered_id);
+  CHECK(client->poll() == 0);
+  CHECK(delivered.calls.load() == 1);
+  CHECK(delivered.result == expected);
+
+  // Answered by the daemon, its callback not yet called: the next poll() brings the answer.
+  Outcome pending;
+  std::uint64_t pending_id = 0;
+  REQUIRE_FALSE(client->submit_async("answered", 10s, pending.callback(), &pending_id).has_value());
+  CHECK(test::eventually([&] { return daemon.stats().requests_ok.load() == 2; }, 5s));
+  client->cancel(pending_id);
+  CHECK(test::eventually([&] { client->poll(); return pending.calls.load() == 1; }, 5s));
+  CHECK(pending.result == expected);
+  client->poll();
+  CHECK(pending.calls.load() == 1);
+
+  // Other requests on the client are unaffected.
+  Result after = client->submit("after", 5s);
+  REQUIRE(after.ok());
+  CHECK(after.output() == reference_batchstring("after", 1));
 }
