@@ -1,10 +1,17 @@
-// The C ABI: connect, submit, errors by status, against the batchd binary.
+// The C ABI: connect, submit, errors by status (timeout, too large, overloaded), against the
+// batchd binary. (tests/check_installed_client.sh builds a C program against the installed header.)
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstring>
+#include <latch>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "client_lib/batchd_client.h"
 #include "backend/reference_batchstring.hpp"
+#include "backend/sim_reference.hpp"
 #include "tests/helpers.hpp"
 
 extern "C" int c_api_roundtrip(const char* socket_path, const char* input, char* out, size_t out_size);
@@ -29,4 +36,124 @@ TEST_CASE("the C ABI returns the reference answer and names its errors") {
   char* output = nullptr;
   size_t len = 0;
   CHECK(batchd_submit(nullptr, "x", 1, 10, &output, &len) == BATCHD_INVALID_ARGUMENT);
+}
+
+namespace {
+
+// A C ABI client handle, closed at the end of the scope.
+struct CClient {
+  batchd_client* handle = nullptr;
+  explicit CClient(const std::string& socket) {
+    batchd_status status = BATCHD_OK;
+    handle = batchd_client_connect(socket.c_str(), 5000, &status);
+    REQUIRE(handle != nullptr);
+    REQUIRE(status == BATCHD_OK);
+  }
+  ~CClient() { batchd_client_close(handle); }
+  CClient(const CClient&) = delete;
+  CClient& operator=(const CClient&) = delete;
+};
+
+// One batchd_submit: its status, and its answer (or message), freed with batchd_free.
+struct Submitted {
+  batchd_status status = BATCHD_PROTOCOL_ERROR;
+  std::string text;
+};
+
+Submitted submit(batchd_client* client, const std::string& input, std::uint32_t timeout_ms) {
+  char* output = nullptr;
+  size_t len = 0;
+  Submitted s;
+  s.status = batchd_submit(client, input.data(), input.size(), timeout_ms, &output, &len);
+  REQUIRE(output != nullptr);
+  s.text.assign(output, len);
+  batchd_free(output);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the C ABI: a request whose deadline passes gets BATCHD_TIMEOUT, and the client goes on") {
+  const std::string path = batchd::test::temp_socket_path();
+  // Each batch takes a second on the sim backend.
+  batchd::test::DaemonProcess daemon(path, {"--backend", "sim", "--sim-fixed-us", "1000000",
+                                            "--max-wait-ms", "0"});
+  CClient client(path);
+  const Submitted late = submit(client.handle, "too slow", 100);
+  CHECK(late.status == BATCHD_TIMEOUT);
+  CHECK(late.text.find("100 ms") != std::string::npos);
+  CHECK(std::string(batchd_status_name(late.status)) == "timeout");
+  const Submitted patient = submit(client.handle, "patient", 20000);
+  CHECK(patient.status == BATCHD_OK);
+  CHECK(patient.text == batchd::sim_expected_output("patient", 1));
+}
+
+TEST_CASE("the C ABI: an input over the daemon's --max-input-bytes gets BATCHD_TOO_LARGE") {
+  const std::string path = batchd::test::temp_socket_path();
+  batchd::test::DaemonProcess daemon(path, {"--backend", "cpu", "--max-wait-ms", "0",
+                                            "--max-input-bytes", "100"});
+  CClient client(path);
+  const Submitted too_large = submit(client.handle, std::string(101, 'x'), 5000);
+  CHECK(too_large.status == BATCHD_TOO_LARGE);
+  CHECK(too_large.text == "input of 101 bytes exceeds the daemon's limit of 100 bytes");
+  CHECK(std::string(batchd_status_name(too_large.status)) == "too_large");
+  const Submitted fits = submit(client.handle, std::string(100, 'x'), 5000);
+  CHECK(fits.status == BATCHD_OK);
+  CHECK(fits.text == batchd::reference_batchstring(std::string(100, 'x'), 1));
+}
+
+TEST_CASE("the C ABI: BATCHD_OVERLOADED when every slot of the handle is busy") {
+  const std::string path = batchd::test::temp_socket_path();
+  batchd::test::DaemonProcess daemon(path, {"--backend", "sim", "--sim-fixed-us", "1000000",
+                                            "--max-wait-ms", "0", "--slots-per-client", "1"});
+  CClient client(path);
+  // Two callers at once on one handle with one slot: while one request runs for a second, the
+  // other is refused at once.
+  std::latch start(2);
+  Submitted results[2];
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 2; ++i) {
+    callers.emplace_back([&, i] {
+      start.arrive_and_wait();
+      results[i] = submit(client.handle, "caller " + std::to_string(i), 20000);
+    });
+  }
+  for (auto& t : callers) t.join();
+  const int ok = results[0].status == BATCHD_OK ? 0 : 1;
+  const Submitted& refused = results[1 - ok];
+  CHECK(results[ok].status == BATCHD_OK);
+  CHECK(results[ok].text == batchd::sim_expected_output("caller " + std::to_string(ok), 1));
+  CHECK(refused.status == BATCHD_OVERLOADED);
+  CHECK(refused.text.find("all 1 request slots of this client are in flight") != std::string::npos);
+  CHECK(std::string(batchd_status_name(BATCHD_OVERLOADED)) == "overloaded");
+  // The slot is free again.
+  const Submitted again = submit(client.handle, "again", 20000);
+  CHECK(again.status == BATCHD_OK);
+  CHECK(again.text == batchd::sim_expected_output("again", 1));
+}
+
+TEST_CASE("the C ABI: BATCHD_OVERLOADED when the daemon's backlog would outlast the deadline") {
+  const std::string path = batchd::test::temp_socket_path();
+  batchd::test::DaemonProcess daemon(path, {"--backend", "sim", "--sim-devices", "1", "--sim-fixed-us",
+                                            "300000", "--max-wait-ms", "0"});
+  // A steady load of 300 ms batches keeps the daemon's measure of its batch time current.
+  CClient loader(path);
+  std::atomic<bool> stop{false};
+  std::atomic<int> loaded{0};
+  std::thread load([&] {
+    while (!stop.load()) {
+      if (submit(loader.handle, "load", 20000).status == BATCHD_OK) loaded.fetch_add(1);
+    }
+  });
+  CHECK(batchd::test::eventually([&] { return loaded.load() >= 2; }, std::chrono::seconds(20)));
+  CClient client(path);
+  // At least two batch times ahead, against 100 ms: refused at once rather than left to time out.
+  const Submitted hopeless = submit(client.handle, "hopeless", 100);
+  CHECK(hopeless.status == BATCHD_OVERLOADED);
+  CHECK(hopeless.text.find("backlog would outlast this request's deadline") != std::string::npos);
+  const Submitted patient = submit(client.handle, "patient", 20000);
+  CHECK(patient.status == BATCHD_OK);
+  CHECK(patient.text == batchd::sim_expected_output("patient", 1));
+  stop.store(true);
+  load.join();
 }
