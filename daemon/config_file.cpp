@@ -61,7 +61,10 @@ bool read_config_file(const std::string& path, ConfigArgs& out, std::string& err
   try {
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
-    error = fmt::format("{} line {}: {}", path, e.source().begin.line, e.description());
+    // Line 0: no line at all (the file could not be read).
+    const auto line = e.source().begin.line;
+    error = line == 0 ? fmt::format("{}: {}", path, e.description())
+                      : fmt::format("{} line {}: {}", path, line, e.description());
     return false;
   }
   for (const auto& [key, node] : root) {

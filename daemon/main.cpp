@@ -1,4 +1,5 @@
 // batchd: options, logging, signals and the service manager around the Daemon.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -53,6 +54,9 @@ int main(int argc, char** argv) {
     (code == 0 ? std::cout : std::cerr) << message << '\n';
     return code;
   }
+  // Diagnostics go to stderr, where a failed start's reason is looked for (journald reads both).
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   spdlog::set_level(spdlog::level::from_str(options.log_level));
 
   sigset_t signals;

@@ -184,12 +184,14 @@ TEST_CASE("an idle daemon with an attached client sleeps instead of spinning") {
   CHECK(after - before < sysconf(_SC_CLK_TCK));
 }
 
-TEST_CASE("a second daemon on the same socket is refused") {
+TEST_CASE("a second daemon on the same socket is refused, and says which lock another daemon holds") {
   const std::string path = test::temp_socket_path();
   test::DaemonProcess first(path, {});
-  const int status = test::run_to_exit({test::daemon_binary(), "--socket", path}, 10s);
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) != 0);
+  const test::ProcessOutput second = test::run_captured({test::daemon_binary(), "--socket", path}, 30s);
+  INFO("stdout: ", second.out, "\nstderr: ", second.err);
+  CHECK(second.exit_code() == 1);
+  CHECK(second.err.find("another batchd already serves this socket (lock " + path + ".lock is held)") !=
+        std::string::npos);
   auto client = connect_to(path);
   REQUIRE(client);
   CHECK(client->submit("still the first", 5s).ok());

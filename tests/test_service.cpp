@@ -1,5 +1,6 @@
-// The daemon as a service: its config file, flags over the file, SIGHUP reload without losing a
-// request, and readiness and watchdog notifications to the service manager.
+// The daemon as a service: its config file, flags over the file, a bad file refused by the
+// binary, SIGHUP reload without losing a request, and readiness and watchdog notifications to
+// the service manager.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "client_lib/client.hpp"
@@ -75,6 +77,37 @@ TEST_CASE("a bad config file is refused with its line and the reason") {
 
   CHECK(parse({"--config", "/nonexistent/batchd.toml"}, options, message) == 2);
   CHECK(parse({"--max-batch", "many"}, options, message) == 2);
+}
+
+TEST_CASE("batchd with a bad config file exits 2, naming the file, the line and the reason on stderr") {
+  const auto start = [](const std::string& config) {
+    const std::string socket = test::temp_socket_path();
+    test::ProcessOutput run =
+        test::run_captured({test::daemon_binary(), "--config", config, "--socket", socket}, 30s);
+    INFO("stdout: ", run.out, "\nstderr: ", run.err);
+    CHECK(run.exit_code() == 2);
+    CHECK(run.out.empty());
+    CHECK_FALSE(std::filesystem::exists(socket));  // it never started serving
+    return run.err;
+  };
+  const std::string unknown = write_file("unknown.toml", "max_batch = 8\n\nno_such_key = 1\n");
+  CHECK(start(unknown) == unknown + " line 3: unknown key for option --no-such-key\n");
+
+  const std::string bad_value = write_file("value.toml", "max_wait_ms = 1\nmax_batch = 0\n");
+  const std::string value_error = start(bad_value);
+  CHECK(value_error.starts_with(bad_value + " line 2: --max-batch: "));
+  CHECK(value_error.find("0 not in range") != std::string::npos);
+
+  const std::string syntax = write_file("syntax.toml", "max_batch = 8\nmax_wait_ms = = 3\n");
+  const std::string syntax_error = start(syntax);
+  CHECK(syntax_error.starts_with(syntax + " line 2: "));
+  CHECK(syntax_error.size() > syntax.size() + 10);  // and a reason after the line
+
+  const std::string missing = test::temp_socket_path("missing.toml");
+  const std::string missing_error = start(missing);
+  CHECK(missing_error.starts_with(missing + ": "));
+  CHECK(missing_error.find("could not be opened") != std::string::npos);
+  CHECK(missing_error.find("line") == std::string::npos);  // no line to name
 }
 
 TEST_CASE("SIGHUP reloads the batching policy without dropping a request; a broken file changes nothing") {
