@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -120,6 +121,9 @@ int main(int argc, char** argv) {
   add_flags(app, options, io_mode, log_level);
   CLI11_PARSE(app, argc, argv);
   options.io_mode = io_mode == "basic" ? batchd::http::IoMode::kBasic : batchd::http::IoMode::kAuto;
+  // Diagnostics go to stderr, as batchd's do (journald reads both; a failed start is looked for there).
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   // Signals are taken by the main thread with sigwait; the loops and their helper threads
