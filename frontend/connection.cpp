@@ -4,7 +4,8 @@
 #include <boost/beast/http/error.hpp>
 
 #include <algorithm>
-#include <cctype>
+
+#include "text/ascii.hpp"
 
 namespace batchd::http {
 
@@ -16,13 +17,6 @@ namespace {
 // request or answer does not keep the memory.
 constexpr std::size_t kKeepCapacityBytes = 64 * 1024;
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-
-bool is_100_continue(std::string_view value) {
-  constexpr std::string_view kWanted = "100-continue";
-  return value.size() == kWanted.size() &&
-         std::equal(value.begin(), value.end(), kWanted.begin(),
-                    [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
-}
 
 Response parse_error_response(const boost::system::error_code& ec) {
   if (ec == beast_http::error::header_limit) {
@@ -147,7 +141,7 @@ void HttpConnection::maybe_continue() {
   }
   const Request& request = parser_->get();
   const auto expect = request[beast_http::field::expect];
-  if (request.version() >= 11 && is_100_continue(std::string_view(expect.data(), expect.size()))) {
+  if (request.version() >= 11 && text::iequals(std::string_view(expect.data(), expect.size()), "100-continue")) {
     queued_.append(kContinue);
     continue_sent_ = true;
   }

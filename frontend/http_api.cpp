@@ -1,8 +1,10 @@
 #include "frontend/http_api.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
+
+#include "text/ascii.hpp"
+#include "text/json_escape.hpp"
 
 namespace batchd::http {
 
@@ -15,23 +17,11 @@ std::string_view path_of(std::string_view target) {
   return query == std::string_view::npos ? target : target.substr(0, query);
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 // text/plain (any parameters, e.g. charset) asks for plain text; anything else is read as JSON,
 // since a JSON body often arrives mislabelled (curl -d sends application/x-www-form-urlencoded),
 // and a body that is not JSON gets a clear 400 either way.
 bool is_text_plain(std::string_view content_type) {
-  return iequals(trim(content_type.substr(0, content_type.find(';'))), "text/plain");
+  return text::iequals(text::trim(content_type.substr(0, content_type.find(';'))), "text/plain");
 }
 
 Response method_not_allowed(std::string_view allow) {
@@ -85,7 +75,7 @@ Response Api::readyz() {
 Action Api::batchstring(const Request& request) {
   std::chrono::milliseconds timeout = limits_.default_timeout;
   if (const auto it = request.find("X-Timeout-Ms"); it != request.end()) {
-    const std::string_view value = trim(std::string_view(it->value().data(), it->value().size()));
+    const std::string_view value = text::trim(std::string_view(it->value().data(), it->value().size()));
     std::uint64_t ms = 0;
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
     if (ec != std::errc() || end != value.data() + value.size() || ms == 0) {
@@ -181,7 +171,7 @@ Response response_for_result(Result&& result, BodyFormat format) {
   }
   response.body.reserve(output.size() + 14);
   response.body.append(R"({"output":")");
-  append_json_escaped(output, response.body);
+  text::append_json_escaped(output, response.body);
   response.body.append("\"}");
   return response;
 }

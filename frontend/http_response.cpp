@@ -4,6 +4,8 @@
 
 #include <ctime>
 
+#include "text/json_escape.hpp"
+
 namespace batchd::http {
 
 std::string_view reason_phrase(unsigned status) noexcept {
@@ -49,24 +51,6 @@ void serialize(const Response& response, const Framing& framing, std::string& ou
   if (!framing.head) out.append(response.body);
 }
 
-void append_json_escaped(std::string_view text, std::string& out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (byte < 0x20) {
-      // \u00XX covers every control character; the short forms would only save bytes.
-      out.append("\\u00");
-      out.push_back(kHex[byte >> 4]);
-      out.push_back(kHex[byte & 0xF]);
-    } else {
-      out.push_back(c);
-    }
-  }
-}
-
 namespace {
 
 // Messages may quote what the caller sent (a path), which need not be UTF-8; a JSON body must be.
@@ -90,9 +74,9 @@ Response error_response(unsigned status, std::string_view code, std::string_view
   response.retry_after_s = retry_after_s;
   response.body.reserve(40 + code.size() + message.size());
   response.body.append(R"({"error":{"code":")");
-  append_json_escaped(code, response.body);
+  text::append_json_escaped(code, response.body);
   response.body.append(R"(","message":")");
-  append_json_escaped(printable_message(message), response.body);
+  text::append_json_escaped(printable_message(message), response.body);
   response.body.append("\"}}");
   return response;
 }

@@ -33,10 +33,6 @@ std::string_view reason_phrase(unsigned status) noexcept;
 // Appends the response's status line, headers and (unless HEAD) body to out.
 void serialize(const Response& response, const Framing& framing, std::string& out);
 
-// Appends text as the inside of a JSON string: quote, backslash and control characters escaped.
-// Precondition: text is valid UTF-8 (JSON strings cannot carry other bytes).
-void append_json_escaped(std::string_view text, std::string& out);
-
 // {"error":{"code":CODE,"message":MESSAGE}} with the given status. CODE is ASCII; MESSAGE may
 // hold any bytes (those that are not UTF-8 show as '?').
 Response error_response(unsigned status, std::string_view code, std::string_view message,

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <optional>
 
+#include "text/ascii.hpp"
+#include "text/json_escape.hpp"
 #include "tools/stress_stats.hpp"
 
 namespace batchd::stress::http {
@@ -16,18 +18,6 @@ constexpr std::string_view kDefaultTarget = "/v1/batchstring";
 // keeps one bad connection from eating the load generator's memory.
 constexpr std::size_t kMaxHeaderBytes = 64 * 1024;
 constexpr std::size_t kMaxBodyBytes = 64 * 1024 * 1024;
-
-bool iequals(std::string_view a, std::string_view b) noexcept {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return (x | 0x20) == (y | 0x20);  // ASCII letters only: header names and tokens
-         });
-}
-
-std::string_view trim(std::string_view s) noexcept {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 bool parse_decimal(std::string_view s, std::size_t& value) noexcept {
   if (s.empty() || s.size() > 18) return false;  // 18 digits cannot overflow 64 bits
@@ -84,21 +74,21 @@ const char* parse_header_line(std::string_view line, HeaderFacts& facts) {
     return "malformed header line";
   }
   const std::string_view name = line.substr(0, colon);
-  const std::string_view value = trim(line.substr(colon + 1));
-  if (iequals(name, "content-length")) {
+  const std::string_view value = text::trim(line.substr(colon + 1));
+  if (text::iequals(name, "content-length")) {
     std::size_t length = 0;
     if (!parse_decimal(value, length)) return "malformed Content-Length";
     if (facts.content_length && *facts.content_length != length) return "conflicting Content-Length";
     facts.content_length = length;
-  } else if (iequals(name, "transfer-encoding") && !iequals(value, "identity")) {
+  } else if (text::iequals(name, "transfer-encoding") && !text::iequals(value, "identity")) {
     return "Transfer-Encoding (chunked) responses are not supported: send Content-Length";
-  } else if (iequals(name, "connection")) {
+  } else if (text::iequals(name, "connection")) {
     // A token list; "close" and "keep-alive" are the only ones that matter here.
     for (std::size_t start = 0; start <= value.size();) {
       const std::size_t comma = std::min(value.find(',', start), value.size());
-      const std::string_view token = trim(value.substr(start, comma - start));
-      if (iequals(token, "close")) facts.close = true;
-      if (iequals(token, "keep-alive")) facts.close = false;
+      const std::string_view token = text::trim(value.substr(start, comma - start));
+      if (text::iequals(token, "close")) facts.close = true;
+      if (text::iequals(token, "keep-alive")) facts.close = false;
       start = comma + 1;
     }
   }
@@ -166,26 +156,6 @@ std::string parse_url(std::string_view text, Url& url) {
   return {};
 }
 
-void append_json_escaped(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::size_t run = 0;  // start of the bytes not yet copied: copied in runs, not byte by byte
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out.append(s.data() + run, i - run);
-    run = i + 1;
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.append("\\u00");
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 0xF]);
-    }
-  }
-  out.append(s.data() + run, s.size() - run);
-}
-
 RequestEncoder::RequestEncoder(const Url& url, std::chrono::milliseconds server_timeout) {
   head_ = "POST " + url.target + " HTTP/1.1\r\nHost: " + url.host_header +
           "\r\nContent-Type: application/json\r\nX-Timeout-Ms: " +
@@ -194,7 +164,7 @@ RequestEncoder::RequestEncoder(const Url& url, std::chrono::milliseconds server_
 
 void RequestEncoder::append(std::string& out, std::string_view input) {
   body_.assign(R"({"input":")");
-  append_json_escaped(body_, input);
+  text::append_json_escaped(input, body_);
   body_.append(R"("})");
   char length[24];
   const auto [end, ec] = std::to_chars(length, length + sizeof(length), body_.size());

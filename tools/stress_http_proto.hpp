@@ -22,10 +22,6 @@ struct Url {
 // Parses "http://HOST[:PORT][/PATH]". Returns why it cannot be used, or an empty string.
 std::string parse_url(std::string_view text, Url& url);
 
-// Appends `s` as the inside of a JSON string literal. Valid UTF-8 passes through unchanged;
-// '"', '\' and control characters are escaped.
-void append_json_escaped(std::string& out, std::string_view s);
-
 // Builds complete POST requests. One per thread: it keeps a scratch buffer.
 class RequestEncoder {
  public:

@@ -24,6 +24,7 @@
 
 #include "frontend/http_response.hpp"
 #include "backend/reference_batchstring.hpp"
+#include "text/json_escape.hpp"
 
 
 namespace batchd::test {
@@ -236,7 +237,7 @@ std::string make_request(std::string_view method, std::string_view target, std::
 
 std::string batch_request(std::string_view input, const std::vector<std::string>& headers) {
   std::string body = R"({"input":")";
-  http::append_json_escaped(input, body);
+  text::append_json_escaped(input, body);
   body.append("\"}");
   return make_request("POST", "/v1/batchstring", body, headers);
 }

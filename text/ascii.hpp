@@ -1,0 +1,29 @@
+// The ASCII rules HTTP's header names, tokens and whitespace follow. Locale-free on purpose: a
+// process's locale must not change how a header is read.
+#pragma once
+
+#include <algorithm>
+#include <string_view>
+
+namespace batchd::text {
+
+// 'A'..'Z' to 'a'..'z'; every other byte unchanged.
+constexpr char ascii_lower(char c) noexcept {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+// Equal but for the case of ASCII letters.
+constexpr bool iequals(std::string_view a, std::string_view b) noexcept {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return ascii_lower(x) == ascii_lower(y);
+         });
+}
+
+// Without leading and trailing spaces and tabs (HTTP's optional whitespace, RFC 9110 5.6.3).
+constexpr std::string_view trim(std::string_view s) noexcept {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace batchd::text

@@ -1,0 +1,15 @@
+// Writing text into JSON string literals: the one escaper the HTTP front-end's responses and
+// batchd-stress's requests share.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace batchd::text {
+
+// Appends text as the inside of a JSON string literal: '"', '\' and control characters are
+// escaped (as \u00XX), every other byte is copied unchanged. Allocates only to grow out.
+// Precondition: text is valid UTF-8 (a JSON string cannot carry other bytes).
+void append_json_escaped(std::string_view text, std::string& out);
+
+}  // namespace batchd::text
