@@ -121,15 +121,11 @@ std::string connect_all(const Endpoint& endpoint, unsigned n, std::chrono::milli
   return fmt::format("cannot connect to {}: {}", endpoint.text, why);
 }
 
-SyncConnection::SyncConnection(SyncConnection&& other) noexcept
-    : endpoint_(other.endpoint_), fd_(std::exchange(other.fd_, -1)), retry_ns_(other.retry_ns_),
-      in_(std::move(other.in_)), last_response_bytes_(other.last_response_bytes_),
-      close_after_last_(other.close_after_last_) {}
-
 void SyncConnection::close_fd() noexcept {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   in_.clear();
+  reader_.reset();
 }
 
 bool SyncConnection::ensure_connected(std::int64_t deadline_ns) {
@@ -166,49 +162,61 @@ bool SyncConnection::send_all(std::string_view request, std::int64_t deadline_ns
   return true;
 }
 
-bool SyncConnection::read_some() {
+SyncConnection::Received SyncConnection::read_some() {
   const std::size_t had = in_.size();
   in_.resize(had + kReadChunk);
   const ssize_t n = ::recv(fd_, in_.data() + had, kReadChunk, 0);
   in_.resize(had + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
-  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return true;
-  if (n < 0) warn_once(fmt::format("receive from {}: {}", endpoint_->text, std::strerror(errno)));
-  close_fd();
-  return false;
+  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR))) return Received::kData;
+  if (n == 0) return Received::kEof;
+  warn_once(fmt::format("receive from {}: {}", endpoint_->text, std::strerror(errno)));
+  return Received::kError;
+}
+
+Exchange SyncConnection::responded() {
+  Exchange ex;
+  ex.responded = true;
+  ex.status = reader_.status();
+  ex.body = reader_.body();
+  return ex;
 }
 
 Exchange SyncConnection::read_response(std::int64_t deadline_ns) {
+  using Step = ResponseReader::Step;
   for (;;) {
-    const Response r = frame_response(in_);
-    if (r.framing == Framing::kBad) {
-      warn_once(fmt::format("bad response from {}: {}", endpoint_->text, r.problem));
+    std::size_t used = 0;
+    const Step step = reader_.read(in_, used);
+    in_.erase(0, used);
+    if (step == Step::kBad) {
+      warn_once(fmt::format("bad response from {}: {}", endpoint_->text, reader_.problem()));
       close_fd();
       return failure(error_kind(ErrorCode::kProtocolError));
     }
-    if (r.framing == Framing::kComplete && r.status < 200) {  // 1xx: informational, skip it
-      in_.erase(0, r.total_bytes);
-      continue;
-    }
-    if (r.framing == Framing::kComplete) {
-      if (in_.size() > r.total_bytes) warn_once("the server sent more than one response per request");
-      last_response_bytes_ = r.total_bytes;
-      close_after_last_ = r.close || in_.size() > r.total_bytes;
-      Exchange ex;
-      ex.responded = true;
-      ex.status = r.status;
-      ex.body = std::string_view(in_).substr(r.body_offset, r.body_bytes);
-      return ex;
+    if (step == Step::kDone && reader_.status() < 200) continue;  // 1xx: informational, skip it
+    if (step == Step::kDone) {
+      if (!in_.empty()) warn_once("the server sent more than one response per request");
+      close_after_last_ = !reader_.keep_alive() || !in_.empty();
+      return responded();
     }
     const Wait w = wait_for(fd_, POLLIN, deadline_ns);
     // A late answer would be taken for the next request's: only a fresh connection is safe.
     if (w != Wait::kReady) close_fd();
     if (w == Wait::kTimeout) return failure(error_kind(ErrorCode::kTimeout));
-    if (w == Wait::kError || !read_some()) return failure(error_kind(ErrorCode::kDaemonUnavailable));
+    if (w == Wait::kError) return failure(error_kind(ErrorCode::kDaemonUnavailable));
+    const Received received = read_some();
+    if (received == Received::kData) continue;
+    // A response without Content-Length or chunks (HTTP/1.0 style) ends where the connection does.
+    if (received == Received::kEof && in_.empty() && reader_.read_eof() == Step::kDone &&
+        reader_.status() >= 200) {
+      close_after_last_ = true;  // closed: the body stays readable until the next exchange
+      return responded();
+    }
+    close_fd();
+    return failure(error_kind(ErrorCode::kDaemonUnavailable));
   }
 }
 
 Exchange SyncConnection::exchange(std::string_view request, std::int64_t deadline_ns) {
-  in_.erase(0, std::exchange(last_response_bytes_, 0));
   if (std::exchange(close_after_last_, false)) close_fd();
   if (!ensure_connected(deadline_ns)) return failure(error_kind(ErrorCode::kDaemonUnavailable));
   if (!send_all(request, deadline_ns)) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tools/stress_http_proto.hpp"
+#include "tools/stress_http_response.hpp"
 
 namespace batchd::stress::http {
 
@@ -45,14 +46,13 @@ struct Exchange {
 };
 
 // A keep-alive connection used by one thread for one request at a time. Reconnects when the
-// server closed it or it broke, no more often than every 100 ms.
+// server closed it or it broke, no more often than every 100 ms. Not movable (Beast's parser is
+// not): keep them in a container that never moves its elements.
 class SyncConnection {
  public:
   // fd: an open connection to endpoint to start with, or -1.
   SyncConnection(const Endpoint& endpoint, int fd) : endpoint_(&endpoint), fd_(fd) {}
   ~SyncConnection() { close_fd(); }
-  SyncConnection(SyncConnection&& other) noexcept;
-  SyncConnection& operator=(SyncConnection&&) = delete;
   SyncConnection(const SyncConnection&) = delete;
   SyncConnection& operator=(const SyncConnection&) = delete;
 
@@ -63,16 +63,17 @@ class SyncConnection {
   bool ensure_connected(std::int64_t deadline_ns);
   bool send_all(std::string_view request, std::int64_t deadline_ns);
   Exchange read_response(std::int64_t deadline_ns);
-  // Reads what is there; false on EOF or a socket error (then the connection is closed).
-  bool read_some();
+  Exchange responded();
+  enum class Received { kData, kEof, kError };
+  // Reads what is there into in_.
+  Received read_some();
   void close_fd() noexcept;
 
   const Endpoint* endpoint_;
   int fd_;
   std::int64_t retry_ns_ = 0;  // no reconnect before this, so a dead server is not hammered
-  std::string in_;             // received bytes; the front answers the request in progress
-  // The last response stays in in_ until the next exchange, so Exchange::body can point into it.
-  std::size_t last_response_bytes_ = 0;
+  std::string in_;             // received bytes the reader has not taken yet
+  ResponseReader reader_;      // holds the last response, so Exchange::body can point into it
   bool close_after_last_ = false;  // the server asked to close, or sent more than was asked
 };
 

@@ -49,6 +49,7 @@ void PipeConnection::close_socket() noexcept {
   out.clear();
   out_done = 0;
   in.clear();
+  reader.reset();
 }
 
 }  // namespace batchd::stress::http

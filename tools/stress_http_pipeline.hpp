@@ -7,6 +7,8 @@
 #include <deque>
 #include <string>
 
+#include "tools/stress_http_response.hpp"
+
 namespace batchd::stress::http {
 
 struct Pending {
@@ -27,14 +29,16 @@ struct PipeConnection {
   std::deque<Pending> inflight;
   std::string out;            // requests not yet written, from out_done on
   std::size_t out_done = 0;
-  std::string in;             // bytes received and not yet framed into responses
+  std::string in;             // bytes received and not yet taken by the reader
+  ResponseReader reader;      // the response being read
 
   // Reads all there is. kClosed: the peer closed; kError: a socket error (errno says which).
   // Bytes received before either are kept in `in`.
   IoStatus fill();
   // Writes what it can of `out`. kOk with out empty: all written; kOk otherwise: the socket is full.
   IoStatus flush();
-  // Closes the socket and forgets the buffers; inflight is the caller's to settle first.
+  // Closes the socket and forgets the buffers and any response in progress; inflight is the
+  // caller's to settle first.
   void close_socket() noexcept;
   [[nodiscard]] bool writes_pending() const noexcept { return out_done < out.size(); }
 };

@@ -13,12 +13,13 @@
 
 #include "client_lib/client.hpp"
 #include "tools/stress_clock.hpp"
-#include "tools/stress_http_loops.hpp"
+#include "tools/stress_http_transport.hpp"
 #include "tools/stress_inputs.hpp"
 #include "tools/stress_loops.hpp"
 #include "tools/stress_options.hpp"
 #include "tools/stress_progress.hpp"
 #include "tools/stress_report.hpp"
+#include "tools/stress_shm_transport.hpp"
 
 namespace {
 
@@ -68,14 +69,19 @@ std::unique_ptr<batchd::Client> connect(const batchd::stress::Options& options) 
   return client;
 }
 
-// Runs `loop` with the live progress line on stderr when a person is watching.
-template <class Loop>
-batchd::stress::RunResult with_progress(const batchd::stress::Options& options,
-                                        batchd::stress::LiveStats& live, Loop loop) {
+// Runs the loop the options ask for over `transport`, with the live progress line on stderr
+// when a person is watching.
+batchd::stress::RunResult run_loop(const batchd::stress::Options& options,
+                                   const batchd::stress::InputPool& inputs,
+                                   batchd::stress::LiveStats& live,
+                                   batchd::stress::Transport& transport) {
+  using namespace batchd::stress;
   const bool show_progress = !options.quiet && ::isatty(STDERR_FILENO) == 1;
-  std::optional<batchd::stress::Progress> progress;
-  if (show_progress) progress.emplace(live, batchd::stress::now_ns());
-  batchd::stress::RunResult result = loop();
+  std::optional<Progress> progress;
+  if (show_progress) progress.emplace(live, now_ns());
+  RunContext ctx{options, inputs, live, g_interrupted};
+  RunResult result = options.mode == Mode::kOpen ? run_open_loop(ctx, transport)
+                                                 : run_closed_loop(ctx, transport);
   if (progress) progress->stop();
   return result;
 }
@@ -88,10 +94,8 @@ std::optional<batchd::stress::RunResult> run_shm(const batchd::stress::Options& 
   if (!client) return std::nullopt;
   warn_about_limits(*client, options);
   const InputPool inputs(options.min_input_bytes, options.max_input_bytes, options.seed);
-  RunContext ctx{*client, options, inputs, live, g_interrupted};
-  return with_progress(options, live, [&ctx] {
-    return ctx.options.mode == Mode::kOpen ? run_open_loop(ctx) : run_closed_loop(ctx);
-  });
+  const std::unique_ptr<Transport> transport = make_shm_transport(*client, options, inputs);
+  return run_loop(options, inputs, live, *transport);
 }
 
 // Over HTTP; nothing when the front-end cannot be reached. All connections are opened first,
@@ -110,10 +114,9 @@ std::optional<batchd::stress::RunResult> run_http(const batchd::stress::Options&
     return std::nullopt;
   }
   const InputPool inputs(options.min_input_bytes, options.max_input_bytes, options.seed);
-  HttpRunContext ctx{url, endpoint, std::move(fds), options, inputs, live, g_interrupted};
-  return with_progress(options, live, [&ctx] {
-    return ctx.options.mode == Mode::kOpen ? run_http_open_loop(ctx) : run_http_closed_loop(ctx);
-  });
+  const std::unique_ptr<Transport> transport =
+      make_http_transport(HttpTarget{url, endpoint, options, inputs}, std::move(fds));
+  return run_loop(options, inputs, live, *transport);
 }
 
 }  // namespace
@@ -126,7 +129,7 @@ int main(int argc, char** argv) {
   // Before connecting, so an early Ctrl-C still ends the run gracefully rather than being lost.
   install_interrupt_handler();
   LiveStats live;
-  std::optional<RunResult> result = options->transport == Transport::kHttp
+  std::optional<RunResult> result = options->transport == TransportKind::kHttp
                                         ? run_http(*options, live)
                                         : run_shm(*options, live);
   if (!result) return kExitConnect;

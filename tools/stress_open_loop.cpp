@@ -1,8 +1,16 @@
-#include <poll.h>
+// The open loop over any transport. Each lane paces its share of the schedule (ids k, k + n,
+// k + 2n, ... for lane k of n): a transport whose lanes take submits while they are pumped (the
+// shared-memory client) gets a pacing thread and a pumping thread per lane, so checking answers
+// never delays a send; otherwise one thread per lane sends what is due and pumps until the next
+// request is due.
 #include <sys/prctl.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,153 +22,213 @@ namespace batchd::stress {
 
 namespace {
 
-// How long the harvester sleeps on the event fd at most: the client expires timeouts only
-// inside poll(), so it must run every few milliseconds even when nothing arrives.
-constexpr int kHarvestPollMs = 1;
+// How long a pumping thread of its own waits at most: the shared-memory client expires
+// timeouts only while it is polled, so it must be polled every few milliseconds.
+constexpr std::int64_t kPumpNs = 1'000'000;
+constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 
-class OpenLoop {
+// When each request is meant to go, when sending stops, and which requests are counted.
+class Schedule {
  public:
-  explicit OpenLoop(RunContext& ctx);
-  RunResult run();
+  Schedule(const Options& options, std::int64_t start_ns);
+  [[nodiscard]] std::int64_t intended_ns(std::uint64_t id) const noexcept {
+    // From the start and the id rather than accumulated, so rounding never drifts the schedule.
+    return start_ns_ + std::llround(static_cast<double>(id) * period_ns_);
+  }
+  // Whether request `id` is still to be sent (the run has not reached its cap or its end).
+  [[nodiscard]] bool has(std::uint64_t id) const noexcept {
+    return id < cap_ && intended_ns(id) < end_ns_;
+  }
+  // Whether the request is inside the measured window (not warm-up or cool-down load).
+  [[nodiscard]] bool counted(std::uint64_t id) const noexcept {
+    const std::int64_t at = intended_ns(id);
+    return at >= measure_from_ns_ && at < measure_until_ns_;
+  }
+  [[nodiscard]] bool windowed() const noexcept { return windowed_; }
 
  private:
-  struct Finished {
-    std::uint64_t id;
-    std::int64_t latency_ns;
-    Result result;
-  };
-
-  [[nodiscard]] std::int64_t intended_ns(std::uint64_t id) const noexcept;
-  [[nodiscard]] bool should_send(std::uint64_t id) const noexcept;
-  // Whether the request is inside the measured window (not warm-up or cool-down load).
-  [[nodiscard]] bool counted(std::uint64_t id) const noexcept;
-  void send_all();
-  void harvest();
-  void record_finished(Recorder& recorder, std::string& input);
-
-  RunContext& ctx_;
+  std::int64_t start_ns_;
   double period_ns_;
-  std::int64_t end_ns_ = std::numeric_limits<std::int64_t>::max();      // sending stops
-  std::int64_t measure_from_ns_ = std::numeric_limits<std::int64_t>::min();
-  std::int64_t measure_until_ns_ = std::numeric_limits<std::int64_t>::max();
   std::uint64_t cap_;
-  Tally send_tally_, harvest_tally_;
-  std::atomic<std::uint64_t> admitted_{0};
-  std::atomic<bool> sending_done_{false};
-  std::vector<Finished> finished_;  // filled by callbacks inside poll(), harvester only
+  std::int64_t end_ns_ = kNever;
+  std::int64_t measure_from_ns_ = std::numeric_limits<std::int64_t>::min();
+  std::int64_t measure_until_ns_ = kNever;
+  bool windowed_;
 };
 
-OpenLoop::OpenLoop(RunContext& ctx)
-    : ctx_(ctx), period_ns_(1e9 / ctx.options.rate),
-      cap_(ctx.options.requests.value_or(std::numeric_limits<std::uint64_t>::max())) {
-  // poll() finishes at most one request per slot, so this never grows during the run.
-  finished_.reserve(ctx.client.slot_count());
-  const double expected = ctx.options.duration_s ? ctx.options.rate * *ctx.options.duration_s
-                                                 : static_cast<double>(cap_);
-  harvest_tally_.latencies_ns.reserve(
-      static_cast<std::size_t>(std::min(expected * 1.01 + 1024.0, double{1U << 24})));
+Schedule::Schedule(const Options& options, std::int64_t start_ns)
+    : start_ns_(start_ns), period_ns_(1e9 / options.rate),
+      cap_(options.requests.value_or(std::numeric_limits<std::uint64_t>::max())),
+      windowed_(options.warmup_s > 0.0 || options.cooldown_s > 0.0) {
+  const auto ns = [](double s) { return static_cast<std::int64_t>(s * 1e9); };
+  if (options.duration_s) {
+    end_ns_ = start_ns + ns(options.warmup_s + *options.duration_s + options.cooldown_s);
+  }
+  if (windowed_) {
+    measure_from_ns_ = start_ns + ns(options.warmup_s);
+    measure_until_ns_ = measure_from_ns_ + ns(*options.duration_s);
+  }
 }
 
-std::int64_t OpenLoop::intended_ns(std::uint64_t id) const noexcept {
-  // From the start and the id rather than accumulated, so rounding never drifts the schedule.
-  return ctx_.start_ns + std::llround(static_cast<double>(id) * period_ns_);
+// One lane's share of the run: its sends, and the checks of what finished.
+class LaneDriver final : public Completions {
+ public:
+  LaneDriver(RunContext& ctx, const Transport& transport, std::unique_ptr<OpenLane> lane,
+             unsigned index, unsigned stride);
+  void set_schedule(const Schedule& schedule) noexcept { schedule_ = &schedule; }
+  // With a pumping thread of its own: sends every request of the share at its time.
+  void pace();
+  // ... and the other thread: pumps until everything sent has finished.
+  void pump_until_done();
+  // One thread for both.
+  void pace_and_pump();
+  void finished(std::uint64_t id, std::int64_t done_ns, const Outcome& outcome) override;
+  // The two tallies, once the threads are done.
+  void take_tallies(Tally& into);
+
+ private:
+  [[nodiscard]] bool sending(std::uint64_t id) const noexcept;
+  void send(std::uint64_t id, std::int64_t intended_ns);
+  void end_of_sends() noexcept;
+
+  RunContext& ctx_;
+  const Transport& transport_;
+  std::unique_ptr<OpenLane> lane_;
+  const Schedule* schedule_ = nullptr;
+  const unsigned stride_;
+  std::uint64_t next_id_;
+  Tally send_tally_, done_tally_;     // the pacing thread's, the pumping thread's
+  Recorder send_recorder_, done_recorder_;
+  std::atomic<std::uint64_t> admitted_{0};  // submits the lane took
+  std::atomic<bool> sending_done_{false};
+  std::uint64_t completed_ = 0;             // finished() calls: pumping thread only
+  std::string input_;                       // pumping thread only
+};
+
+LaneDriver::LaneDriver(RunContext& ctx, const Transport& transport, std::unique_ptr<OpenLane> lane,
+                       unsigned index, unsigned stride)
+    : ctx_(ctx), transport_(transport), lane_(std::move(lane)), stride_(stride), next_id_(index),
+      send_recorder_(send_tally_, ctx.live, ctx.options.cost, ctx.options.sim_repeat),
+      done_recorder_(done_tally_, ctx.live, ctx.options.cost, ctx.options.sim_repeat) {
+  input_.reserve(ctx.inputs.max_bytes());
+  // Only the measured window's answers keep a sample.
+  const Options& o = ctx.options;
+  const double expected = o.duration_s ? o.rate * *o.duration_s
+                                       : static_cast<double>(o.requests.value_or(0));
+  done_tally_.latencies_ns.reserve(
+      static_cast<std::size_t>(std::min(expected / stride * 1.01 + 1024.0, double{1U << 24})));
 }
 
-bool OpenLoop::should_send(std::uint64_t id) const noexcept {
-  return id < cap_ && intended_ns(id) < end_ns_ && ctx_.client.connected() &&
+bool LaneDriver::sending(std::uint64_t id) const noexcept {
+  return schedule_->has(id) && transport_.reachable() &&
          !ctx_.interrupted.load(std::memory_order_relaxed);
 }
 
-bool OpenLoop::counted(std::uint64_t id) const noexcept {
-  const std::int64_t at = intended_ns(id);
-  return at >= measure_from_ns_ && at < measure_until_ns_;
+void LaneDriver::send(std::uint64_t id, std::int64_t intended_ns) {
+  const bool measured = schedule_->counted(id);
+  if (measured) send_recorder_.sent();
+  if (const std::optional<std::size_t> refused = lane_->submit(id, intended_ns)) {
+    // Refused before it was sent: no latency to speak of.
+    if (measured) send_recorder_.failed_kind(*refused);
+  } else {
+    admitted_.fetch_add(1, std::memory_order_release);
+  }
 }
 
-void OpenLoop::send_all() {
-  // The default 50 us timer slack would make every paced send late by up to that much, and
-  // that lateness would be charged to the daemon.
-  ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  Recorder recorder(send_tally_, ctx_.live, ctx_.options.cost, ctx_.options.sim_repeat);
-  std::string input;
-  input.reserve(ctx_.inputs.max_bytes());
-  for (std::uint64_t id = 0; should_send(id); ++id) {
-    ctx_.inputs.build(id, input);
-    // Behind schedule we send at once and never skip: the lateness shows up in the latency.
-    if (const std::int64_t due = intended_ns(id); due > now_ns()) sleep_until_ns(due);
-    const bool measured = counted(id);
-    if (measured) recorder.sent();
-    // [this, id] fits std::function's small buffer, so the callback allocates nothing.
-    auto error = ctx_.client.submit_async(input, ctx_.options.timeout, [this, id](Result&& r) {
-      finished_.push_back(Finished{id, now_ns() - intended_ns(id), std::move(r)});
-    });
-    if (error) {
-      if (measured) recorder.failed(error->code);  // refused before it was sent: no latency to speak of
-    } else {
-      admitted_.fetch_add(1, std::memory_order_release);
-    }
-  }
+void LaneDriver::end_of_sends() noexcept {
+  lane_->end_of_sends();
   sending_done_.store(true, std::memory_order_release);
 }
 
-void OpenLoop::record_finished(Recorder& recorder, std::string& input) {
-  // Checked after poll() returns so the reference hashing does not delay the time stamps the
-  // callbacks take.
-  for (Finished& f : finished_) {
-    if (!counted(f.id)) continue;
-    if (f.result.ok()) {
-      ctx_.inputs.build(f.id, input);  // inputs are a pure function of the id
-      recorder.answered(input, f.result.output(), f.latency_ns);
-    } else {
-      recorder.failed(f.result.error().code);
-    }
+void LaneDriver::pace() {
+  for (; sending(next_id_); next_id_ += stride_) {
+    // Behind schedule we send at once and never skip: the lateness shows up in the latency.
+    const std::int64_t due = schedule_->intended_ns(next_id_);
+    if (due > now_ns()) sleep_until_ns(due);
+    send(next_id_, due);
   }
+  end_of_sends();
 }
 
-void OpenLoop::harvest() {
-  Recorder recorder(harvest_tally_, ctx_.live, ctx_.options.cost, ctx_.options.sim_repeat);
-  std::string input;
-  input.reserve(ctx_.inputs.max_bytes());
-  pollfd event{ctx_.client.event_fd(), POLLIN, 0};
-  std::uint64_t completed = 0;
+void LaneDriver::pump_until_done() {
   for (;;) {
     // Once sending is done the admitted count is final; before, a request may even finish
     // before the sender has counted it.
     const bool last = sending_done_.load(std::memory_order_acquire);
-    if (last && completed == admitted_.load(std::memory_order_acquire)) break;
-    ::poll(&event, 1, kHarvestPollMs);
-    ctx_.client.poll();
-    record_finished(recorder, input);
-    completed += finished_.size();
-    finished_.clear();
+    if (last && completed_ == admitted_.load(std::memory_order_acquire)) return;
+    lane_->pump(now_ns() + kPumpNs, *this);
   }
 }
 
-RunResult OpenLoop::run() {
-  ctx_.start_ns = now_ns();
-  const auto ns = [](double s) { return static_cast<std::int64_t>(s * 1e9); };
-  const bool windowed = ctx_.options.warmup_s > 0.0 || ctx_.options.cooldown_s > 0.0;
-  if (ctx_.options.duration_s) {
-    end_ns_ = ctx_.start_ns + ns(ctx_.options.warmup_s + *ctx_.options.duration_s + ctx_.options.cooldown_s);
+void LaneDriver::pace_and_pump() {
+  bool more = true;
+  for (;;) {
+    const std::int64_t now = now_ns();
+    for (; more && (more = sending(next_id_)); next_id_ += stride_) {
+      const std::int64_t due = schedule_->intended_ns(next_id_);
+      if (due > now) break;
+      send(next_id_, due);
+    }
+    if (!more && !sending_done_.load(std::memory_order_relaxed)) end_of_sends();
+    if (!more && completed_ == admitted_.load(std::memory_order_relaxed)) return;
+    lane_->pump(more ? schedule_->intended_ns(next_id_) : kNever, *this);
   }
-  if (windowed) {
-    measure_from_ns_ = ctx_.start_ns + ns(ctx_.options.warmup_s);
-    measure_until_ns_ = measure_from_ns_ + ns(*ctx_.options.duration_s);
+}
+
+void LaneDriver::finished(std::uint64_t id, std::int64_t done_ns, const Outcome& outcome) {
+  ++completed_;
+  if (!schedule_->counted(id)) return;
+  if (outcome.answered) {
+    ctx_.inputs.build(id, input_);  // inputs are a pure function of the id
+    done_recorder_.answered(input_, outcome.output, done_ns - schedule_->intended_ns(id));
+  } else {
+    done_recorder_.failed_kind(outcome.error_kind);
   }
-  {
-    std::jthread harvester([this] { harvest(); });
-    std::jthread sender([this] { send_all(); });
-  }
-  RunResult result;
-  // With a window, throughput is over the window: its requests were sent at the set rate during
-  // exactly that long, and the cool-down load kept the daemon as busy while they finished.
-  result.wall_s = windowed ? *ctx_.options.duration_s : static_cast<double>(now_ns() - ctx_.start_ns) / 1e9;
-  result.tally.merge(std::move(send_tally_));
-  result.tally.merge(std::move(harvest_tally_));
-  return result;
+}
+
+void LaneDriver::take_tallies(Tally& into) {
+  into.merge(std::move(send_tally_));
+  into.merge(std::move(done_tally_));
 }
 
 }  // namespace
 
-RunResult run_open_loop(RunContext& ctx) { return OpenLoop(ctx).run(); }
+RunResult run_open_loop(RunContext& ctx, Transport& transport) {
+  const unsigned lanes = transport.lane_count();
+  std::vector<std::unique_ptr<LaneDriver>> drivers;
+  for (unsigned k = 0; k < lanes; ++k) {
+    drivers.push_back(std::make_unique<LaneDriver>(ctx, transport, transport.make_lane(k), k, lanes));
+  }
+  ctx.start_ns = now_ns();
+  const Schedule schedule(ctx.options, ctx.start_ns);
+  for (auto& driver : drivers) driver->set_schedule(schedule);
+  {
+    std::vector<std::jthread> threads;
+    for (auto& driver : drivers) {
+      LaneDriver* d = driver.get();
+      if (!transport.submit_while_pumping()) {
+        threads.emplace_back([d] {
+          // The default 50 us timer slack would make every paced send late by up to that much,
+          // and that lateness would be charged to the server.
+          ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+          d->pace_and_pump();
+        });
+        continue;
+      }
+      threads.emplace_back([d] { d->pump_until_done(); });
+      threads.emplace_back([d] {
+        ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+        d->pace();
+      });
+    }
+  }
+  RunResult result;
+  // With a window, throughput is over the window: its requests were sent at the set rate during
+  // exactly that long, and the cool-down load kept the server as busy while they finished.
+  result.wall_s = schedule.windowed() ? *ctx.options.duration_s
+                                      : static_cast<double>(now_ns() - ctx.start_ns) / 1e9;
+  for (auto& driver : drivers) driver->take_tallies(result.tally);
+  return result;
+}
 
 }  // namespace batchd::stress

@@ -11,8 +11,8 @@ namespace batchd::stress {
 
 const char* mode_name(Mode mode) noexcept { return mode == Mode::kOpen ? "open" : "closed"; }
 
-const char* transport_name(Transport transport) noexcept {
-  return transport == Transport::kHttp ? "http" : "shm";
+const char* transport_name(TransportKind transport) noexcept {
+  return transport == TransportKind::kHttp ? "http" : "shm";
 }
 
 namespace {
@@ -113,7 +113,7 @@ std::string finish_http(const CLI::App& app, Options& o) {
   }
   http::Url url;
   if (std::string why = http::parse_url(o.http_url, url); !why.empty()) return "--http: " + why;
-  o.transport = Transport::kHttp;
+  o.transport = TransportKind::kHttp;
   if (app.count("--connections") == 0) {
     o.connections = o.mode == Mode::kClosed ? o.threads : kDefaultOpenConnections;
   }
@@ -148,9 +148,6 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     o.timeout = std::chrono::milliseconds(timeout_ms);
     o.http_timeout = std::chrono::milliseconds(http_timeout_ms);
     if (std::string why = finish_http(app, o); !why.empty()) throw CLI::ValidationError(why);
-    if (o.transport == Transport::kHttp && (o.warmup_s > 0.0 || o.cooldown_s > 0.0)) {
-      throw CLI::ValidationError("--warmup and --cooldown are for the shared-memory open loop only");
-    }
   } catch (const CLI::ParseError& e) {
     exit_code = app.exit(e) == 0 ? 0 : kExitUsage;
     return std::nullopt;

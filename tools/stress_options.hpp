@@ -10,11 +10,11 @@ namespace batchd::stress {
 
 enum class Mode { kClosed, kOpen };
 // How requests reach the daemon: its shared-memory client library, or an HTTP front-end.
-enum class Transport { kShm, kHttp };
+enum class TransportKind { kShm, kHttp };
 
 struct Options {
   std::string socket_path;  // empty: the client library's default path
-  Transport transport = Transport::kShm;
+  TransportKind transport = TransportKind::kShm;
   std::string http_url;             // --http: the front-end's base URL
   unsigned connections = 0;         // --http: keep-alive connections (set by parse_options)
   unsigned pipeline_depth = 16;     // --http open loop: requests outstanding per connection
@@ -41,7 +41,7 @@ struct Options {
 };
 
 const char* mode_name(Mode mode) noexcept;
-const char* transport_name(Transport transport) noexcept;
+const char* transport_name(TransportKind transport) noexcept;
 
 // Parses argv. Returns the options, or sets exit_code when parsing ended the program: 0 after
 // --help, 64 after a usage error (already printed).

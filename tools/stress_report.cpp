@@ -25,7 +25,7 @@ std::string load_description(const Options& options) {
                          ? fmt::format("open loop at {} req/s", options.rate)
                          : fmt::format("closed loop with {} thread{}", options.threads,
                                        options.threads == 1 ? "" : "s");
-  if (options.transport == Transport::kHttp) {
+  if (options.transport == TransportKind::kHttp) {
     fmt::format_to(std::back_inserter(text), " over HTTP to {} ({} connections", options.http_url,
                    options.connections);
     if (options.mode == Mode::kOpen) {
@@ -39,7 +39,7 @@ std::string load_description(const Options& options) {
 // The transport and, over HTTP, its settings, as JSON members each followed by a comma.
 std::string transport_json(const Options& options) {
   std::string text = fmt::format("\"transport\":\"{}\",", transport_name(options.transport));
-  if (options.transport == Transport::kHttp) {
+  if (options.transport == TransportKind::kHttp) {
     fmt::format_to(std::back_inserter(text), "\"connections\":{},\"pipeline_depth\":{},",
                    options.connections, options.mode == Mode::kOpen ? options.pipeline_depth : 1U);
   }

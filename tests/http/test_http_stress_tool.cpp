@@ -1,5 +1,7 @@
 // batchd-stress over HTTP (--http) against batchd-http: a clean run exits 0 with every request
-// answered right, and answers of another SHA-256 cost are all counted wrong, with a failing exit.
+// answered right, and answers of another SHA-256 cost are all counted wrong, with a failing exit;
+// the pipelined open loop, and its measured window. (Servers other than batchd-http:
+// test_stress_third_party.cpp.)
 #include <doctest/doctest.h>
 
 #include <string>
@@ -52,4 +54,36 @@ TEST_CASE("--http: answers of another cost are all counted wrong, and the exit s
   CHECK(right.process.exit_code() == 0);
   CHECK(right.field("ok") == static_cast<double>(requests));
   CHECK(right.field("wrong") == 0);
+}
+
+TEST_CASE("--http open loop: pipelined over several connections and epoll threads, every answer checked") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  test::FrontendProcess frontend(socket, {"--workers", "1"});
+  const std::uint64_t requests = test::scaled(400, 50);
+  const test::StressRun run = test::run_stress(
+      {"--http", "http://127.0.0.1:" + std::to_string(frontend.port()), "--rate", "400",
+       "--connections", "4", "--pipeline-depth", "8", "--io-threads", "2", "--requests",
+       std::to_string(requests), "--timeout-ms", "20000"});
+  INFO("stdout: ", run.process.out, "\nstderr: ", run.process.err);
+  CHECK(run.process.exit_code() == 0);
+  CHECK(run.field("ok") == static_cast<double>(requests));
+  CHECK(run.field("errors") == 0);
+  CHECK(run.field("wrong") == 0);
+}
+
+TEST_CASE("--http with --warmup and --cooldown: only the window's requests are counted") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  test::FrontendProcess frontend(socket, {"--workers", "1"});
+  const test::StressRun run = test::run_stress(
+      {"--http", "http://127.0.0.1:" + std::to_string(frontend.port()), "--rate", "400",
+       "--duration", "0.5", "--warmup", "0.2", "--cooldown", "0.2", "--timeout-ms", "20000"});
+  INFO("stdout: ", run.process.out, "\nstderr: ", run.process.err);
+  REQUIRE(run.process.exit_code() == 0);
+  // Exactly the requests whose intended send time falls in the 0.5 s window: 200 at 400/s. Both
+  // follow from the schedule (intended send times), not from how fast this machine is.
+  CHECK(run.field("sent") == doctest::Approx(200).epsilon(0.01));
+  CHECK(run.field("ok") == run.field("sent"));
+  CHECK(run.field("duration_s") == doctest::Approx(0.5));
 }

@@ -1,0 +1,106 @@
+#include "tools/stress_shm_transport.hpp"
+
+#include <poll.h>
+
+#include <string>
+#include <vector>
+
+#include "tools/stress_clock.hpp"
+#include "tools/stress_stats.hpp"
+
+namespace batchd::stress {
+
+namespace {
+
+Outcome outcome_of(const Result& result) noexcept {
+  if (!result.ok()) return Outcome{false, {}, error_kind(result.error().code)};
+  return Outcome{true, result.output(), 0};
+}
+
+class ShmCaller final : public Caller {
+ public:
+  ShmCaller(Client& client, std::chrono::milliseconds timeout) : client_(client), timeout_(timeout) {}
+  Outcome call(std::string_view input) override {
+    result_ = client_.submit(input, timeout_);
+    return outcome_of(result_);  // result_ keeps the output until the next call
+  }
+
+ private:
+  Client& client_;
+  std::chrono::milliseconds timeout_;
+  Result result_ = Result::failure(ErrorCode::kCancelled, {});
+};
+
+class ShmLane final : public OpenLane {
+ public:
+  ShmLane(Client& client, const Options& options, const InputPool& inputs)
+      : client_(client), timeout_(options.timeout), inputs_(inputs) {
+    input_.reserve(inputs.max_bytes());
+    // poll() finishes at most one request per slot, so this never grows during the run.
+    finished_.reserve(client.slot_count());
+  }
+
+  std::optional<std::size_t> submit(std::uint64_t id, std::int64_t /*intended_ns*/) override {
+    inputs_.build(id, input_);
+    // [this, id] fits std::function's small buffer, so the callback allocates nothing.
+    auto error = client_.submit_async(input_, timeout_, [this, id](Result&& r) {
+      finished_.push_back(Finished{id, now_ns(), std::move(r)});
+    });
+    if (error) return error_kind(error->code);
+    return std::nullopt;
+  }
+
+  void pump(std::int64_t wake_ns, Completions& done) override {
+    // Rounded up, so a wait never ends just before wake_ns and spins.
+    const std::int64_t wait_ns = std::max<std::int64_t>(wake_ns - now_ns(), 0);
+    pollfd event{client_.event_fd(), POLLIN, 0};
+    ::poll(&event, 1, static_cast<int>(std::min<std::int64_t>((wait_ns + 999'999) / 1'000'000, 1 << 30)));
+    client_.poll();
+    // Reported after poll() returns, so the reference hashing does not delay the time stamps
+    // the callbacks take.
+    for (const Finished& f : finished_) done.finished(f.id, f.done_ns, outcome_of(f.result));
+    finished_.clear();
+  }
+
+ private:
+  struct Finished {
+    std::uint64_t id;
+    std::int64_t done_ns;
+    Result result;
+  };
+
+  Client& client_;
+  std::chrono::milliseconds timeout_;
+  const InputPool& inputs_;
+  std::string input_;               // the submitting thread's
+  std::vector<Finished> finished_;  // filled by callbacks inside poll(): the pumping thread's
+};
+
+class ShmTransport final : public Transport {
+ public:
+  ShmTransport(Client& client, const Options& options, const InputPool& inputs)
+      : client_(client), options_(options), inputs_(inputs) {}
+  [[nodiscard]] bool reachable() const noexcept override { return client_.connected(); }
+  std::unique_ptr<Caller> make_caller(unsigned /*thread*/) override {
+    return std::make_unique<ShmCaller>(client_, options_.timeout);
+  }
+  [[nodiscard]] unsigned lane_count() const noexcept override { return 1; }
+  [[nodiscard]] bool submit_while_pumping() const noexcept override { return true; }
+  std::unique_ptr<OpenLane> make_lane(unsigned /*lane*/) override {
+    return std::make_unique<ShmLane>(client_, options_, inputs_);
+  }
+
+ private:
+  Client& client_;
+  const Options& options_;
+  const InputPool& inputs_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_shm_transport(Client& client, const Options& options,
+                                              const InputPool& inputs) {
+  return std::make_unique<ShmTransport>(client, options, inputs);
+}
+
+}  // namespace batchd::stress
