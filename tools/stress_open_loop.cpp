@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "shm/layout.hpp"
 #include "tools/stress_clock.hpp"
 #include "tools/stress_loops.hpp"
 
@@ -96,13 +97,17 @@ class LaneDriver final : public Completions {
   std::unique_ptr<OpenLane> lane_;
   const Schedule* schedule_ = nullptr;
   const unsigned stride_;
-  std::uint64_t next_id_;
-  Tally send_tally_, done_tally_;     // the pacing thread's, the pumping thread's
-  Recorder send_recorder_, done_recorder_;
+  // What the pacing thread writes for every request, and (below) what the pumping thread does:
+  // on cache lines of their own, so the two threads do not pass lines back and forth.
+  alignas(shm::kCacheLine) std::uint64_t next_id_;
+  Tally send_tally_;
+  Recorder send_recorder_;
   std::atomic<std::uint64_t> admitted_{0};  // submits the lane took
   std::atomic<bool> sending_done_{false};
-  std::uint64_t completed_ = 0;             // finished() calls: pumping thread only
-  std::string input_;                       // pumping thread only
+  alignas(shm::kCacheLine) std::uint64_t completed_ = 0;  // finished() calls
+  Tally done_tally_;
+  Recorder done_recorder_;
+  std::string input_;
 };
 
 LaneDriver::LaneDriver(RunContext& ctx, const Transport& transport, std::unique_ptr<OpenLane> lane,
@@ -110,6 +115,7 @@ LaneDriver::LaneDriver(RunContext& ctx, const Transport& transport, std::unique_
     : ctx_(ctx), transport_(transport), lane_(std::move(lane)), stride_(stride), next_id_(index),
       send_recorder_(send_tally_, ctx.live, ctx.options.cost, ctx.options.sim_repeat),
       done_recorder_(done_tally_, ctx.live, ctx.options.cost, ctx.options.sim_repeat) {
+  static_assert(alignof(LaneDriver) == shm::kCacheLine);
   input_.reserve(ctx.inputs.max_bytes());
   // Only the measured window's answers keep a sample.
   const Options& o = ctx.options;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "shm/layout.hpp"
 #include "tools/stress_clock.hpp"
 #include "tools/stress_stats.hpp"
 
@@ -72,8 +73,10 @@ class ShmLane final : public OpenLane {
   Client& client_;
   std::chrono::milliseconds timeout_;
   const InputPool& inputs_;
-  std::string input_;               // the submitting thread's
-  std::vector<Finished> finished_;  // filled by callbacks inside poll(): the pumping thread's
+  // The submitting thread's, and the pumping thread's (filled by callbacks inside poll()): both
+  // written for every request, so on cache lines of their own.
+  alignas(shm::kCacheLine) std::string input_;
+  alignas(shm::kCacheLine) std::vector<Finished> finished_;
 };
 
 class ShmTransport final : public Transport {
