@@ -162,30 +162,14 @@ void stop_within_bound(test::DaemonProcess& daemon) {
 }
 
 // A child process that runs body() as uid `uid` and exits with its result.
-int run_as_uid(uid_t uid, int (*body)(const std::string&), const std::string& socket) {
+// batchd-send run as another user (exec'd: a child forked from this threaded test may run no
+// code of its own, which under the sanitizers can deadlock on a lock another thread held).
+test::ProcessOutput send_as_other_user(uid_t uid, const std::string& socket) {
   // The tests' socket directory is private to its creator; the other user must reach the socket.
-  ::chmod(std::filesystem::path(socket).parent_path().c_str(), 0711);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {  // never returns into the test runner
-    if (::setgid(uid) != 0 || ::setuid(uid) != 0) ::_exit(100);
-    try {
-      ::_exit(body(socket));
-    } catch (...) {
-      ::_exit(101);
-    }
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
-}
-
-// What the attach of a client of this uid ends in: 0 if it attached, else 10 + its error code.
-// The attach code alone, no Client: a child forked from a threaded test must start no thread.
-int connect_error_code(const std::string& socket) {
-  Attachment attachment;
-  Error error;
-  return attach_to_daemon(socket, 2000ms, attachment, error) ? 0 : 10 + static_cast<int>(error.code);
+  REQUIRE(::chmod(std::filesystem::path(socket).parent_path().c_str(), 0711) == 0);
+  return test::run_captured({test::built_binary("BATCHD_SEND_BIN"), "--socket", socket, "--timeout-ms", "10000",
+                             "from another user"},
+                            std::chrono::seconds(60), test::RunAs{uid, uid});
 }
 
 constexpr uid_t kOtherUid = 65534;  // nobody
@@ -306,7 +290,10 @@ TEST_CASE("one user cannot take every client slot") {
   CHECK(error.message.find("uid " + std::to_string(::geteuid())) != std::string::npos);
   if (::geteuid() == 0) {
     // Another user still gets in (and, not allowed, a third would be refused as such).
-    CHECK(run_as_uid(kOtherUid, connect_error_code, socket) == 0);
+    const test::ProcessOutput run = send_as_other_user(kOtherUid, socket);
+    INFO("stderr: ", run.err);
+    CHECK(run.exit_code() == 0);
+    CHECK(run.out == reference_batchstring("from another user", 1) + "\n");
   } else {
     MESSAGE("not root: the second user's attach is not tried (it needs setuid)");
   }
@@ -327,8 +314,10 @@ TEST_CASE("a user who may not attach gets a typed refusal, and its flood of atte
     test::InProcessDaemon daemon(config, std::make_unique<CpuBackend>(1, 1));
     NormalLoad load(socket);
     if (::geteuid() == 0) {
-      CHECK(run_as_uid(kOtherUid, connect_error_code, socket) ==
-            10 + static_cast<int>(ErrorCode::kPermissionDenied));
+      const test::ProcessOutput run = send_as_other_user(kOtherUid, socket);
+      INFO("stdout: ", run.out, "\nstderr: ", run.err);
+      CHECK(run.exit_code() == 1);
+      CHECK(run.err.find("uid " + std::to_string(kOtherUid) + " may not use this daemon") != std::string::npos);
     } else {
       MESSAGE("not root: the refused user's attach is not tried (it needs setuid)");
     }
@@ -336,6 +325,8 @@ TEST_CASE("a user who may not attach gets a typed refusal, and its flood of atte
     // more after the bucket refilled, which says how many were held back.
     const auto malformed_hello = [&] {
       shm::UniqueFd conn = test::raw_connect(socket);
+      const timeval patience{30, 0};  // a refusal that never comes fails the test, not hangs it
+      ::setsockopt(conn.get(), SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience));
       const std::uint32_t garbage[4] = {0xdeadbeef, 1, 2, 3};
       (void)shm::send_with_fds(conn.get(), std::as_bytes(std::span(garbage)), {});
       char reply[sizeof(shm::AttachReply)];
