@@ -15,6 +15,8 @@ sanitize=$5
 work=$(mktemp -d)
 daemon_pid=""
 cleanup() {
+  # Only on a failure path (the normal path waits for the daemon and clears daemon_pid); the
+  # daemon may already have died, which the check that failed has reported.
   if [ -n "$daemon_pid" ]; then kill "$daemon_pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }

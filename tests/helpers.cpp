@@ -10,6 +10,7 @@
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -321,6 +322,12 @@ void InProcessDaemon::stop() {
   if (!thread_.joinable()) return;
   daemon_.request_stop();
   thread_.join();
+}
+
+ProcessOutput send_as(const std::string& socket, RunAs as, const std::string& input) {
+  REQUIRE(::chmod(std::filesystem::path(socket).parent_path().c_str(), 0711) == 0);
+  return run_captured({built_binary("BATCHD_SEND_BIN"), "--socket", socket, "--timeout-ms", "10000", input},
+                      std::chrono::seconds(60), as);
 }
 
 }  // namespace batchd::test

@@ -79,6 +79,10 @@ struct ProcessOutput {
 ProcessOutput run_captured(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                            std::optional<RunAs> as = std::nullopt, std::string_view stdin_text = {});
 
+// batchd-send (BATCHD_SEND_BIN) run as `as` against the daemon at socket, with `input`; first opens
+// the tests' private socket directory (0711) so that the other user can reach the socket.
+ProcessOutput send_as(const std::string& socket, RunAs as, const std::string& input);
+
 // batchd-stress (BATCHD_STRESS_BIN) run with `args` plus --json --quiet: its exit status, its
 // output, and the numbers of its JSON summary (the last line of its standard output).
 struct StressRun {

@@ -25,18 +25,6 @@ std::unique_ptr<Client> try_connect(const std::string& socket, Error& error) {
   return Client::connect(options, &error);
 }
 
-// batchd-send run as `as`: its exit status and output.
-test::ProcessOutput send_as(const std::string& socket, test::RunAs as, const std::string& input) {
-  return test::run_captured({test::built_binary("BATCHD_SEND_BIN"), "--socket", socket, "--timeout-ms",
-                             "10000", input},
-                            30s, as);
-}
-
-// The tests' socket directory is private to its creator; other users must reach the socket.
-void open_socket_dir(const std::string& socket) {
-  REQUIRE(::chmod(std::filesystem::path(socket).parent_path().c_str(), 0711) == 0);
-}
-
 void check_served(const test::ProcessOutput& run, const std::string& input) {
   INFO("stderr: ", run.err);
   CHECK(run.exit_code() == 0);
@@ -100,9 +88,8 @@ TEST_CASE("--allow-uid lets one more user attach and be served; other users stay
     MESSAGE("not root: the other users' attaches are not tried (switching user needs root)");
     return;
   }
-  open_socket_dir(socket);
-  check_served(send_as(socket, {kOtherUser, kOtherUser}, "from uid 12345"), "from uid 12345");
-  check_refused(send_as(socket, {kThirdUser, kThirdUser}, "from uid 12346"), kThirdUser);
+  check_served(test::send_as(socket, {kOtherUser, kOtherUser}, "from uid 12345"), "from uid 12345");
+  check_refused(test::send_as(socket, {kThirdUser, kThirdUser}, "from uid 12346"), kThirdUser);
 }
 
 TEST_CASE("--allow-gid lets a group's users attach and be served; other groups stay refused") {
@@ -114,9 +101,8 @@ TEST_CASE("--allow-gid lets a group's users attach and be served; other groups s
     MESSAGE("not root: the other users' attaches are not tried (switching user needs root)");
     return;
   }
-  open_socket_dir(socket);
-  check_served(send_as(socket, {kThirdUser, kOtherUser}, "group 12345"), "group 12345");
-  check_refused(send_as(socket, {kThirdUser, kThirdUser}, "group 12346"), kThirdUser);
+  check_served(test::send_as(socket, {kThirdUser, kOtherUser}, "group 12345"), "group 12345");
+  check_refused(test::send_as(socket, {kThirdUser, kThirdUser}, "group 12346"), kThirdUser);
 }
 
 TEST_CASE("without --allow-uid or --allow-gid another user is refused with permission_denied") {
@@ -127,6 +113,5 @@ TEST_CASE("without --allow-uid or --allow-gid another user is refused with permi
     MESSAGE("not root: the other user's attach is not tried (switching user needs root)");
     return;
   }
-  open_socket_dir(socket);
-  check_refused(send_as(socket, {kOtherUser, kOtherUser}, "not allowed"), kOtherUser);
+  check_refused(test::send_as(socket, {kOtherUser, kOtherUser}, "not allowed"), kOtherUser);
 }

@@ -162,16 +162,6 @@ void stop_within_bound(test::DaemonProcess& daemon) {
 }
 
 // A child process that runs body() as uid `uid` and exits with its result.
-// batchd-send run as another user (exec'd: a child forked from this threaded test may run no
-// code of its own, which under the sanitizers can deadlock on a lock another thread held).
-test::ProcessOutput send_as_other_user(uid_t uid, const std::string& socket) {
-  // The tests' socket directory is private to its creator; the other user must reach the socket.
-  REQUIRE(::chmod(std::filesystem::path(socket).parent_path().c_str(), 0711) == 0);
-  return test::run_captured({test::built_binary("BATCHD_SEND_BIN"), "--socket", socket, "--timeout-ms", "10000",
-                             "from another user"},
-                            std::chrono::seconds(60), test::RunAs{uid, uid});
-}
-
 constexpr uid_t kOtherUid = 65534;  // nobody
 
 }  // namespace
@@ -290,7 +280,7 @@ TEST_CASE("one user cannot take every client slot") {
   CHECK(error.message.find("uid " + std::to_string(::geteuid())) != std::string::npos);
   if (::geteuid() == 0) {
     // Another user still gets in (and, not allowed, a third would be refused as such).
-    const test::ProcessOutput run = send_as_other_user(kOtherUid, socket);
+    const test::ProcessOutput run = test::send_as(socket, {kOtherUid, kOtherUid}, "from another user");
     INFO("stderr: ", run.err);
     CHECK(run.exit_code() == 0);
     CHECK(run.out == reference_batchstring("from another user", 1) + "\n");
@@ -314,7 +304,7 @@ TEST_CASE("a user who may not attach gets a typed refusal, and its flood of atte
     test::InProcessDaemon daemon(config, std::make_unique<CpuBackend>(1, 1));
     NormalLoad load(socket);
     if (::geteuid() == 0) {
-      const test::ProcessOutput run = send_as_other_user(kOtherUid, socket);
+      const test::ProcessOutput run = test::send_as(socket, {kOtherUid, kOtherUid}, "from another user");
       INFO("stdout: ", run.out, "\nstderr: ", run.err);
       CHECK(run.exit_code() == 1);
       CHECK(run.err.find("uid " + std::to_string(kOtherUid) + " may not use this daemon") != std::string::npos);
