@@ -81,6 +81,12 @@ class Backend {
   [[nodiscard]] virtual unsigned streams_per_device() const noexcept { return 1; }
   // Default: no limit of the backend's own.
   [[nodiscard]] virtual BatchCapacity capacity() const noexcept { return {}; }
+  // Whether the daemon may run a batch on its drain thread instead of handing it to a lane's
+  // worker: run() then must never block, and must be safe to call from any thread at once, even
+  // for a lane that is running. The daemon does so only while the measured run time of the
+  // batch is a few microseconds, where the hand-off (a thread wake-up) would cost more than the
+  // work. Default: no (a GPU launch belongs on its lane).
+  [[nodiscard]] virtual bool runs_inline() const noexcept { return false; }
 
   // Runs one batch on a lane. Thread-safe across distinct lanes. On success `out` holds one
   // output per input; the caller checks the count and treats a mismatch as a backend error. A

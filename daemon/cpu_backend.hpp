@@ -13,6 +13,8 @@ class CpuBackend final : public Backend {
   [[nodiscard]] std::string_view name() const noexcept override { return "cpu"; }
   // Each worker thread is a device of one stream to the router.
   [[nodiscard]] unsigned devices() const noexcept override { return threads_; }
+  // Hashing holds no state and takes no lock.
+  [[nodiscard]] bool runs_inline() const noexcept override { return true; }
   BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) override;
 
  private:

@@ -108,7 +108,7 @@ bool Daemon::fill_batches(std::int64_t now_ns) {
 void Daemon::flush_open_batch() {
   if (open_ == nullptr || open_->requests.empty()) return;
   open_->id = next_batch_id_++;
-  router_->dispatch(open_);
+  router_->run_or_dispatch(open_);
   open_ = nullptr;
   batcher_.reset();
 }

@@ -52,6 +52,11 @@ class DeviceHealth {
     return batch_ns_.load(std::memory_order_relaxed);
   }
   static constexpr std::int64_t kStaleNs = 1'000'000'000;
+  // Measured run time per request (moving average over batches), with the same staleness.
+  [[nodiscard]] std::uint64_t item_ns_estimate(std::int64_t now_ns) const noexcept {
+    if (now_ns - last_success_ns_.load(std::memory_order_relaxed) > kStaleNs) return 0;
+    return item_ns_.load(std::memory_order_relaxed);
+  }
   // A batch failed here. With `count_streak` (the router has no known-good input to test the
   // device with), a long enough streak of failures marks it unhealthy. Returns whether the
   // device became unhealthy.
@@ -63,10 +68,13 @@ class DeviceHealth {
 
   void set_backoff(const BackoffPolicy& policy) noexcept { policy_ = policy; }
   void record_timeout() noexcept { timeouts_.fetch_add(1, std::memory_order_relaxed); }
+  // A batch ran on the drain thread rather than a lane's worker (Router::run_or_dispatch).
+  void record_inline() noexcept { batches_inline_.fetch_add(1, std::memory_order_relaxed); }
 
   [[nodiscard]] std::uint64_t batches_ok() const noexcept { return batches_ok_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t batches_failed() const noexcept { return batches_failed_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t items_ok() const noexcept { return items_ok_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t batches_inline() const noexcept { return batches_inline_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t timeouts() const noexcept { return timeouts_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t times_marked_unhealthy() const noexcept { return marked_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::int64_t retry_at_ns() const noexcept { return retry_at_ns_.load(std::memory_order_relaxed); }
@@ -85,9 +93,11 @@ class DeviceHealth {
   std::atomic<std::uint64_t> batches_ok_{0};
   std::atomic<std::uint64_t> batches_failed_{0};
   std::atomic<std::uint64_t> items_ok_{0};
+  std::atomic<std::uint64_t> batches_inline_{0};
   std::atomic<std::uint64_t> timeouts_{0};
   std::atomic<std::uint64_t> marked_{0};
   std::atomic<std::uint64_t> batch_ns_{0};
+  std::atomic<std::uint64_t> item_ns_{0};
   std::atomic<std::int64_t> last_success_ns_{0};
 };
 

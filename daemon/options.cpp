@@ -14,6 +14,7 @@ namespace {
 struct RawOptions {
   double max_wait_ms = 50.0;
   std::int64_t device_timeout_ms = 2000;
+  std::uint32_t inline_max_us = 50;
   std::vector<std::string> fail_every, slow;
 };
 
@@ -103,6 +104,10 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
       ->capture_default_str()->check(CLI::Range(1U, 600'000U));
   app.add_option("--allow-uid", c.allowed_uids, "also accept clients with this uid")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--allow-gid", c.allowed_gids, "also accept clients with this gid")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--inline-max-us", raw.inline_max_us,
+                 "a backend that allows it (cpu) runs a batch on the drain thread, without a hand-off "
+                 "to a worker, while its measured run time is at most this; 0: never")
+      ->capture_default_str()->check(CLI::Range(0U, 1'000'000U));
   app.add_option("--drain-spin-us", c.drain_spin_us,
                  "busy-poll this long before the drain loop sleeps")->capture_default_str();
 }
@@ -111,6 +116,7 @@ void finish(DaemonOptions& o, const RawOptions& raw) {
   DaemonConfig& c = o.config;
   c.batch.max_wait = std::chrono::nanoseconds(static_cast<std::int64_t>(raw.max_wait_ms * 1e6));
   c.routing.device_timeout = std::chrono::milliseconds(raw.device_timeout_ms);
+  c.routing.inline_run_max = std::chrono::microseconds(raw.inline_max_us);
   c.sim.fail_every = parse_pairs<unsigned>(raw.fail_every, "--sim-fail-every");
   c.sim.slow = parse_pairs<double>(raw.slow, "--sim-slow");
 }

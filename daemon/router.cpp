@@ -180,6 +180,50 @@ void Router::dispatch(Batch* batch) noexcept {
   }
 }
 
+Router::Lane* Router::inline_lane(const Batch& batch, std::int64_t now_ns) noexcept {
+  if (!backend_.runs_inline() || options_.inline_run_max.count() == 0) return nullptr;
+  Lane* lane = pick_lane(batch, now_ns);
+  if (lane == nullptr) return nullptr;
+  const DeviceHealth& h = *health_[lane->id.device];
+  // Unmeasured (or stale) runs go to a worker once, which measures them; so do probes.
+  const std::uint64_t item_ns = h.item_ns_estimate(now_ns);
+  if (h.state() != DeviceState::kHealthy || item_ns == 0) return nullptr;
+  const auto budget_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.inline_run_max).count());
+  return item_ns * batch.size() <= budget_ns ? lane : nullptr;
+}
+
+BackendStatus Router::run_guarded(LaneId lane, const BatchInput& in, BatchOutput& out) noexcept {
+  try {
+    return backend_.run(lane, in, out);
+  } catch (const std::exception& e) {
+    return BackendStatus::failure(e.what());
+  } catch (...) {
+    return BackendStatus::failure("the backend threw a non-standard exception");
+  }
+}
+
+void Router::run_or_dispatch(Batch* batch) noexcept {
+  const std::int64_t started_ns = shm::monotonic_ns();
+  Lane* lane = inline_lane(*batch, started_ns);
+  if (lane == nullptr) {
+    dispatch(batch);
+    return;
+  }
+  BackendStatus status = run_guarded(lane->id, batch->input(), batch->output);
+  if (!status.ok) {
+    on_failure(*lane, batch, std::move(status.message));
+    return;
+  }
+  const std::int64_t now_ns = shm::monotonic_ns();
+  DeviceHealth& h = *health_[lane->id.device];
+  h.record_success(batch->size(), now_ns - started_ns, now_ns);
+  h.record_inline();
+  remember_canary(*batch);
+  completer_.complete_batch(*batch, status);
+  release(batch);
+}
+
 void Router::worker(Lane& lane) noexcept {
   for (;;) {
     Batch* batch = nullptr;
@@ -191,12 +235,7 @@ void Router::worker(Lane& lane) noexcept {
     lane.started_ns.store(shm::monotonic_ns(), std::memory_order_relaxed);
     lane.running_token.store(token, std::memory_order_relaxed);
     lane.running.store(batch, std::memory_order_release);
-    BackendStatus status;
-    try {
-      status = backend_.run(lane.id, batch->input(), batch->output);
-    } catch (const std::exception& e) {
-      status = BackendStatus::failure(e.what());
-    }
+    BackendStatus status = run_guarded(lane.id, batch->input(), batch->output);
     lane.running.store(nullptr, std::memory_order_release);
     finish(lane, batch, std::move(status));
   }
@@ -254,12 +293,7 @@ Router::Verdict Router::check_with_canary(Lane& lane) noexcept {
   }
   const std::uint32_t offsets[2] = {0, static_cast<std::uint32_t>(input.size())};
   thread_local BatchOutput out;
-  BackendStatus status;
-  try {
-    status = backend_.run(lane.id, BatchInput{input, offsets}, out);
-  } catch (const std::exception& e) {
-    status = BackendStatus::failure(e.what());
-  }
+  const BackendStatus status = run_guarded(lane.id, BatchInput{input, offsets}, out);
   return status.ok && out.size() == 1 ? Verdict::kInputFails : Verdict::kDeviceBroken;
 }
 

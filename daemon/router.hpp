@@ -47,6 +47,10 @@ class Router {
   // Any thread: sends a filled batch to a lane, or answers it "backend unavailable" when no
   // device can take it.
   void dispatch(Batch* batch) noexcept;
+  // Drain thread: runs the batch here and completes it when the backend runs_inline() and the
+  // batch is measured to be cheap (RouterOptions::inline_run_max); otherwise dispatch(). A
+  // failure takes the same path as a lane's (retry elsewhere, split, canary).
+  void run_or_dispatch(Batch* batch) noexcept;
   // No request is waiting on a batch (abandoned runs of hung devices do not count).
   [[nodiscard]] bool idle() const noexcept {
     return in_use_.load(std::memory_order_acquire) == abandoned_.load(std::memory_order_acquire);
@@ -77,6 +81,9 @@ class Router {
   enum class Verdict { kInputFails, kDeviceBroken, kUnknown };
 
   void worker(Lane& lane) noexcept;
+  // The healthy lane whose device would run this batch within inline_run_max, or nullptr.
+  Lane* inline_lane(const Batch& batch, std::int64_t now_ns) noexcept;
+  BackendStatus run_guarded(LaneId lane, const BatchInput& in, BatchOutput& out) noexcept;
   void finish(Lane& lane, Batch* batch, BackendStatus status) noexcept;
   void on_failure(Lane& lane, Batch* batch, std::string message) noexcept;
   // Runs the canary on this lane: tells a poison input from a broken device.

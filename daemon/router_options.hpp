@@ -11,6 +11,10 @@ namespace batchd {
 struct RouterOptions {
   unsigned spare_batches = 2;  // batch objects beyond one per lane: the one filling and queued ones
   std::chrono::milliseconds device_timeout{2000};  // a batch running longer marks its device unhealthy
+  // A backend that runs_inline() runs a batch on the drain thread while the batch's measured run
+  // time (per-request average x its size) is at most this; 0 never. Longer runs would hold up
+  // draining, and a lane worker's wake-up (tens of microseconds on a VM) no longer dominates.
+  std::chrono::microseconds inline_run_max{50};
   BackoffPolicy backoff;
 };
 

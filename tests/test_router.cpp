@@ -2,6 +2,7 @@
 // outage and its recovery, and load balancing away from a slow device.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -222,4 +223,63 @@ TEST_CASE("sim: a slow device gets less work") {
   // router noticed at all.
   CHECK(devices[0]->items_ok() > devices[1]->items_ok());
   CHECK(devices[0]->items_ok() + devices[1]->items_ok() == tally.ok.load());
+}
+
+namespace {
+
+// Answers each input reversed; device 0 fails every batch while `break_device0` is set. Declares
+// itself cheap, so the router may run it on the drain thread.
+class InlineBackend final : public Backend {
+ public:
+  std::atomic<bool> break_device0{false};
+  [[nodiscard]] std::string_view name() const noexcept override { return "inline-test"; }
+  [[nodiscard]] unsigned devices() const noexcept override { return 2; }
+  [[nodiscard]] bool runs_inline() const noexcept override { return true; }
+  BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) override {
+    if (lane.device == 0 && break_device0.load()) return BackendStatus::failure("device 0 is broken");
+    out.clear();
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const std::string_view input = in.at(i);
+      char* o = out.append(input.size());
+      std::copy(input.rbegin(), input.rend(), o);
+    }
+    return BackendStatus::success();
+  }
+};
+
+std::string reversed(std::string s) {
+  std::reverse(s.begin(), s.end());
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("inline: a cheap backend runs batches on the drain thread, and a failure there is retried on another device") {
+  auto owned = std::make_unique<InlineBackend>();
+  InlineBackend& backend = *owned;
+  DaemonConfig config = sim_config(SimOptions{}, 0.0);
+  test::InProcessDaemon daemon(config, std::move(owned));
+  auto client = test::connect(daemon.socket_path());
+  const auto inline_batches = [&] {
+    std::uint64_t n = 0;
+    for (const auto& d : daemon.devices()) n += d->batches_inline();
+    return n;
+  };
+  for (int i = 0; i < 200; ++i) {
+    const std::string input = "request-" + std::to_string(i);
+    const Result r = client->submit(input, 5s);
+    REQUIRE_MESSAGE(r.ok(), r.error().message);
+    CHECK(r.output() == reversed(input));
+  }
+  // The first batch on each device goes to its worker, which measures it; cheap ones then run inline.
+  CHECK(inline_batches() > 0);
+
+  backend.break_device0.store(true);
+  for (int i = 0; i < 200; ++i) {
+    const std::string input = "after-" + std::to_string(i);
+    const Result r = client->submit(input, 5s);
+    REQUIRE_MESSAGE(r.ok(), r.error().message);
+    CHECK(r.output() == reversed(input));
+  }
+  CHECK(daemon.devices()[0]->batches_failed() > 0);
 }
