@@ -42,6 +42,24 @@ batchd_client* batchd_client_connect(const char* socket_path, uint32_t connect_t
 batchd_status batchd_submit(batchd_client* client, const char* input, size_t input_len,
                             uint32_t timeout_ms, char** output, size_t* output_len);
 
+/* One request of batchd_submit_many: the input in; status and output out, as batchd_submit
+ * gives them (output freed with batchd_free, whatever the status). */
+typedef struct batchd_request {
+  const char* input;
+  size_t input_len;
+  batchd_status status;
+  char* output;
+  size_t output_len;
+} batchd_request;
+
+/* Sends count requests as one submission (one ring publication and at most one wake-up of the
+ * daemon for all of them) and waits up to timeout_ms for their answers. Every request gets its
+ * own status and output; one refused (too large, not UTF-8, no free slot) does not hold back the
+ * others. Returns BATCHD_INVALID_ARGUMENT (and touches nothing) when client or requests is NULL
+ * or an input is NULL with a non-zero length; otherwise BATCHD_OK. */
+batchd_status batchd_submit_many(batchd_client* client, batchd_request* requests, size_t count,
+                                 uint32_t timeout_ms);
+
 void batchd_free(void* buffer);
 
 /* A short stable name for a status ("timeout", ...). Never NULL. */

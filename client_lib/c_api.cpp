@@ -1,6 +1,8 @@
 // The C ABI over batchd::Client.
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <vector>
 
 #include "client_lib/batchd_client.h"
 #include "client_lib/client.hpp"
@@ -77,6 +79,36 @@ batchd_status batchd_submit(batchd_client* client, const char* input, size_t inp
     *output = nullptr;
     *output_len = 0;
     return BATCHD_PROTOCOL_ERROR;
+  }
+}
+
+batchd_status batchd_submit_many(batchd_client* client, batchd_request* requests, size_t count,
+                                 uint32_t timeout_ms) {
+  if (client == nullptr || (requests == nullptr && count != 0)) return BATCHD_INVALID_ARGUMENT;
+  for (size_t i = 0; i < count; ++i) {
+    if (requests[i].input == nullptr && requests[i].input_len != 0) return BATCHD_INVALID_ARGUMENT;
+  }
+  try {
+    std::vector<std::string_view> inputs;
+    inputs.reserve(count);
+    for (size_t i = 0; i < count; ++i) inputs.emplace_back(requests[i].input, requests[i].input_len);
+    std::vector<batchd::Result> results =
+        client->client->submit_many(inputs, std::chrono::milliseconds(timeout_ms));
+    for (size_t i = 0; i < count; ++i) {
+      const batchd::Result& result = results[i];
+      const std::string& text = result.ok() ? result.output() : result.error().message;
+      requests[i].output = copy_out(text, !result.ok());
+      requests[i].output_len = text.size();
+      requests[i].status = result.ok() ? BATCHD_OK : to_status(result.error().code);
+    }
+    return BATCHD_OK;
+  } catch (...) {
+    for (size_t i = 0; i < count; ++i) {
+      requests[i].output = nullptr;
+      requests[i].output_len = 0;
+      requests[i].status = BATCHD_PROTOCOL_ERROR;
+    }
+    return BATCHD_OK;
   }
 }
 

@@ -80,17 +80,7 @@ std::optional<Error> ClientImpl::check_input(std::string_view input) const {
   return std::nullopt;
 }
 
-// Publishes a written slot, unless the segment's daemon is gone: then the request waits in its
-// slot for the reattach to move it. False only when the ring is full.
-bool ClientImpl::publish_locked(Segment& seg, std::uint32_t slot) noexcept {
-  if (seg.dead.load(std::memory_order_acquire)) return true;
-  if (!seg.producer.try_push(shm::make_ring_entry(slot, seg.slots[slot].generation))) return false;
-  seg.slots[slot].pushed = true;
-  seg.ring_doorbell_if_sleeping();
-  return true;
-}
-
-std::optional<Error> ClientImpl::enqueue_locked(std::string_view input, Use use, Request& request) {
+std::optional<Error> ClientImpl::write_locked(std::string_view input, Use use, Request& request) {
   Segment& seg = *current_;
   if (seg.free.empty() && !seg.reclaim_abandoned()) {
     return Error{ErrorCode::kOverloaded,
@@ -101,7 +91,7 @@ std::optional<Error> ClientImpl::enqueue_locked(std::string_view input, Use use,
   seg.free.pop_back();
   const std::uint32_t generation = seg.write_request(
       slot, input.data(), static_cast<std::uint32_t>(input.size()), request.deadline_ns, use);
-  if (!publish_locked(seg, slot)) {
+  if (!seg.stage(slot)) {
     // Cannot happen while slots == ring capacity, but a full ring must never lose a request.
     seg.slots[slot].use = Use::kFree;
     seg.free.push_back(slot);
@@ -137,11 +127,40 @@ Result ClientImpl::submit(std::string_view input, std::chrono::milliseconds time
   request.deadline_ns = deadline_after(timeout);
   {
     std::lock_guard lock(mu_);
-    if (auto bad = enqueue_locked(input, Use::kSync, request)) {
+    if (auto bad = write_locked(input, Use::kSync, request)) {
       return Result::failure(bad->code, std::move(bad->message));
     }
+    current_->publish();
   }
   return wait_sync(request, timeout);
+}
+
+std::vector<Result> ClientImpl::submit_many(std::span<const std::string_view> inputs,
+                                            std::chrono::milliseconds timeout) {
+  std::vector<std::optional<Result>> refused(inputs.size());
+  // Sized once: a reattach finds each request through its address.
+  std::vector<Request> requests(inputs.size());
+  const std::int64_t deadline_ns = deadline_after(timeout);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (auto bad = check_input(inputs[i])) refused[i] = Result::failure(bad->code, std::move(bad->message));
+  }
+  {
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (refused[i]) continue;
+      requests[i].deadline_ns = deadline_ns;
+      if (auto bad = write_locked(inputs[i], Use::kSync, requests[i])) {
+        refused[i] = Result::failure(bad->code, std::move(bad->message));
+      }
+    }
+    current_->publish();
+  }
+  std::vector<Result> results;
+  results.reserve(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    results.push_back(refused[i] ? std::move(*refused[i]) : wait_sync(requests[i], timeout));
+  }
+  return results;
 }
 
 // Waits for the request wherever it lives: in its segment's slot while that daemon is alive, or
@@ -222,11 +241,34 @@ std::optional<Error> ClientImpl::submit_async(std::string_view input,
   request.done = std::move(done);
   std::lock_guard lock(mu_);
   start_waker_locked();
-  if (auto bad = enqueue_locked(input, Use::kAsync, request)) return bad;
+  if (auto bad = write_locked(input, Use::kAsync, request)) return bad;
+  current_->publish();
   request.id = ++next_async_id_;
   if (id != nullptr) *id = request.id;
   async_.push_back(std::move(request));
   return std::nullopt;
+}
+
+std::size_t ClientImpl::submit_many_async(std::span<Client::AsyncSubmission> submissions,
+                                          std::chrono::milliseconds timeout) {
+  const std::int64_t deadline_ns = deadline_after(timeout);
+  for (Client::AsyncSubmission& s : submissions) s.refused = check_input(s.input);
+  std::size_t admitted = 0;
+  std::lock_guard lock(mu_);
+  start_waker_locked();
+  for (Client::AsyncSubmission& s : submissions) {
+    if (s.refused) continue;
+    AsyncRequest request;
+    request.deadline_ns = deadline_ns;
+    if ((s.refused = write_locked(s.input, Use::kAsync, request))) continue;
+    request.done = std::move(s.done);
+    request.id = ++next_async_id_;
+    s.id = request.id;
+    async_.push_back(std::move(request));
+    ++admitted;
+  }
+  current_->publish();
+  return admitted;
 }
 
 void ClientImpl::cancel(std::uint64_t id) {
@@ -361,6 +403,14 @@ Client::~Client() = default;
 
 Result Client::submit(std::string_view input, std::chrono::milliseconds timeout) {
   return impl_->submit(input, timeout);
+}
+std::vector<Result> Client::submit_many(std::span<const std::string_view> inputs,
+                                        std::chrono::milliseconds timeout) {
+  return impl_->submit_many(inputs, timeout);
+}
+std::size_t Client::submit_many_async(std::span<AsyncSubmission> submissions,
+                                      std::chrono::milliseconds timeout) {
+  return impl_->submit_many_async(submissions, timeout);
 }
 std::optional<Error> Client::submit_async(std::string_view input, std::chrono::milliseconds timeout,
                                           Callback done, std::uint64_t* id) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -118,6 +119,13 @@ class Client {
   // and its daemon is still gone, the error is kDaemonUnavailable (else kTimeout).
   Result submit(std::string_view input, std::chrono::milliseconds timeout);
 
+  // Sends several requests as one submission (one ring publication, at most one doorbell: the
+  // cheap way for a caller that holds several inputs) and waits for all of them until `timeout`.
+  // results[i] answers inputs[i]; an input refused at once (too large, not UTF-8, no free slot)
+  // has its error there and the others still go. Any thread.
+  std::vector<Result> submit_many(std::span<const std::string_view> inputs,
+                                  std::chrono::milliseconds timeout);
+
   using Callback = std::function<void(Result&&)>;
 
   // Sends one request without waiting. On admission returns nothing and `done` is called exactly
@@ -125,6 +133,19 @@ class Client {
   // Any thread. A daemon restart is handled as for submit().
   std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
                                     Callback done, std::uint64_t* id = nullptr);
+
+  // One input of submit_many_async: the input and its callback in; its id or refusal out.
+  struct AsyncSubmission {
+    std::string_view input;
+    Callback done;
+    std::uint64_t id = 0;           // out: for cancel(), when admitted
+    std::optional<Error> refused;   // out: why it was refused at once; `done` is then never called
+  };
+
+  // submit_async for several inputs as one submission (one ring publication, at most one
+  // doorbell). Each admitted input's `done` is called exactly once, later, from poll(). Returns
+  // how many were admitted. Any thread.
+  std::size_t submit_many_async(std::span<AsyncSubmission> submissions, std::chrono::milliseconds timeout);
 
   // Withdraws an asynchronous request whose caller no longer wants the answer (an HTTP caller
   // that hung up): if the daemon has not taken it yet, it never runs. Its callback still comes,

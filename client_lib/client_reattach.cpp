@@ -113,6 +113,7 @@ void ClientImpl::move_requests_locked(Segment& old, const std::shared_ptr<Segmen
     }
     move_one_locked(request, Use::kAsync, fresh);
   }
+  fresh->publish();
 }
 
 void ClientImpl::move_one_locked(Request& request, Use use, const std::shared_ptr<Segment>& fresh) noexcept {
@@ -139,8 +140,8 @@ void ClientImpl::move_one_locked(Request& request, Use use, const std::shared_pt
   const std::uint32_t generation =
       fresh->write_request(slot, old.view.request_input(request.at.slot), bytes, request.deadline_ns, use);
   if (use == Use::kSync) fresh->slots[slot].waiter = &request;
-  // The fresh ring is empty and as large as its slot table, so this push cannot fail.
-  (void)publish_locked(*fresh, slot);
+  // The fresh ring is empty and as large as its slot table, so this cannot fail.
+  (void)fresh->stage(slot);
   request.at = Location{fresh, slot, generation};
 }
 

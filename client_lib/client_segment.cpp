@@ -78,6 +78,21 @@ Result Segment::read_result(std::uint32_t slot) const {
   return result_from_wire(static_cast<shm::WireStatus>(header.status), std::move(payload));
 }
 
+bool Segment::stage(std::uint32_t slot) noexcept {
+  if (dead.load(std::memory_order_acquire)) return true;
+  if (!producer.try_stage(shm::make_ring_entry(slot, slots[slot].generation))) return false;
+  slots[slot].pushed = true;
+  staged = true;
+  return true;
+}
+
+void Segment::publish() noexcept {
+  if (!staged) return;
+  staged = false;
+  producer.publish();
+  ring_doorbell_if_sleeping();
+}
+
 void Segment::ring_doorbell_if_sleeping() const noexcept {
   // seq_cst after the seq_cst tail store: pairs with the drain loop raising drain_sleeping and
   // then re-reading the rings, so either it sees this request or this sees it asleep.

@@ -48,6 +48,7 @@ struct Segment {
 
   // Guarded by ClientImpl::mu_.
   shm::RingProducer producer;
+  bool staged = false;  // entries written since the last publish()
   std::vector<SlotState> slots;
   std::vector<std::uint32_t> free, abandoned;
 
@@ -63,6 +64,13 @@ struct Segment {
   // Returns the new generation. Guarded by ClientImpl::mu_.
   std::uint32_t write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
                               std::int64_t deadline_ns, Use use) noexcept;
+  // Queues a written slot for the daemon, unless the daemon is gone: then the request waits in
+  // its slot for the reattach to move it. False only when the ring is full. Nothing is visible to
+  // the daemon until publish(). Guarded by ClientImpl::mu_.
+  [[nodiscard]] bool stage(std::uint32_t slot) noexcept;
+  // Makes every staged slot visible at once, ringing the doorbell at most once (only if the
+  // drain loop sleeps). Guarded by ClientImpl::mu_.
+  void publish() noexcept;
   void ring_doorbell_if_sleeping() const noexcept;
   [[nodiscard]] bool reclaim_abandoned() noexcept;
 };

@@ -20,17 +20,28 @@ class RingProducer {
         tail_local_(tail->tail.load(std::memory_order_relaxed)),
         head_cached_(head->ring_head.load(std::memory_order_acquire)) {}
 
+  // Writes one entry without making it visible, so that several go out with one publish().
   // False when the ring is full: the consumer has not caught up, so the caller is overloaded.
-  [[nodiscard]] bool try_push(RingEntry entry) noexcept {
+  [[nodiscard]] bool try_stage(RingEntry entry) noexcept {
     if (tail_local_ - head_cached_ > mask_) {
       head_cached_ = head_->ring_head.load(std::memory_order_acquire);
       if (tail_local_ - head_cached_ > mask_) return false;
     }
     store_once(entries_[tail_local_ & mask_], entry);
     ++tail_local_;
+    return true;
+  }
+
+  // Makes every staged entry visible to the consumer at once: one store to the shared tail line.
+  void publish() noexcept {
     // seq_cst, not just release: the producer next reads the consumer's sleeping flag, and the
     // two must not be reordered (see DaemonStatusPage::drain_sleeping).
     tail_->tail.store(tail_local_, std::memory_order_seq_cst);
+  }
+
+  [[nodiscard]] bool try_push(RingEntry entry) noexcept {
+    if (!try_stage(entry)) return false;
+    publish();
     return true;
   }
 

@@ -157,3 +157,38 @@ TEST_CASE("the C ABI: BATCHD_OVERLOADED when the daemon's backlog would outlast 
   stop.store(true);
   load.join();
 }
+
+TEST_CASE("the C ABI: batchd_submit_many answers each request with its own status and output") {
+  const std::string path = batchd::test::temp_socket_path();
+  batchd::test::DaemonProcess daemon(path, {"--backend", "cpu", "--max-wait-ms", "5", "--cost", "2",
+                                            "--max-input-bytes", "64"});
+  CClient client(path);
+  std::vector<std::string> inputs;
+  for (int i = 0; i < 40; ++i) inputs.push_back("many-" + std::to_string(i));
+  inputs[7] = "\xfe not utf-8";
+  inputs[23] = std::string(65, 'x');  // one byte over the limit
+  std::vector<batchd_request> requests(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    requests[i].input = inputs[i].data();
+    requests[i].input_len = inputs[i].size();
+  }
+  REQUIRE(batchd_submit_many(client.handle, requests.data(), requests.size(), 5000) == BATCHD_OK);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const batchd_request& r = requests[i];
+    REQUIRE(r.output != nullptr);
+    const std::string text(r.output, r.output_len);
+    batchd_free(r.output);
+    if (i == 7) {
+      CHECK(r.status == BATCHD_INVALID_UTF8);
+    } else if (i == 23) {
+      CHECK(r.status == BATCHD_TOO_LARGE);
+    } else {
+      CHECK(r.status == BATCHD_OK);
+      CHECK(text == batchd::reference_batchstring(inputs[i], 2));
+    }
+  }
+  CHECK(batchd_submit_many(nullptr, requests.data(), 1, 10) == BATCHD_INVALID_ARGUMENT);
+  batchd_request bad{nullptr, 3, BATCHD_OK, nullptr, 0};
+  CHECK(batchd_submit_many(client.handle, &bad, 1, 10) == BATCHD_INVALID_ARGUMENT);
+  CHECK(batchd_submit_many(client.handle, nullptr, 0, 10) == BATCHD_OK);
+}

@@ -117,6 +117,49 @@ TEST_CASE("many threads funnel through one client and each gets its own answer")
   CHECK(daemon.stats().batches.load() < daemon.stats().requests_ok.load());  // batching happened
 }
 
+TEST_CASE("submit_many and submit_many_async: each input its own answer, refusals alone") {
+  test::InProcessDaemon daemon(small_config(0.5), std::make_unique<CpuBackend>(1, 1));
+  auto client = test::connect(daemon.socket_path());
+  std::vector<std::string> inputs;
+  for (int i = 0; i < 100; ++i) inputs.push_back("many:" + std::to_string(i));
+  inputs[13] = "\xc3\x28 bad";
+  inputs[57] = std::string(8193, 'a');  // over max_input_bytes
+  const std::vector<std::string_view> views(inputs.begin(), inputs.end());
+  const auto check = [&](std::size_t i, const Result& r) {
+    if (i == 13) {
+      CHECK((!r.ok() && r.error().code == ErrorCode::kInvalidUtf8));
+    } else if (i == 57) {
+      CHECK((!r.ok() && r.error().code == ErrorCode::kTooLarge));
+    } else {
+      REQUIRE_MESSAGE(r.ok(), r.error().message);
+      CHECK(r.output() == reference_batchstring(inputs[i], 1));
+    }
+  };
+  const std::vector<Result> results = client->submit_many(views, 10s);
+  REQUIRE(results.size() == inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) check(i, results[i]);
+
+  std::vector<Client::AsyncSubmission> submissions(inputs.size());
+  std::vector<int> calls(inputs.size(), 0);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    submissions[i].input = inputs[i];
+    submissions[i].done = [&, i](Result&& r) {
+      ++calls[i];
+      check(i, r);
+    };
+  }
+  CHECK(client->submit_many_async(submissions, 10s) == inputs.size() - 2);
+  CHECK((submissions[13].refused && submissions[13].refused->code == ErrorCode::kInvalidUtf8));
+  CHECK((submissions[57].refused && submissions[57].refused->code == ErrorCode::kTooLarge));
+  REQUIRE(test::eventually([&] {
+    client->poll();
+    return std::count(calls.begin(), calls.end(), 1) == static_cast<long>(inputs.size() - 2);
+  }, 10s));
+  CHECK(calls[13] == 0);
+  CHECK(calls[57] == 0);
+  CHECK(std::count_if(calls.begin(), calls.end(), [](int c) { return c > 1; }) == 0);
+}
+
 TEST_CASE("a client with every slot in flight is told it is overloaded") {
   auto backend = std::make_unique<GateBackend>();
   GateBackend* gate = backend.get();

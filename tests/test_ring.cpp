@@ -96,6 +96,27 @@ TEST_CASE("a full ring refuses the producer until the consumer frees space") {
   CHECK_FALSE(producer.try_push(100));
 }
 
+TEST_CASE("staged entries stay invisible until one publish shows them all") {
+  SharedSegment seg(8);
+  RingConsumer consumer = seg.consumer();
+  RingProducer producer = seg.producer();
+  for (std::uint64_t i = 0; i < 3; ++i) REQUIRE(producer.try_stage(i + 10));
+  REQUIRE(consumer.refresh());
+  CHECK(consumer.available() == 0);
+  producer.publish();
+  REQUIRE(consumer.refresh());
+  REQUIRE(consumer.available() == 3);
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    CHECK(consumer.peek() == i + 10);
+    consumer.pop();
+  }
+  // Staging counts against the ring's capacity like a push.
+  for (std::uint64_t i = 0; i < 5; ++i) REQUIRE(producer.try_stage(i));
+  CHECK_FALSE(producer.try_stage(99));  // 3 popped but not yet published by the consumer
+  consumer.publish();
+  CHECK(producer.try_stage(99));
+}
+
 TEST_CASE("the consumer refuses a producer position that is impossible") {
   SharedSegment seg(8);
   RingConsumer consumer = seg.consumer();
