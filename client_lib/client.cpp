@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <thread>
 
 #include "client_lib/attach.hpp"
@@ -240,7 +241,7 @@ std::optional<Error> ClientImpl::submit_async(std::string_view input,
   request.deadline_ns = deadline_after(timeout);
   request.done = std::move(done);
   std::lock_guard lock(mu_);
-  start_waker_locked();
+  if (event_fd_wanted_.load(std::memory_order_relaxed)) start_waker_locked();
   if (auto bad = write_locked(input, Use::kAsync, request)) return bad;
   current_->publish();
   request.id = ++next_async_id_;
@@ -255,7 +256,7 @@ std::size_t ClientImpl::submit_many_async(std::span<Client::AsyncSubmission> sub
   for (Client::AsyncSubmission& s : submissions) s.refused = check_input(s.input);
   std::size_t admitted = 0;
   std::lock_guard lock(mu_);
-  start_waker_locked();
+  if (event_fd_wanted_.load(std::memory_order_relaxed)) start_waker_locked();
   for (Client::AsyncSubmission& s : submissions) {
     if (s.refused) continue;
     AsyncRequest request;
@@ -272,8 +273,10 @@ std::size_t ClientImpl::submit_many_async(std::span<Client::AsyncSubmission> sub
 }
 
 void ClientImpl::cancel(std::uint64_t id) {
+  std::shared_ptr<Segment> seg;
   {
     std::lock_guard lock(mu_);
+    seg = current_;
     for (AsyncRequest& request : async_) {
       if (request.id != id) continue;
       // One already answered or past its deadline is finished: poll() reports it as such.
@@ -288,17 +291,24 @@ void ClientImpl::cancel(std::uint64_t id) {
       break;
     }
   }
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(event_fd_.get(), &one, sizeof(one));
+  if (event_fd_wanted_.load(std::memory_order_relaxed)) signal_eventfd(event_fd_.get());
+  // poll_wait sleeps on the daemon's event word, which a cancel does not move.
+  cancels_.fetch_add(1, std::memory_order_seq_cst);
+  if ((seg->view.event_waiter()->sleeping.load(std::memory_order_seq_cst) & kPollWaiterBit) != 0) {
+    shm::futex_wake_all(seg->view.completion_events()->sequence);
+  }
 }
 
-// Settles an async request if it is answered, failed or past its deadline.
-std::optional<Result> ClientImpl::settle_locked(AsyncRequest& request, std::int64_t now_ns) {
+// Settles an async request if it is answered, failed or past its deadline. Only a request the
+// finished list named has its slot's shared state read, unless `look_everywhere`.
+std::optional<Result> ClientImpl::settle_locked(AsyncRequest& request, std::int64_t now_ns,
+                                                bool look_everywhere) {
   const Location& at = request.at;
   std::optional<Result> result;
+  const bool maybe_done = look_everywhere || at.segment->finished_hint(at.slot, at.generation);
   if (request.failure) {
     result = Result::failure(request.failure->code, std::move(request.failure->message));
-  } else if (at.segment->slot_done(at.slot, at.generation)) {
+  } else if (maybe_done && at.segment->slot_done(at.slot, at.generation)) {
     result = at.segment->read_result(at.slot);
   } else if (now_ns >= request.deadline_ns) {
     result = at.segment->dead.load(std::memory_order_acquire)
@@ -313,15 +323,57 @@ std::optional<Result> ClientImpl::settle_locked(AsyncRequest& request, std::int6
   return result;
 }
 
+int ClientImpl::event_fd() noexcept {
+  if (!event_fd_wanted_.exchange(true, std::memory_order_acq_rel)) {
+    std::lock_guard lock(mu_);
+    try {
+      start_waker_locked();
+    } catch (const std::system_error&) {
+      // No thread to be had: the fd still wakes for cancels and reattaches, and poll(), which
+      // must run every few milliseconds while requests are pending, still finds every answer.
+    }
+  }
+  return event_fd_.get();
+}
+
+std::size_t ClientImpl::poll_wait(std::chrono::microseconds max_wait) {
+  std::shared_ptr<Segment> seg;
+  {
+    std::lock_guard lock(mu_);
+    seg = current_;
+  }
+  const std::atomic<std::uint32_t>& sequence = seg->view.completion_events()->sequence;
+  if (poll_wait_segment_ == seg.get()) {
+    const std::uint32_t seen = poll_wait_seen_;
+    const auto changed = [&](std::uint32_t now_seen) {
+      return now_seen != seen || cancels_.load(std::memory_order_relaxed) != 0 ||
+             seg->dead.load(std::memory_order_relaxed);
+    };
+    const std::int64_t deadline_ns = shm::monotonic_ns() +
+                                      std::chrono::duration_cast<std::chrono::nanoseconds>(max_wait).count();
+    (void)shm::wait_for_change(sequence, seg->view.event_waiter()->sleeping, kPollWaiterBit, 0, deadline_ns,
+                               changed);
+  }
+  // A new segment (or the first call) polls at once: its events may predate this look.
+  poll_wait_segment_ = seg.get();
+  poll_wait_seen_ = sequence.load(std::memory_order_acquire);
+  return poll();
+}
+
 std::size_t ClientImpl::poll() {
-  std::uint64_t counter = 0;
-  [[maybe_unused]] const ssize_t n = ::read(event_fd_.get(), &counter, sizeof(counter));
+  if (event_fd_wanted_.load(std::memory_order_relaxed)) {
+    std::uint64_t counter = 0;
+    [[maybe_unused]] const ssize_t n = ::read(event_fd_.get(), &counter, sizeof(counter));
+  }
+  cancels_.store(0, std::memory_order_relaxed);
   const std::int64_t now_ns = shm::monotonic_ns();
   finished_.clear();
   {
     std::lock_guard lock(mu_);
+    // After a reattach, answers may sit in the old segment's slots, which no list names.
+    const bool look_everywhere = !current_->collect_finished() || std::exchange(look_everywhere_, false);
     for (std::size_t i = 0; i < async_.size();) {
-      std::optional<Result> result = settle_locked(async_[i], now_ns);
+      std::optional<Result> result = settle_locked(async_[i], now_ns, look_everywhere);
       if (!result) {
         ++i;
         continue;
@@ -419,6 +471,7 @@ std::optional<Error> Client::submit_async(std::string_view input, std::chrono::m
 void Client::cancel(std::uint64_t id) { impl_->cancel(id); }
 std::size_t Client::poll() { return impl_->poll(); }
 int Client::event_fd() const noexcept { return impl_->event_fd(); }
+std::size_t Client::poll_wait(std::chrono::microseconds max_wait) { return impl_->poll_wait(max_wait); }
 bool Client::connected() const noexcept { return impl_->connected(); }
 std::uint32_t Client::max_input_bytes() const noexcept { return impl_->max_input_bytes(); }
 std::uint32_t Client::slot_count() const noexcept { return impl_->slot_count(); }

@@ -159,8 +159,15 @@ class Client {
   // least every few milliseconds while requests are pending (that is what expires timeouts).
   std::size_t poll();
 
+  // Waits until asynchronous requests may have finished (the daemon answered some, or one was
+  // cancelled) or max_wait passed, then polls. For a thread that does nothing but poll: no
+  // eventfd, no helper thread, one wake-up per batch of answers. Same rules as poll(). A cancel
+  // (or a daemon's death) that races the wait may be noticed only when max_wait ends.
+  std::size_t poll_wait(std::chrono::microseconds max_wait);
+
   // An eventfd that becomes readable when asynchronous requests may have finished, and when the
-  // daemon goes away or a new one is attached.
+  // daemon goes away or a new one is attached. The first call starts a helper thread that turns
+  // the daemon's completion events into its readiness (a client that never asks has none).
   [[nodiscard]] int event_fd() const noexcept;
 
   // Whether a daemon is attached now: false from a daemon's death until the client re-attaches.

@@ -31,7 +31,7 @@ void ClientImpl::wake_events() noexcept {
     }
     std::atomic<std::uint32_t>& sequence = seg->view.completion_events()->sequence;
     // Slices bound how long a wake-up lost to a reattach or shutdown racing the sleep can delay.
-    if (shm::wait_for_change(sequence, seg->view.event_waiter()->sleeping, 1U, 0,
+    if (shm::wait_for_change(sequence, seg->view.event_waiter()->sleeping, kWakerBit, 0,
                              shm::monotonic_ns() + kWaitSliceNs, done) &&
         !stopping_.load(std::memory_order_relaxed)) {
       seen = sequence.load(std::memory_order_acquire);

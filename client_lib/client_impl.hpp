@@ -32,6 +32,9 @@ constexpr std::int64_t kDetachedPollNs = 10'000'000;
 // checks for shutdown) before the next try.
 constexpr auto kReattachTry = std::chrono::milliseconds(100);
 constexpr int kReattachRestMs = 20;
+// Bits of shm::EventWaiter::sleeping: the event waker thread's, and a poll_wait caller's.
+constexpr std::uint32_t kWakerBit = 1U << 0;
+constexpr std::uint32_t kPollWaiterBit = 1U << 1;
 
 }  // namespace client_detail
 
@@ -52,7 +55,8 @@ class ClientImpl {
   void cancel(std::uint64_t id);
   std::size_t poll();
 
-  [[nodiscard]] int event_fd() const noexcept { return event_fd_.get(); }
+  std::size_t poll_wait(std::chrono::microseconds max_wait);
+  int event_fd() noexcept;
   [[nodiscard]] bool connected() const noexcept { return attached_.load(std::memory_order_acquire); }
   [[nodiscard]] std::uint32_t max_input_bytes() const noexcept {
     return max_input_bytes_.load(std::memory_order_relaxed);
@@ -71,7 +75,7 @@ class ClientImpl {
   Result wait_sync(Request& request, std::chrono::milliseconds timeout);
   Result finish_sync(Request& request, const Location& at);
   Result expire_locked(Request& request, std::chrono::milliseconds timeout);
-  std::optional<Result> settle_locked(AsyncRequest& request, std::int64_t now_ns);
+  std::optional<Result> settle_locked(AsyncRequest& request, std::int64_t now_ns, bool look_everywhere);
 
   // The event waker (client_events.cpp): sleeps on the daemon's completion event word and
   // signals event_fd_, which only this process holds. Started by the first submit_async.
@@ -95,6 +99,9 @@ class ClientImpl {
   mutable std::mutex mu_;  // serializes the rings' producers and all the bookkeeping below
   std::shared_ptr<Segment> current_;
   std::vector<AsyncRequest> async_;
+  // The next poll() must check every request's slot, not only those the finished list names: a
+  // reattach moved requests, or answered ones stayed in the old segment.
+  bool look_everywhere_ = false;  // guarded by mu_
   std::uint64_t next_async_id_ = 0;  // guarded by mu_
   std::uint64_t epoch_ = 1;  // the monitor's alone
 
@@ -109,6 +116,11 @@ class ClientImpl {
   // itself and every spinner included, so no separate count of spinners is needed.
   std::atomic<unsigned> sync_waiters_{0};
   std::thread monitor_;
+  std::atomic<bool> event_fd_wanted_{false};  // event_fd() was called: keep its readiness
+  // poll_wait's: the completion event count it last saw, and in which segment.
+  std::atomic<std::uint32_t> cancels_{0};  // since the last poll(): poll_wait returns at once
+  const Segment* poll_wait_segment_ = nullptr;
+  std::uint32_t poll_wait_seen_ = 0;
   std::atomic<bool> stopping_{false};  // the waker's signal to exit
   std::thread waker_;                  // started under mu_
 };

@@ -76,6 +76,7 @@ void ClientImpl::install(std::shared_ptr<Segment> fresh) noexcept {
     std::lock_guard lock(mu_);
     old = std::exchange(current_, fresh);
     move_requests_locked(*old, fresh);
+    look_everywhere_ = true;
     max_input_bytes_.store(fresh->max_input_bytes(), std::memory_order_relaxed);
     slot_count_.store(fresh->view.slot_count(), std::memory_order_relaxed);
     attached_.store(true, std::memory_order_release);

@@ -12,6 +12,7 @@
 #include "shm/futex.hpp"
 #include "shm/layout.hpp"
 #include "shm/memfd_region.hpp"
+#include "shm/untrusted.hpp"
 
 namespace batchd::client_detail {
 
@@ -114,6 +115,24 @@ bool Segment::reclaim_abandoned() noexcept {
     }
   }
   return any;
+}
+
+bool Segment::collect_finished() noexcept {
+  const shm::FinishedTail& list = *view.finished_tail();
+  const std::uint64_t capacity = view.finished_capacity();
+  const std::uint64_t tail = list.tail.load(std::memory_order_acquire);
+  const std::uint64_t from = finished_head;
+  finished_head = tail;
+  if (tail - from > capacity) return false;  // also a tail behind us: a daemon bug, so look everywhere
+  const shm::RingEntry* entries = view.finished_entries();
+  for (std::uint64_t p = from; p != tail; ++p) {
+    const shm::RingEntry entry = shm::load_once(entries[p & (capacity - 1)]);
+    const std::uint32_t slot = shm::ring_entry_slot(entry);
+    if (slot < slots.size()) slots[slot].finished_generation = shm::ring_entry_generation(entry);
+  }
+  // Entries overwritten while they were read are caught here; a wrong hint is harmless anyway
+  // (poll() checks the slot's state), but a lost one must send poll() to look at every slot.
+  return list.tail.load(std::memory_order_acquire) - from <= capacity;
 }
 
 // Maps the regions of a fresh attachment and checks the daemon's header.

@@ -33,6 +33,9 @@ struct SlotState {
   Use use = Use::kFree;
   bool pushed = false;          // published through the ring (a daemon may hold it)
   Request* waiter = nullptr;    // the sync caller's request, so a reattach can move it
+  // The generation the daemon's finished list last named for this slot: a hint that poll()
+  // confirms against the slot's state before it reads the answer.
+  std::uint32_t finished_generation = 0;
 };
 
 // Everything that belongs to one attachment to one daemon. A client holds the current one and
@@ -49,6 +52,7 @@ struct Segment {
   // Guarded by ClientImpl::mu_.
   shm::RingProducer producer;
   bool staged = false;  // entries written since the last publish()
+  std::uint64_t finished_head = 0;  // how far poll() has read the daemon's finished list
   std::vector<SlotState> slots;
   std::vector<std::uint32_t> free, abandoned;
 
@@ -73,6 +77,12 @@ struct Segment {
   void publish() noexcept;
   void ring_doorbell_if_sleeping() const noexcept;
   [[nodiscard]] bool reclaim_abandoned() noexcept;
+  // Reads the daemon's finished list into the slots' hints. False when entries were lost (the
+  // client fell more than the list's capacity behind): then only a look at every slot is sure.
+  [[nodiscard]] bool collect_finished() noexcept;
+  [[nodiscard]] bool finished_hint(std::uint32_t slot, std::uint32_t generation) const noexcept {
+    return slots[slot].finished_generation == generation;
+  }
 };
 
 // Where a request lives now. The monitor rewrites it (under the client's mutex) when it moves

@@ -55,6 +55,15 @@ void ClientSession::signal_events() const noexcept {
   shm::bump_and_wake(view_.completion_events()->sequence, view_.event_waiter()->sleeping);
 }
 
+void ClientSession::publish_finished(std::span<const shm::RingEntry> entries) noexcept {
+  if (entries.empty()) return;
+  shm::RingEntry* list = view_.finished_entries();
+  const std::uint64_t mask = view_.finished_capacity() - 1;
+  std::lock_guard lock(finished_mu_);
+  for (const shm::RingEntry entry : entries) shm::store_once(list[finished_tail_++ & mask], entry);
+  view_.finished_tail()->tail.store(finished_tail_, std::memory_order_release);
+}
+
 bool doorbell_reads_never_block() noexcept {
   // Blocking mode and an empty counter: a plain read would sleep here forever.
   shm::UniqueFd probe(::eventfd(0, EFD_CLOEXEC));

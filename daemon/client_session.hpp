@@ -9,6 +9,8 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -58,6 +60,9 @@ class ClientSession {
   // Tells the client's event waker that answers flagged kNotifyEventfd were written. Any thread;
   // a shared-memory word and FUTEX_WAKE, so it cannot block on anything the client holds.
   void signal_events() const noexcept;
+  // Any thread: appends answered asynchronous requests to the client's finished list (see
+  // shm::FinishedTail), after their completions are written. Never waits on the client.
+  void publish_finished(std::span<const shm::RingEntry> entries) noexcept;
 
   // Drain thread only. Peeks the next ring entry and validates it against the segment's bounds
   // and this session's private slot table. kViolation fills `why`; the caller must then drop the
@@ -99,6 +104,10 @@ class ClientSession {
   // never shared: a client resubmitting a busy slot is caught here.
   std::unique_ptr<std::atomic<std::uint32_t>[]> in_flight_;
   std::atomic<bool> closed_{false};
+  // The finished list's producer position: the daemon's own copy, never read back from shared
+  // memory. Lanes complete batches of one client concurrently, hence the lock.
+  std::mutex finished_mu_;
+  std::uint64_t finished_tail_ = 0;  // guarded by finished_mu_
 };
 
 // Whether this kernel reads an eventfd with preadv2(RWF_NOWAIT) without blocking even when the

@@ -42,37 +42,63 @@ bool Completer::write_slot(const RequestRef& request, shm::WireStatus status,
 
 void Completer::complete_one(const RequestRef& request, shm::WireStatus status,
                              std::string_view payload) noexcept {
-  if (write_slot(request, status, payload)) request.session->signal_events();
+  if (!write_slot(request, status, payload)) return;
+  const shm::RingEntry entry = shm::make_ring_entry(request.slot, request.generation);
+  request.session->publish_finished(std::span(&entry, 1));
+  request.session->signal_events();
 }
 
 namespace {
 
-// Sessions of one batch that asked for an eventfd signal; per thread, so completing allocates
-// nothing once warm.
-std::vector<ClientSession*>& event_scratch() {
-  thread_local std::vector<ClientSession*> scratch;
+// The asynchronous requests a batch answered, to tell each client about its own with one
+// finished-list append and one event; per thread, so completing allocates nothing once warm.
+struct Finished {
+  ClientSession* session;
+  shm::RingEntry entry;
+};
+
+std::vector<Finished>& finished_scratch() {
+  thread_local std::vector<Finished> scratch;
   scratch.clear();
   return scratch;
 }
 
-void note_event(std::vector<ClientSession*>& scratch, ClientSession* session) {
-  if (std::find(scratch.begin(), scratch.end(), session) == scratch.end()) scratch.push_back(session);
+void note_finished(std::vector<Finished>& scratch, const RequestRef& request) {
+  scratch.push_back(Finished{request.session.get(), shm::make_ring_entry(request.slot, request.generation)});
+}
+
+// One append and one event per client: a batch holds few clients, so grouping by scanning is
+// cheaper than anything that allocates.
+void tell_clients(std::vector<Finished>& scratch) noexcept {
+  thread_local std::vector<shm::RingEntry> entries;
+  for (std::size_t first = 0; first < scratch.size(); ++first) {
+    ClientSession* session = scratch[first].session;
+    if (session == nullptr) continue;  // told already
+    entries.clear();
+    for (std::size_t i = first; i < scratch.size(); ++i) {
+      if (scratch[i].session != session) continue;
+      entries.push_back(scratch[i].entry);
+      scratch[i].session = nullptr;
+    }
+    session->publish_finished(entries);
+    session->signal_events();
+  }
 }
 
 }  // namespace
 
 void Completer::complete_batch_with(Batch& batch, shm::WireStatus status,
                                     std::string_view message) noexcept {
-  auto& scratch = event_scratch();
+  auto& scratch = finished_scratch();
   stats_.batch_failures.fetch_add(1, std::memory_order_relaxed);
   for (const RequestRef& request : batch.requests) {
-    if (write_slot(request, status, message)) note_event(scratch, request.session.get());
+    if (write_slot(request, status, message)) note_finished(scratch, request);
   }
-  for (ClientSession* session : scratch) session->signal_events();
+  tell_clients(scratch);
 }
 
 void Completer::complete_batch(Batch& batch, const BackendStatus& status) noexcept {
-  auto& scratch = event_scratch();
+  auto& scratch = finished_scratch();
   const std::size_t n = batch.size();
   std::string error;
   if (!status.ok) {
@@ -88,9 +114,9 @@ void Completer::complete_batch(Batch& batch, const BackendStatus& status) noexce
     const bool wants_event =
         error.empty() ? write_slot(request, shm::WireStatus::kOk, batch.output.at(i))
                       : write_slot(request, shm::WireStatus::kBackendError, error);
-    if (wants_event) note_event(scratch, request.session.get());
+    if (wants_event) note_finished(scratch, request);
   }
-  for (ClientSession* session : scratch) session->signal_events();
+  tell_clients(scratch);
 }
 
 }  // namespace batchd

@@ -57,8 +57,8 @@ bool wait_for_change(const std::atomic<std::uint32_t>& word, std::atomic<std::ui
                      std::uint32_t waiter_bit, std::int64_t spin_ns, std::int64_t deadline_ns,
                      Done done) noexcept {
   if (spin_ns > 0 && spin_until_done(word, spin_ns, done)) return true;
-  const std::uint32_t base = notify.load(std::memory_order_relaxed) & ~waiter_bit;
-  notify.store(base | waiter_bit, std::memory_order_seq_cst);
+  // Read-modify-write, so that waiters owning other bits of the same word never lose theirs.
+  notify.fetch_or(waiter_bit, std::memory_order_seq_cst);
   bool finished = false;
   for (;;) {
     const std::uint32_t seen = word.load(std::memory_order_seq_cst);
@@ -69,7 +69,7 @@ bool wait_for_change(const std::atomic<std::uint32_t>& word, std::atomic<std::ui
     if (deadline_ns != 0 && monotonic_ns() >= deadline_ns) break;
     (void)futex_wait_until(word, seen, deadline_ns);
   }
-  notify.store(base, std::memory_order_relaxed);
+  notify.fetch_and(~waiter_bit, std::memory_order_relaxed);
   return finished;
 }
 

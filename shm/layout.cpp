@@ -41,7 +41,10 @@ Geometry compute_geometry(const SegmentParams& params) noexcept {
   g.request_region_bytes =
       round_up(g.request_slots_offset + g.request_slot_stride * params.slot_count, kPageBytes);
   g.completion_events_offset = sizeof(CompletionHeader);
-  g.completion_slots_offset = g.completion_events_offset + sizeof(CompletionEvents);
+  g.finished_offset = g.completion_events_offset + sizeof(CompletionEvents);
+  const std::uint64_t finished_bytes =
+      sizeof(FinishedTail) + sizeof(RingEntry) * std::uint64_t{kFinishedPerSlot} * params.slot_count;
+  g.completion_slots_offset = round_up(g.finished_offset + finished_bytes, kCacheLine);
   g.completion_slot_stride =
       round_up(sizeof(CompletionSlotHeader) + params.max_output_bytes, kCacheLine);
   g.completion_region_bytes = round_up(

@@ -14,7 +14,7 @@ namespace batchd::shm {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x3144484354414221ULL;  // "!BATCHD1"
 // Bump on any incompatible change to the structs below; a mismatch is refused.
-inline constexpr std::uint32_t kLayoutVersion = 2;
+inline constexpr std::uint32_t kLayoutVersion = 3;
 // Slot and ring limits keep every product in 64 bits and every index in 32.
 inline constexpr std::uint32_t kMaxSlots = 1U << 16;
 inline constexpr std::uint32_t kMaxPayloadBytes = 16U << 20;
@@ -79,6 +79,17 @@ struct alignas(kCacheLine) CompletionEvents {
   std::atomic<std::uint32_t> sequence;
 };
 
+// Written only by the daemon (completion region): the producer position of the finished list,
+// which names each answered asynchronous request (kNotifyEventfd) as a RingEntry, so that the
+// client's poll() looks at those instead of at every request in flight. Only a hint, checked
+// against the slot's state: the list holds kFinishedPerSlot x slot_count entries and the daemon
+// never waits for the client, so a client that falls further behind loses entries (it sees the
+// tail more than the capacity ahead of its own position) and looks at every slot once instead.
+struct alignas(kCacheLine) FinishedTail {
+  std::atomic<std::uint64_t> tail;
+};
+inline constexpr std::uint32_t kFinishedPerSlot = 2;
+
 // Written only by the client; holds the producer position of the submission ring.
 struct alignas(kCacheLine) RingTail {
   std::atomic<std::uint64_t> tail;
@@ -122,6 +133,7 @@ static_assert(sizeof(SegmentHeader) == 128, "header size is part of the layout v
 static_assert(std::is_standard_layout_v<EventWaiter> && sizeof(EventWaiter) == kCacheLine);
 static_assert(std::is_standard_layout_v<CompletionEvents> && sizeof(CompletionEvents) == kCacheLine);
 static_assert(std::is_standard_layout_v<RingTail> && sizeof(RingTail) == kCacheLine);
+static_assert(std::is_standard_layout_v<FinishedTail> && sizeof(FinishedTail) == kCacheLine);
 static_assert(std::is_standard_layout_v<CompletionHeader> && sizeof(CompletionHeader) == kCacheLine);
 static_assert(std::is_standard_layout_v<RequestSlotHeader> && sizeof(RequestSlotHeader) == kCacheLine);
 static_assert(offsetof(RequestSlotHeader, deadline_mono_ns) == 16);
@@ -147,6 +159,7 @@ struct Geometry {
   std::uint64_t request_slot_stride = 0;
   std::uint64_t request_region_bytes = 0;
   std::uint64_t completion_events_offset = 0;  // CompletionEvents, after CompletionHeader
+  std::uint64_t finished_offset = 0;           // FinishedTail, then kFinishedPerSlot x slot_count RingEntry
   std::uint64_t completion_slots_offset = 0;
   std::uint64_t completion_slot_stride = 0;
   std::uint64_t completion_region_bytes = 0;

@@ -36,6 +36,15 @@ class SegmentView {
   [[nodiscard]] RingEntry* ring_entries() const noexcept {
     return reinterpret_cast<RingEntry*>(request_ + g_.ring_offset + sizeof(RingTail));
   }
+  [[nodiscard]] FinishedTail* finished_tail() const noexcept {
+    return reinterpret_cast<FinishedTail*>(completion_ + g_.finished_offset);
+  }
+  [[nodiscard]] RingEntry* finished_entries() const noexcept {
+    return reinterpret_cast<RingEntry*>(completion_ + g_.finished_offset + sizeof(FinishedTail));
+  }
+  [[nodiscard]] std::uint64_t finished_capacity() const noexcept {
+    return std::uint64_t{kFinishedPerSlot} * g_.params.slot_count;
+  }
   [[nodiscard]] CompletionHeader* completion_header() const noexcept {
     return reinterpret_cast<CompletionHeader*>(completion_);
   }

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <thread>
 #include <sys/mman.h>
 #include <sys/socket.h>
 
@@ -151,13 +153,36 @@ TEST_CASE("submit_many and submit_many_async: each input its own answer, refusal
   CHECK(client->submit_many_async(submissions, 10s) == inputs.size() - 2);
   CHECK((submissions[13].refused && submissions[13].refused->code == ErrorCode::kInvalidUtf8));
   CHECK((submissions[57].refused && submissions[57].refused->code == ErrorCode::kTooLarge));
+  // poll_wait sleeps on the daemon's completion events, with no eventfd and no helper thread.
   REQUIRE(test::eventually([&] {
-    client->poll();
+    client->poll_wait(100ms);
     return std::count(calls.begin(), calls.end(), 1) == static_cast<long>(inputs.size() - 2);
   }, 10s));
   CHECK(calls[13] == 0);
   CHECK(calls[57] == 0);
   CHECK(std::count_if(calls.begin(), calls.end(), [](int c) { return c > 1; }) == 0);
+}
+
+TEST_CASE("poll_wait returns once answers come, and a cancel wakes it") {
+  // Batches wait 10 s, so only a cancel can finish the request before then.
+  test::InProcessDaemon daemon(small_config(10'000.0), std::make_unique<CpuBackend>(1, 1));
+  auto client = test::connect(daemon.socket_path());
+  std::optional<Result> got;
+  std::uint64_t id = 0;
+  REQUIRE_FALSE(client->submit_async("held", 60s, [&](Result&& r) { got = std::move(r); }, &id));
+  CHECK(client->poll_wait(50ms) == 0);  // nothing finished: it waited out max_wait
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(100ms);
+    client->cancel(id);
+  });
+  const auto started = std::chrono::steady_clock::now();
+  std::size_t finished = 0;
+  while (finished == 0 && std::chrono::steady_clock::now() - started < 10s) finished = client->poll_wait(20s);
+  canceller.join();
+  REQUIRE(got.has_value());
+  CHECK((!got->ok() && got->error().code == ErrorCode::kCancelled));
+  // Woken by the cancel (or, if it raced the sleep, at its max_wait): far sooner than 20 s.
+  CHECK(std::chrono::steady_clock::now() - started < 10s);
 }
 
 TEST_CASE("a client with every slot in flight is told it is overloaded") {

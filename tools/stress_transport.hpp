@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 
 namespace batchd::stress {
@@ -41,6 +42,12 @@ class Completions {
   ~Completions() = default;  // never owned through this interface
 };
 
+// A request the open loop's schedule says is due.
+struct DueRequest {
+  std::uint64_t id;
+  std::int64_t intended_ns;
+};
+
 // Open loop: one share of the schedule's requests, many in flight at once.
 class OpenLane {
  public:
@@ -49,6 +56,12 @@ class OpenLane {
   // intended_ns. Refused at once: returns the error kind, and the request never finishes.
   // Otherwise exactly one Completions::finished() for it comes from a later pump().
   [[nodiscard]] virtual std::optional<std::size_t> submit(std::uint64_t id, std::int64_t intended_ns) = 0;
+  // Several requests that are all due now, as submit() would take them one by one; refused[i]
+  // is what submit() would return for due[i]. A transport that can hand over many requests at
+  // once (the shared-memory client: one ring publication) overrides it.
+  virtual void submit_burst(std::span<const DueRequest> due, std::span<std::optional<std::size_t>> refused) {
+    for (std::size_t i = 0; i < due.size(); ++i) refused[i] = submit(due[i].id, due[i].intended_ns);
+  }
   // Waits for the transport's I/O until wake_ns at the latest (sooner when something happens;
   // at once when nothing is in flight and wake_ns is never) and reports what finished.
   virtual void pump(std::int64_t wake_ns, Completions& done) = 0;
