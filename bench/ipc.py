@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """IPC round trip: batchd over shared memory (max-wait 0, cpu backend: SHA-256 at cost 1) beside
 a Unix-domain-socket server and iceoryx 2.0 request/response doing the same work, with 1 and 8
-client threads, each timed by the same closed loop (bench/ipc/ipc_bench.cpp).
+client threads, each timed by the same closed loop (bench/ipc/ipc_bench.cpp). Every transport is
+measured IPC_REPEATS times, interleaved, so the ratios come from the same stretch of machine time
+and the spread across repeats shows whether a latency is stable or bimodal.
 Writes bench/results/ipc.json."""
 
 import os
@@ -16,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib  # noqa: E402
 
 DURATION_S = float(os.environ.get("IPC_DURATION", "4"))
+REPEATS = int(os.environ.get("IPC_REPEATS", "3"))
 THREADS = [1, 8]
 
 
@@ -65,26 +68,54 @@ def iceoryx_runs() -> tuple[list, str]:
     return runs, ""
 
 
+def median(values: list) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def summarize(values: list) -> dict:
+    return {"median": median(values), "min": min(values), "max": max(values), "each": values}
+
+
+def ratios_of(runs: list) -> dict:
+    """batchd against each reference, per repeat, then summarized: p50 and p99 latency (lower is
+    better for batchd) and throughput (higher is better)."""
+    out = {}
+    for t in THREADS:
+        for other in ("uds", "iceoryx", "iceoryx-poll"):
+            per = {"p50": [], "p99": [], "rps": []}
+            for rep in range(REPEATS):
+                by = {r["transport"]: r for r in runs if r["threads"] == t and r["repeat"] == rep}
+                if "batchd" not in by or other not in by:
+                    continue
+                per["p50"].append(by["batchd"]["p50_us"] / by[other]["p50_us"])
+                per["p99"].append(by["batchd"]["p99_us"] / by[other]["p99_us"])
+                per["rps"].append(by["batchd"]["rps"] / by[other]["rps"])
+            if per["p50"]:
+                out[f"batchd/{other}@{t}"] = {k: summarize(v) for k, v in per.items()}
+    return out
+
+
 def main():
     work = Path(tempfile.mkdtemp(prefix="batchd-ipc-"))
+    runs, iox_note = [], ""
     try:
-        runs = batchd_runs(work) + uds_runs(work)
-        iox, iox_note = iceoryx_runs()
-        runs += iox
+        for rep in range(REPEATS):
+            print(f"ipc: repeat {rep + 1} of {REPEATS}")
+            batch = batchd_runs(work) + uds_runs(work)
+            iox, iox_note = iceoryx_runs()
+            for r in batch + iox:
+                r["repeat"] = rep
+            runs += batch + iox
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    ratios = {}
-    for t in THREADS:
-        by = {r["transport"]: r for r in runs if r["threads"] == t}
-        for other in ("uds", "iceoryx", "iceoryx-poll"):
-            if "batchd" in by and other in by:
-                ratios[f"batchd/{other}@{t}"] = {
-                    "p50": by["batchd"]["p50_us"] / by[other]["p50_us"],
-                    "p99": by["batchd"]["p99_us"] / by[other]["p99_us"],
-                }
+    ratios = ratios_of(runs)
     for key, r in ratios.items():
-        print(f"ipc: {key:24} p50 x{r['p50']:.2f}  p99 x{r['p99']:.2f}")
-    benchlib.write_result("ipc.json", {"duration_s": DURATION_S, "input_bytes": 64, "runs": runs,
+        print(f"ipc: {key:24} p50 x{r['p50']['median']:.2f} ({r['p50']['min']:.2f}-{r['p50']['max']:.2f})"
+              f"  p99 x{r['p99']['median']:.2f}  throughput x{r['rps']['median']:.2f}"
+              f" ({r['rps']['min']:.2f}-{r['rps']['max']:.2f})")
+    benchlib.write_result("ipc.json", {"duration_s": DURATION_S, "repeats": REPEATS, "input_bytes": 64, "runs": runs,
                                        "ratios": ratios, "iceoryx_note": iox_note})
 
 

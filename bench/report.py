@@ -42,19 +42,44 @@ LABELS = {"batchd": "batchd (shared memory)", "uds": "Unix-domain socket", "iceo
           "iceoryx-poll": "iceoryx 2.0 (busy poll)"}
 
 
+def ipc_groups(ipc):
+    """Runs grouped by (transport, threads), in measuring order; results from before repeats
+    existed count as one repeat."""
+    groups = {}
+    for r in ipc["runs"]:
+        groups.setdefault((r["transport"], r["threads"]), []).append(r)
+    return groups
+
+
+def median_run(runs):
+    return sorted(runs, key=lambda r: r["p50_us"])[len(runs) // 2]
+
+
 def ipc_section(ipc):
     if ipc is None:
         return "_Not measured yet: run `bench/run-all.sh`._"
-    rows = ["| transport | client threads | p50 µs | p99 µs | p99.9 µs | round trips/s | errors | wrong |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in ipc["runs"]:
-        rows.append(f"| {LABELS.get(r['transport'], r['transport'])} | {r['threads']} | {r['p50_us']:.1f} | "
-                    f"{r['p99_us']:.1f} | {r['p999_us']:.1f} | {r['rps']:.0f} | {r['errors']} | {r['wrong']} |")
-    rows += ["", "| ratio (batchd / reference) | p50 | p99 |", "|---|---:|---:|"]
+    repeats = ipc.get("repeats", 1)
+    rows = [f"Each line: the median of {repeats} interleaved repeats; \"p50 per repeat\" shows the spread.", "",
+            "| transport | client threads | p50 µs | p50 per repeat µs | p99 µs | p99.9 µs | round trips/s | errors | wrong |",
+            "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for (transport, threads), runs in ipc_groups(ipc).items():
+        m = median_run(runs)
+        each = ", ".join(f"{r['p50_us']:.1f}" for r in runs)
+        rows.append(f"| {LABELS.get(transport, transport)} | {threads} | {m['p50_us']:.1f} | {each} | "
+                    f"{m['p99_us']:.1f} | {m['p999_us']:.1f} | {m['rps']:.0f} | {sum(r['errors'] for r in runs)} | "
+                    f"{sum(r['wrong'] for r in runs)} |")
+    rows += ["", "| ratio (batchd / reference), median of the repeats (range) | p50 latency | p99 latency | throughput |",
+             "|---|---:|---:|---:|"]
     for key, v in ipc["ratios"].items():
         pair, threads = key.split("@")
         other = pair.split("/")[1]
-        rows.append(f"| batchd / {LABELS.get(other, other)}, {threads} thread(s) | {v['p50']:.2f} | {v['p99']:.2f} |")
+        if "median" not in v.get("p50", {}):  # results from before repeats
+            rows.append(f"| batchd / {LABELS.get(other, other)}, {threads} thread(s) | {v['p50']:.2f} | {v['p99']:.2f} | |")
+            continue
+        p50, p99, rps = v["p50"], v["p99"], v["rps"]
+        rows.append(f"| batchd / {LABELS.get(other, other)}, {threads} thread(s) | {p50['median']:.2f} "
+                    f"({p50['min']:.2f}–{p50['max']:.2f}) | {p99['median']:.2f} | {rps['median']:.2f} "
+                    f"({rps['min']:.2f}–{rps['max']:.2f}) |")
     if ipc.get("iceoryx_note"):
         rows += ["", f"iceoryx: {ipc['iceoryx_note']}"]
     plot_ipc(ipc)
@@ -62,10 +87,10 @@ def ipc_section(ipc):
 
 
 def plot_ipc(ipc):
-    runs = ipc["runs"]
+    groups = ipc_groups(ipc)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, threads in zip(axes, (1, 8)):
-        sel = [r for r in runs if r["threads"] == threads]
+        sel = [median_run(runs) for (_, t), runs in groups.items() if t == threads]
         names = [LABELS.get(r["transport"], r["transport"]).replace(" (", "\n(") for r in sel]
         x = range(len(sel))
         ax.bar([i - 0.2 for i in x], [r["p50_us"] for r in sel], 0.4, label="p50")
@@ -79,6 +104,22 @@ def plot_ipc(ipc):
     fig.tight_layout()
     fig.savefig(PLOTS / "ipc.png", dpi=90)
     plt.close(fig)
+
+
+# ---- open loop ------------------------------------------------------------------------------
+def openloop_section(result):
+    if result is None:
+        return "_Not measured yet: run `bench/run-all.sh openloop report`._"
+    rows = [f"Daemon: `batchd {' '.join(result['daemon_flags'])}`; each rate {result['duration_s']:.0f} s after 1 s "
+            "of warm-up; inputs 16–256 bytes; every answer checked against SHA-256.", "",
+            "| offered req/s | answered req/s | errors | wrong | p50 µs | p99 µs | p99.9 µs | held |",
+            "|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in result["runs"]:
+        rows.append(f"| {r['rate']:.0f} | {r['ok'] / r['duration_s']:.0f} | {r['errors']} | {r['wrong']} | "
+                    f"{r['p50_us']:.1f} | {r['p99_us']:.1f} | {r['p999_us']:.1f} | {'yes' if r['held'] else 'no'} |")
+    rows += ["", f"**Highest rate held** (every request of the {result['duration_s']:.0f} s window answered, "
+                 f"0 errors, 0 wrong): **{result['highest_held']:,.0f} requests/s**."]
+    return "\n".join(rows)
 
 
 # ---- batching gain --------------------------------------------------------------------------
@@ -316,7 +357,8 @@ def main():
         for p in sweep["points"]:
             p["model"] = model_entry(predict(cost, p["max_batch"], p["max_wait_ms"], p["rate"], spares(p)))
     parts = {"MACHINE": machine_line(sweep, ipc, gain), "IPC": ipc_section(ipc), "GAIN": gain_section(gain),
-             "HTTP": http_section(http), "SERVICE": service_section(load("service.json")), **sweep_parts(sweep)}
+             "HTTP": http_section(http), "SERVICE": service_section(load("service.json")),
+             "OPENLOOP": openloop_section(load("openloop.json")), **sweep_parts(sweep)}
     if sweep:
         parts["SWEEP_SETUP"] = (f"{len(sweep['batches'])} max-batch values x {len(sweep['waits_ms'])} max-wait values x "
                                 f"{len(sweep['loads'])} loads, {sweep['point_s']} s per point, deadline "

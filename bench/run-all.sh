@@ -5,17 +5,19 @@
 #      nginx),
 #   2. builds the release tree (build-release: -Dbuildtype=release -Dtests=disabled),
 #   3. bench/ipc.py     IPC round trip: batchd vs a Unix-domain socket vs iceoryx,
+#      bench/openloop.py  open-loop throughput over shared memory: the highest rate held,
 #   4. bench/sweep.py   batching gain and the max-batch x max-wait x load sweep (sim backend),
 #   5. bench/http-bench.sh  batchd-http vs nginx under wrk, and 10,000/s over HTTP,
 #   6. bench/service.py  overload, idle CPU and a slow device, each against a same-run baseline,
 #   7. bench/report.py  docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
-# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc sweep http service report
-# Environment: SWEEP_QUICK=1 (a 3x3x3 sweep, for trying the pipeline), SWEEP_POINT_S, IPC_DURATION.
+# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service report
+# Environment: SWEEP_QUICK=1 (a 3x3x3 sweep, for trying the pipeline), SWEEP_POINT_S, IPC_DURATION,
+# IPC_REPEATS, OPENLOOP_DURATION, OPENLOOP_RATES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-release
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ipc sweep http service report)
+[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service report)
 wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 started=$SECONDS
 
@@ -37,6 +39,7 @@ bash scripts/setup.sh iceoryx libiceoryx-posh-dev libiceoryx-hoofs-dev cmake pyt
 build
 export BATCHD_BENCH_BUILD=$PWD/$build
 if wants ipc; then echo "== IPC round trip"; /usr/bin/python3 bench/ipc.py; fi
+if wants openloop; then echo "== open-loop throughput"; /usr/bin/python3 bench/openloop.py; fi
 if wants sweep; then echo "== batching gain and sweep"; /usr/bin/python3 bench/sweep.py; fi
 if wants http; then
   echo "== HTTP"

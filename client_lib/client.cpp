@@ -172,7 +172,8 @@ Result ClientImpl::wait_sync(Request& request, std::chrono::milliseconds timeout
     std::atomic<unsigned>& waiters;
     ~Leave() { waiters.fetch_sub(1, std::memory_order_relaxed); }
   } leave{sync_waiters_};
-  std::int64_t spin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.spin).count();
+  const std::int64_t started_ns = shm::monotonic_ns();
+  std::int64_t spin_ns = spin_budget_ns();
   for (;;) {
     Location at;
     std::uint32_t seq = 0;
@@ -186,7 +187,10 @@ Result ClientImpl::wait_sync(Request& request, std::chrono::milliseconds timeout
       seq = reattach_seq_.load(std::memory_order_relaxed);
     }
     const Segment& seg = *at.segment;
-    if (seg.slot_done(at.slot, at.generation)) return finish_sync(request, at);
+    if (seg.slot_done(at.slot, at.generation)) {
+      note_answer_time(shm::monotonic_ns() - started_ns);
+      return finish_sync(request, at);
+    }
     const std::int64_t now_ns = shm::monotonic_ns();
     if (now_ns >= request.deadline_ns) {
       std::lock_guard lock(mu_);
@@ -211,6 +215,23 @@ Result ClientImpl::wait_sync(Request& request, std::chrono::milliseconds timeout
     (void)shm::wait_for_change(state, seg.view.request_slot(at.slot)->notify, shm::kNotifyFutex, 0,
                                slice_end, done);
   }
+}
+
+std::int64_t ClientImpl::spin_budget_ns() const noexcept {
+  const std::int64_t most_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.spin).count();
+  const std::int64_t typical_ns = answer_ns_.load(std::memory_order_relaxed);
+  // Unmeasured: the configured spin. Answers that take longer than that: no spin at all, the
+  // caller would only burn the core before sleeping anyway. Otherwise twice the typical answer
+  // time, which catches most answers without spinning long past them.
+  if (typical_ns == 0) return most_ns;
+  if (typical_ns > most_ns) return 0;
+  return std::min(most_ns, 2 * typical_ns + 1'000);
+}
+
+void ClientImpl::note_answer_time(std::int64_t ns) noexcept {
+  // Racy read-modify-write across callers: a lost sample only slows the average down.
+  const std::int64_t old = answer_ns_.load(std::memory_order_relaxed);
+  answer_ns_.store(old == 0 ? ns : (old * 7 + ns) / 8, std::memory_order_relaxed);
 }
 
 Result ClientImpl::finish_sync(Request& request, const Location& at) {

@@ -90,7 +90,8 @@ struct ClientOptions {
   std::string socket_path;  // empty: the daemon's default path
   // How long connect() keeps trying to reach a daemon that is not (yet) there.
   std::chrono::milliseconds connect_timeout{2000};
-  // Sync callers spin this long for an answer before sleeping in the kernel.
+  // Sync callers spin at most this long for an answer before sleeping in the kernel: twice the
+  // measured round trip, and not at all while round trips take longer than this.
   std::chrono::microseconds spin{50};
   // They spin only while at most this many callers wait (0: half the cores, at least one), so at
   // most this many spin at once: spinning callers beyond the cores take the CPU from the daemon

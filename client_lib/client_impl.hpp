@@ -74,6 +74,9 @@ class ClientImpl {
   void release_locked(const Location& at) noexcept;
   Result wait_sync(Request& request, std::chrono::milliseconds timeout);
   Result finish_sync(Request& request, const Location& at);
+  // How long a sync caller spins before it sleeps, from how long answers have been taking.
+  [[nodiscard]] std::int64_t spin_budget_ns() const noexcept;
+  void note_answer_time(std::int64_t ns) noexcept;
   Result expire_locked(Request& request, std::chrono::milliseconds timeout);
   std::optional<Result> settle_locked(AsyncRequest& request, std::int64_t now_ns, bool look_everywhere);
 
@@ -115,6 +118,7 @@ class ClientImpl {
   // Sync callers inside wait_sync. A caller spins only if it saw at most max_spinners_ of them,
   // itself and every spinner included, so no separate count of spinners is needed.
   std::atomic<unsigned> sync_waiters_{0};
+  std::atomic<std::int64_t> answer_ns_{0};  // moving average of sync round trips, 0 unmeasured
   std::thread monitor_;
   std::atomic<bool> event_fd_wanted_{false};  // event_fd() was called: keep its readiness
   // poll_wait's: the completion event count it last saw, and in which segment.

@@ -201,8 +201,21 @@ void Daemon::ping_watchdog_if_due(std::int64_t now_ns) {
   next_watchdog_ns_ = now_ns + watchdog_interval_ns_;
 }
 
+bool Daemon::spin_pays() noexcept {
+  // A spin that ends in sleep anyway only took a core from the clients. Spin while at least one
+  // idle period in kSpinPaysOneIn ended inside the spin (work came back soon), and probe with a
+  // spin now and then so that a change of load is noticed.
+  return spin_wins_ * kSpinPaysOneIn >= kSpinScore || (++idle_periods_ % kSpinProbeEvery) == 0;
+}
+
+void Daemon::note_spin(bool won) noexcept {
+  // A moving average in fixed point: kSpinScore means every spin was won.
+  spin_wins_ = (spin_wins_ * 7 + (won ? kSpinScore : 0)) / 8;
+}
+
 void Daemon::run() {
   std::int64_t idle_since_ns = 0;
+  bool spinning = false;
   const std::int64_t spin_ns = static_cast<std::int64_t>(config_.drain_spin_us) * 1000;
   for (;;) {
     handle_completions();
@@ -215,16 +228,23 @@ void Daemon::run() {
 
     if (stop_requested_.load(std::memory_order_relaxed) && stopping_done(now_ns, progressed)) break;
     if (progressed) {
+      if (spinning) note_spin(true);
+      spinning = false;
       idle_since_ns = 0;
       continue;
     }
-    if (idle_since_ns == 0) idle_since_ns = now_ns;
-    if (now_ns - idle_since_ns < spin_ns) {
+    if (idle_since_ns == 0) {
+      idle_since_ns = now_ns;
+      spinning = spin_ns > 0 && spin_pays();
+    }
+    if (spinning && now_ns - idle_since_ns < spin_ns) {
 #if defined(__x86_64__)
       __builtin_ia32_pause();
 #endif
       continue;
     }
+    if (spinning) note_spin(false);
+    spinning = false;
     sleep_until_work();
     idle_since_ns = 0;
   }

@@ -119,6 +119,9 @@ class Daemon {
   bool stopping_done(std::int64_t now_ns, bool progressed);
   void finish_stop();
   void ping_watchdog_if_due(std::int64_t now_ns);
+  // Whether the drain loop should spin before it sleeps, from how often spinning has paid.
+  bool spin_pays() noexcept;
+  void note_spin(bool won) noexcept;
 
   io_uring_sqe* next_sqe();
   void arm_poll(int fd, std::uint64_t user_data);
@@ -166,6 +169,12 @@ class Daemon {
   std::mutex limits_mu_;
   BatchLimits pending_limits_;           // guarded by limits_mu_
   std::atomic<bool> limits_changed_{false};
+
+  static constexpr std::uint32_t kSpinScore = 1024;
+  static constexpr std::uint32_t kSpinPaysOneIn = 8;
+  static constexpr std::uint32_t kSpinProbeEvery = 16;
+  std::uint32_t spin_wins_ = kSpinScore;  // drain loop only: starts out spinning
+  std::uint32_t idle_periods_ = 0;
 
   std::int64_t watchdog_interval_ns_ = 0;  // 0: no watchdog
   std::int64_t next_watchdog_ns_ = 0;
