@@ -55,6 +55,7 @@ ClientImpl::ClientImpl(std::shared_ptr<Segment> segment, shm::UniqueFd event_fd,
   slot_count_.store(current_->view.slot_count(), std::memory_order_relaxed);
   async_.reserve(current_->view.slot_count());
   finished_.reserve(current_->view.slot_count());
+  finished_entries_.reserve(current_->view.finished_capacity());
   monitor_ = std::thread([this] { monitor(); });
 }
 
@@ -267,7 +268,7 @@ std::optional<Error> ClientImpl::submit_async(std::string_view input,
   current_->publish();
   request.id = ++next_async_id_;
   if (id != nullptr) *id = request.id;
-  async_.push_back(std::move(request));
+  track_async_locked(std::move(request));
   return std::nullopt;
 }
 
@@ -286,7 +287,7 @@ std::size_t ClientImpl::submit_many_async(std::span<Client::AsyncSubmission> sub
     request.done = std::move(s.done);
     request.id = ++next_async_id_;
     s.id = request.id;
-    async_.push_back(std::move(request));
+    track_async_locked(std::move(request));
     ++admitted;
   }
   current_->publish();
@@ -320,16 +321,30 @@ void ClientImpl::cancel(std::uint64_t id) {
   }
 }
 
-// Settles an async request if it is answered, failed or past its deadline. Only a request the
-// finished list named has its slot's shared state read, unless `look_everywhere`.
+void ClientImpl::track_async_locked(AsyncRequest&& request) {
+  const Location& at = request.at;
+  at.segment->slots[at.slot].async_index = static_cast<std::uint32_t>(async_.size());
+  async_.push_back(std::move(request));
+}
+
+void ClientImpl::untrack_async_locked(std::size_t i) noexcept {
+  if (i + 1 != async_.size()) {
+    async_[i] = std::move(async_.back());
+    const Location& moved = async_[i].at;
+    moved.segment->slots[moved.slot].async_index = static_cast<std::uint32_t>(i);
+  }
+  async_.pop_back();
+}
+
+// Settles an async request if it failed or is past its deadline, or, with `look_everywhere`,
+// if its slot says it is answered (normally the finished list says so: see poll()).
 std::optional<Result> ClientImpl::settle_locked(AsyncRequest& request, std::int64_t now_ns,
                                                 bool look_everywhere) {
   const Location& at = request.at;
   std::optional<Result> result;
-  const bool maybe_done = look_everywhere || at.segment->finished_hint(at.slot, at.generation);
   if (request.failure) {
     result = Result::failure(request.failure->code, std::move(request.failure->message));
-  } else if (maybe_done && at.segment->slot_done(at.slot, at.generation)) {
+  } else if (look_everywhere && at.segment->slot_done(at.slot, at.generation)) {
     result = at.segment->read_result(at.slot);
   } else if (now_ns >= request.deadline_ns) {
     result = at.segment->dead.load(std::memory_order_acquire)
@@ -342,6 +357,26 @@ std::optional<Result> ClientImpl::settle_locked(AsyncRequest& request, std::int6
   }
   release_locked(at);
   return result;
+}
+
+void ClientImpl::settle_finished_locked() {
+  Segment& seg = *current_;
+  for (const shm::RingEntry entry : finished_entries_) {
+    const std::uint32_t slot = shm::ring_entry_slot(entry);
+    const std::uint32_t generation = shm::ring_entry_generation(entry);
+    const std::uint32_t i = seg.slots[slot].async_index;
+    if (i >= async_.size()) continue;
+    AsyncRequest& request = async_[i];
+    const Location& at = request.at;
+    // The list is a hint: the slot's own state decides. A failed request is the scan's.
+    if (at.segment.get() != &seg || at.slot != slot || at.generation != generation || request.failure ||
+        !seg.slot_done(slot, generation)) {
+      continue;
+    }
+    finished_.emplace_back(std::move(request.done), seg.read_result(slot));
+    release_locked(at);
+    untrack_async_locked(i);
+  }
 }
 
 int ClientImpl::event_fd() noexcept {
@@ -386,22 +421,29 @@ std::size_t ClientImpl::poll() {
     std::uint64_t counter = 0;
     [[maybe_unused]] const ssize_t n = ::read(event_fd_.get(), &counter, sizeof(counter));
   }
-  cancels_.store(0, std::memory_order_relaxed);
+  const bool cancelled = cancels_.exchange(0, std::memory_order_relaxed) != 0;
   const std::int64_t now_ns = shm::monotonic_ns();
   finished_.clear();
   {
     std::lock_guard lock(mu_);
+    finished_entries_.clear();
+    const bool lost = !current_->collect_finished(finished_entries_);
+    settle_finished_locked();
     // After a reattach, answers may sit in the old segment's slots, which no list names.
-    const bool look_everywhere = !current_->collect_finished() || std::exchange(look_everywhere_, false);
-    for (std::size_t i = 0; i < async_.size();) {
-      std::optional<Result> result = settle_locked(async_[i], now_ns, look_everywhere);
-      if (!result) {
-        ++i;
-        continue;
+    const bool look_everywhere = lost || std::exchange(look_everywhere_, false);
+    // Failures (cancels, a reattach that could not move a request) and deadlines are found by a
+    // scan of the client's own memory, at most every kDeadlineScanNs unless something asks.
+    if (look_everywhere || cancelled || now_ns >= next_scan_ns_) {
+      next_scan_ns_ = now_ns + kDeadlineScanNs;
+      for (std::size_t i = 0; i < async_.size();) {
+        std::optional<Result> result = settle_locked(async_[i], now_ns, look_everywhere);
+        if (!result) {
+          ++i;
+          continue;
+        }
+        finished_.emplace_back(std::move(async_[i].done), std::move(*result));
+        untrack_async_locked(i);
       }
-      finished_.emplace_back(std::move(async_[i].done), std::move(*result));
-      if (i + 1 != async_.size()) async_[i] = std::move(async_.back());
-      async_.pop_back();
     }
   }
   for (auto& [callback, result] : finished_) {

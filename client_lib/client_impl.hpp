@@ -35,6 +35,10 @@ constexpr int kReattachRestMs = 20;
 // Bits of shm::EventWaiter::sleeping: the event waker thread's, and a poll_wait caller's.
 constexpr std::uint32_t kWakerBit = 1U << 0;
 constexpr std::uint32_t kPollWaiterBit = 1U << 1;
+// poll() looks for expired asynchronous requests at most this often (answers it finds at once,
+// through the daemon's finished list): a deadline is in milliseconds, and a scan costs a look at
+// every request in flight.
+constexpr std::int64_t kDeadlineScanNs = 1'000'000;
 
 }  // namespace client_detail
 
@@ -79,6 +83,11 @@ class ClientImpl {
   void note_answer_time(std::int64_t ns) noexcept;
   Result expire_locked(Request& request, std::chrono::milliseconds timeout);
   std::optional<Result> settle_locked(AsyncRequest& request, std::int64_t now_ns, bool look_everywhere);
+  // Settles the requests the daemon's finished list named (finished_entries_).
+  void settle_finished_locked();
+  // async_ with each request's index kept in its slot's SlotState::async_index.
+  void track_async_locked(AsyncRequest&& request);
+  void untrack_async_locked(std::size_t i) noexcept;
 
   // The event waker (client_events.cpp): sleeps on the daemon's completion event word and
   // signals event_fd_, which only this process holds. Started by the first submit_async.
@@ -105,6 +114,8 @@ class ClientImpl {
   // The next poll() must check every request's slot, not only those the finished list names: a
   // reattach moved requests, or answered ones stayed in the old segment.
   bool look_everywhere_ = false;  // guarded by mu_
+  std::vector<shm::RingEntry> finished_entries_;  // poll()'s scratch, guarded by mu_
+  std::int64_t next_scan_ns_ = 0;                 // poll()'s next deadline scan, guarded by mu_
   std::uint64_t next_async_id_ = 0;  // guarded by mu_
   std::uint64_t epoch_ = 1;  // the monitor's alone
 

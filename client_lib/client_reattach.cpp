@@ -113,6 +113,9 @@ void ClientImpl::move_requests_locked(Segment& old, const std::shared_ptr<Segmen
       continue;
     }
     move_one_locked(request, Use::kAsync, fresh);
+    if (request.at.segment == fresh) {
+      fresh->slots[request.at.slot].async_index = static_cast<std::uint32_t>(&request - async_.data());
+    }
   }
   fresh->publish();
 }

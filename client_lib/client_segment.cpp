@@ -56,6 +56,7 @@ std::uint32_t Segment::write_request(std::uint32_t slot, const void* input, std:
   state.use = use;
   state.pushed = false;
   state.waiter = nullptr;
+  state.async_index = kNoAsync;
   shm::RequestSlotHeader& header = *view.request_slot(slot);
   header.input_bytes = bytes;
   header.deadline_mono_ns = deadline_ns;
@@ -117,7 +118,7 @@ bool Segment::reclaim_abandoned() noexcept {
   return any;
 }
 
-bool Segment::collect_finished() noexcept {
+bool Segment::collect_finished(std::vector<shm::RingEntry>& out) {
   const shm::FinishedTail& list = *view.finished_tail();
   const std::uint64_t capacity = view.finished_capacity();
   const std::uint64_t tail = list.tail.load(std::memory_order_acquire);
@@ -127,11 +128,10 @@ bool Segment::collect_finished() noexcept {
   const shm::RingEntry* entries = view.finished_entries();
   for (std::uint64_t p = from; p != tail; ++p) {
     const shm::RingEntry entry = shm::load_once(entries[p & (capacity - 1)]);
-    const std::uint32_t slot = shm::ring_entry_slot(entry);
-    if (slot < slots.size()) slots[slot].finished_generation = shm::ring_entry_generation(entry);
+    if (shm::ring_entry_slot(entry) < slots.size()) out.push_back(entry);
   }
-  // Entries overwritten while they were read are caught here; a wrong hint is harmless anyway
-  // (poll() checks the slot's state), but a lost one must send poll() to look at every slot.
+  // Entries overwritten while they were read are caught here; a wrong entry is harmless anyway
+  // (poll() checks the slot's state), but a lost one must send poll() to look everywhere.
   return list.tail.load(std::memory_order_acquire) - from <= capacity;
 }
 

@@ -27,15 +27,17 @@ enum class Use : std::uint8_t { kFree, kSync, kAsync, kAbandoned };
 
 struct Request;
 
+inline constexpr std::uint32_t kNoAsync = 0xFFFFFFFFU;
+
 // The client's bookkeeping for one slot of one segment.
 struct SlotState {
   std::uint32_t generation = 0;
   Use use = Use::kFree;
   bool pushed = false;          // published through the ring (a daemon may hold it)
   Request* waiter = nullptr;    // the sync caller's request, so a reattach can move it
-  // The generation the daemon's finished list last named for this slot: a hint that poll()
-  // confirms against the slot's state before it reads the answer.
-  std::uint32_t finished_generation = 0;
+  // Where the slot's asynchronous request sits in ClientImpl::async_ (kNoAsync: none), so an
+  // entry of the daemon's finished list leads straight to it.
+  std::uint32_t async_index = kNoAsync;
 };
 
 // Everything that belongs to one attachment to one daemon. A client holds the current one and
@@ -77,13 +79,10 @@ struct Segment {
   void publish() noexcept;
   void ring_doorbell_if_sleeping() const noexcept;
   [[nodiscard]] bool reclaim_abandoned() noexcept;
-  // Reads the daemon's finished list into the slots' hints. False when entries were lost (the
-  // client fell more than the list's capacity behind): then only a look at every slot is sure.
-  [[nodiscard]] bool collect_finished() noexcept;
-  [[nodiscard]] bool finished_hint(std::uint32_t slot, std::uint32_t generation) const noexcept {
-    return slots[slot].finished_generation == generation;
-  }
-};
+  // Appends the entries the daemon's finished list gained since the last call to `out` (slots in
+  // range only). False when entries were lost (the client fell more than the list's capacity
+  // behind): then only a look at every request is sure.
+  [[nodiscard]] bool collect_finished(std::vector<shm::RingEntry>& out);};
 
 // Where a request lives now. The monitor rewrites it (under the client's mutex) when it moves
 // the request to a new daemon's segment.

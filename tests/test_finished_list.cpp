@@ -1,5 +1,5 @@
 // The daemon's finished list as the client reads it: the entries name answered slots (hints the
-// client confirms against the slot's state), and a client that fell more than the list's capacity
+// client confirms against the slot's state before it reads an answer), and a client that fell more than the list's capacity
 // behind is told to look at every slot, so no answer is ever missed.
 #include <doctest/doctest.h>
 
@@ -45,36 +45,41 @@ TEST_CASE("the finished list sits between the completion events and the slots, s
   CHECK(g.completion_slots_offset % shm::kCacheLine == 0);
 }
 
-TEST_CASE("the client turns the finished list into per-slot hints") {
+TEST_CASE("the client reads each new entry of the finished list once") {
   LocalSegment local(8);
   local.daemon_finishes(3, 7);
   local.daemon_finishes(5, 2);
-  REQUIRE(local.seg.collect_finished());
-  CHECK(local.seg.finished_hint(3, 7));
-  CHECK(local.seg.finished_hint(5, 2));
-  CHECK_FALSE(local.seg.finished_hint(3, 6));  // an older generation of the slot is not named
-  CHECK_FALSE(local.seg.finished_hint(4, 1));  // never named
-  // Read once: a second collection with nothing new changes nothing and reports no loss.
-  REQUIRE(local.seg.collect_finished());
-  CHECK(local.seg.finished_head == 2);
+  std::vector<shm::RingEntry> got;
+  REQUIRE(local.seg.collect_finished(got));
+  CHECK(got == std::vector<shm::RingEntry>{shm::make_ring_entry(3, 7), shm::make_ring_entry(5, 2)});
+  got.clear();
+  REQUIRE(local.seg.collect_finished(got));  // nothing new: nothing read, no loss
+  CHECK(got.empty());
+  local.daemon_finishes(1, 4);
+  REQUIRE(local.seg.collect_finished(got));
+  CHECK(got == std::vector<shm::RingEntry>{shm::make_ring_entry(1, 4)});
 }
 
-TEST_CASE("a client more than the list's capacity behind is told to look at every slot") {
+TEST_CASE("a client more than the list's capacity behind is told to look at every request") {
   LocalSegment local(4);  // capacity 8 entries
   const std::uint64_t capacity = local.seg.view.finished_capacity();
   REQUIRE(capacity == 8);
   for (std::uint64_t i = 0; i < capacity + 1; ++i) local.daemon_finishes(static_cast<std::uint32_t>(i % 4), 1);
-  CHECK_FALSE(local.seg.collect_finished());
-  CHECK(local.seg.finished_head == capacity + 1);  // caught up: the next batch is read normally
+  std::vector<shm::RingEntry> got;
+  CHECK_FALSE(local.seg.collect_finished(got));
+  CHECK(local.seg.finished_head == capacity + 1);  // caught up: the next entries are read normally
+  got.clear();
   local.daemon_finishes(2, 9);
-  REQUIRE(local.seg.collect_finished());
-  CHECK(local.seg.finished_hint(2, 9));
+  REQUIRE(local.seg.collect_finished(got));
+  CHECK(got == std::vector<shm::RingEntry>{shm::make_ring_entry(2, 9)});
 }
 
-TEST_CASE("entries naming slots out of range are ignored") {
+TEST_CASE("entries naming slots out of range are dropped") {
   LocalSegment local(4);
   local.daemon_finishes(4, 1);
   local.daemon_finishes(0xFFFFFFFFU, 1);
-  REQUIRE(local.seg.collect_finished());
-  for (std::uint32_t slot = 0; slot < 4; ++slot) CHECK_FALSE(local.seg.finished_hint(slot, 1));
+  local.daemon_finishes(3, 1);
+  std::vector<shm::RingEntry> got;
+  REQUIRE(local.seg.collect_finished(got));
+  CHECK(got == std::vector<shm::RingEntry>{shm::make_ring_entry(3, 1)});
 }
