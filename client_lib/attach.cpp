@@ -57,9 +57,10 @@ Error refusal_error(shm::AttachStatus status, const std::string& socket_path, co
 // everything (the first receive then reports ECONNRESET) or before the hello arrived; the reply
 // it sent is still queued here, so one more receive reads it.
 long receive_reply(int conn, shm::AttachReply& reply, std::vector<shm::UniqueFd>& fds) {
-  long n = shm::recv_with_fds(conn, std::as_writable_bytes(std::span(&reply, 1)), fds);
-  if (n == -ECONNRESET) n = shm::recv_with_fds(conn, std::as_writable_bytes(std::span(&reply, 1)), fds);
-  return n;
+  const auto bytes = std::as_writable_bytes(std::span(&reply, 1));
+  Expected<std::size_t> n = shm::recv_with_fds(conn, bytes, fds);
+  if (!n && n.error().code == std::errc::connection_reset) n = shm::recv_with_fds(conn, bytes, fds);
+  return n ? static_cast<long>(*n) : -1;
 }
 
 // Connects, retrying while the socket is missing or refuses; returns -errno of the last try.
@@ -102,7 +103,9 @@ bool attach_to_daemon(const std::string& socket_path, std::chrono::milliseconds 
     return false;
   }
   const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, 0, 0};
-  const int send_err = shm::send_with_fds(conn.get(), std::as_bytes(std::span(&hello, 1)), {});
+  const Expected<void> sent =
+      shm::send_with_fds(conn.get(), std::as_bytes(std::span(&hello, 1)), {});
+  const int send_err = sent ? 0 : sent.error().code.value();
   if (send_err != 0 && send_err != EPIPE && send_err != ECONNRESET) {
     error = {ErrorCode::kDaemonUnavailable,
              fmt::format("daemon at {} dropped the connection: {}", socket_path, std::strerror(send_err))};

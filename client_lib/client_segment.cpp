@@ -139,28 +139,28 @@ bool Segment::collect_finished(std::vector<shm::RingEntry>& out) {
 namespace {
 
 bool map_segment(Segment& seg, Error& error) {
-  const std::int64_t req_bytes = shm::file_bytes(seg.request_fd.get());
-  const std::int64_t comp_bytes = shm::file_bytes(seg.completion_fd.get());
-  const std::int64_t status_bytes = shm::file_bytes(seg.status_fd.get());
-  if (req_bytes < static_cast<std::int64_t>(sizeof(shm::SegmentHeader)) || comp_bytes <= 0 ||
-      status_bytes < static_cast<std::int64_t>(shm::kStatusPageBytes)) {
+  const Expected<std::uint64_t> req_bytes = shm::file_bytes(seg.request_fd.get());
+  const Expected<std::uint64_t> comp_bytes = shm::file_bytes(seg.completion_fd.get());
+  const Expected<std::uint64_t> status_bytes = shm::file_bytes(seg.status_fd.get());
+  if (!req_bytes || !comp_bytes || !status_bytes || *req_bytes < sizeof(shm::SegmentHeader) ||
+      *comp_bytes == 0 || *status_bytes < shm::kStatusPageBytes) {
     error = {ErrorCode::kProtocolError, "daemon sent segment files too small to hold a header"};
     return false;
   }
-  seg.request_map = shm::map_fd(seg.request_fd.get(), static_cast<std::uint64_t>(req_bytes), true);
+  // A mapping that fails throws its Failure (value()), which make_segment reports.
+  seg.request_map = shm::map_fd(seg.request_fd.get(), *req_bytes, true).value();
   // Read-only: the daemon sealed this region against writable mappings.
-  seg.completion_map = shm::map_fd(seg.completion_fd.get(), static_cast<std::uint64_t>(comp_bytes), false);
-  seg.status_map = shm::map_fd(seg.status_fd.get(), shm::kStatusPageBytes, false);
+  seg.completion_map = shm::map_fd(seg.completion_fd.get(), *comp_bytes, false).value();
+  seg.status_map = shm::map_fd(seg.status_fd.get(), shm::kStatusPageBytes, false).value();
   shm::SegmentHeader header{};
   std::memcpy(&header, seg.request_map.get_address(), sizeof(header));
-  shm::Geometry geometry;
-  std::string why;
-  if (!shm::validate_header(header, static_cast<std::uint64_t>(req_bytes),
-                            static_cast<std::uint64_t>(comp_bytes), geometry, why)) {
-    error = {ErrorCode::kProtocolError, "daemon's segment refused: " + why};
+  const Expected<shm::Geometry> geometry = shm::validate_header(header, *req_bytes, *comp_bytes);
+  if (!geometry) {
+    error = {ErrorCode::kProtocolError, "daemon's segment refused: " + geometry.error().message};
     return false;
   }
-  seg.view = shm::SegmentView(geometry, seg.request_map.get_address(), seg.completion_map.get_address());
+  seg.view = shm::SegmentView(*geometry, seg.request_map.get_address(),
+                              seg.completion_map.get_address());
   seg.status = static_cast<const shm::DaemonStatusPage*>(seg.status_map.get_address());
   return true;
 }

@@ -20,12 +20,12 @@ ClientSession::ClientSession(std::uint64_t id, const shm::SegmentParams& params,
                              uid_t uid)
     : id_(id), pid_(pid), uid_(uid) {
   const shm::Geometry g = shm::compute_geometry(params);
-  request_fd_ = shm::create_memfd("batchd-requests", g.request_region_bytes);
-  completion_fd_ = shm::create_memfd("batchd-completions", g.completion_region_bytes);
-  request_map_ = shm::map_fd(request_fd_.get(), g.request_region_bytes, true);
-  completion_map_ = shm::map_fd(completion_fd_.get(), g.completion_region_bytes, true);
-  shm::seal_memfd(request_fd_.get(), false);
-  shm::seal_memfd(completion_fd_.get(), true);
+  request_fd_ = shm::create_memfd("batchd-requests", g.request_region_bytes).value();
+  completion_fd_ = shm::create_memfd("batchd-completions", g.completion_region_bytes).value();
+  request_map_ = shm::map_fd(request_fd_.get(), g.request_region_bytes, true).value();
+  completion_map_ = shm::map_fd(completion_fd_.get(), g.completion_region_bytes, true).value();
+  shm::seal_memfd(request_fd_.get(), false).value();
+  shm::seal_memfd(completion_fd_.get(), true).value();
   view_ = shm::SegmentView(g, request_map_.get_address(), completion_map_.get_address());
   *view_.header() = shm::make_header(g);
   ring_ = shm::RingConsumer(view_.ring_tail(), view_.ring_entries(), view_.completion_header(),

@@ -35,7 +35,7 @@ enum class TakeResult { kEmpty, kTaken, kViolation };
 
 class ClientSession {
  public:
-  // Creates the client's segment. Throws std::system_error or interprocess_exception. The
+  // Creates the client's segment. Throws std::system_error (a shm Failure's FailureError). The
   // connection is handed over only once this succeeded (set_connection), so a refusal can still
   // be sent on it.
   ClientSession(std::uint64_t id, const shm::SegmentParams& params, pid_t pid, uid_t uid);

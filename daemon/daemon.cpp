@@ -62,8 +62,8 @@ Daemon::~Daemon() {
 }
 
 void Daemon::start() {
-  if (auto bad = shm::check_params(config_.segment); !bad.empty()) {
-    throw std::invalid_argument("bad segment parameters: " + bad);
+  if (auto usable = shm::check_params(config_.segment); !usable) {
+    throw std::invalid_argument("bad segment parameters: " + usable.error().message);
   }
   if (config_.batch.max_batch == 0) throw std::invalid_argument("max batch must be at least 1");
   if (config_.batch.max_batch_bytes > kMaxBatchBytes) {
@@ -99,9 +99,10 @@ void Daemon::start() {
 
   doorbell_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!doorbell_.valid()) throw std::system_error(errno, std::generic_category(), "eventfd");
-  status_fd_ = shm::create_memfd("batchd-status", shm::kStatusPageBytes);
-  status_map_ = shm::map_fd(status_fd_.get(), shm::kStatusPageBytes, true);
-  shm::seal_memfd(status_fd_.get(), true);
+  // Start-up: a failure here is the operator's to see, so value() throws it.
+  status_fd_ = shm::create_memfd("batchd-status", shm::kStatusPageBytes).value();
+  status_map_ = shm::map_fd(status_fd_.get(), shm::kStatusPageBytes, true).value();
+  shm::seal_memfd(status_fd_.get(), true).value();
   status_ = new (status_map_.get_address()) shm::DaemonStatusPage{};
   status_->magic = shm::kStatusMagic;
   status_->daemon_pid = static_cast<std::uint32_t>(::getpid());

@@ -94,17 +94,19 @@ void Daemon::finish_attach(std::uint64_t id) {
   const int fd = it->second.connection.get();
   shm::Hello hello{};
   std::vector<shm::UniqueFd> fds;  // a client has no fds to give; any it sent are closed here
-  const long n = shm::recv_with_fds(fd, std::as_writable_bytes(std::span(&hello, 1)), fds);
-  if (n == -EAGAIN) {  // woken without data: keep waiting, until the deadline
-    arm_poll(fd, pack(Op::kAttach, id));
+  const Expected<std::size_t> n =
+      shm::recv_with_fds(fd, std::as_writable_bytes(std::span(&hello, 1)), fds);
+  if (!n && n.error().code == std::errc::resource_unavailable_try_again) {
+    arm_poll(fd, pack(Op::kAttach, id));  // woken without data: keep waiting, until the deadline
     return;
   }
   PendingAttach pending = std::move(it->second);
   if (--attaching_per_uid_[pending.peer.uid] == 0) attaching_per_uid_.erase(pending.peer.uid);
   attaching_.erase(it);
   const PeerCredentials& peer = pending.peer;
-  if (n == 0 || (n < 0 && n != -EPROTO)) return;  // gone before its hello: nobody to tell
-  if (n != static_cast<long>(sizeof(hello)) || hello.magic != shm::kAttachMagic) {
+  const bool truncated = !n && n.error().code == std::errc::protocol_error;
+  if (!truncated && (!n || *n == 0)) return;  // gone before its hello: nobody to tell
+  if (truncated || *n != sizeof(hello) || hello.magic != shm::kAttachMagic) {
     refuse(pending, shm::AttachStatus::kBadHello, "malformed attach request");
     return;
   }
@@ -155,9 +157,9 @@ void Daemon::finish_attach(std::uint64_t id) {
   reply.client_id = static_cast<std::uint32_t>(id);
   const int out_fds[shm::kAttachFdCount] = {session->request_fd(), session->completion_fd(),
                                             session->doorbell_fd(), status_fd_.get()};
-  if (int err = shm::send_with_fds(fd, std::as_bytes(std::span(&reply, 1)), out_fds); err != 0) {
+  if (auto sent = shm::send_with_fds(fd, std::as_bytes(std::span(&reply, 1)), out_fds); !sent) {
     warn_limited(LogKind::kAttachFailure, "attach of pid {} failed while sending its segment: {}",
-                 peer.pid, std::strerror(err));
+                 peer.pid, sent.error().message);
     return;
   }
   session->set_connection(std::move(pending.connection));

@@ -7,8 +7,9 @@
 
 namespace batchd::shm {
 
-int send_with_fds(int socket, std::span<const std::byte> message, std::span<const int> fds) noexcept {
-  if (fds.size() > kMaxPassedFds) return EINVAL;
+Expected<void> send_with_fds(int socket, std::span<const std::byte> message,
+                             std::span<const int> fds) noexcept {
+  if (fds.size() > kMaxPassedFds) return errno_failure("sendmsg: too many fds", EINVAL);
   iovec iov{const_cast<std::byte*>(message.data()), message.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)]{};
   msghdr msg{};
@@ -25,12 +26,14 @@ int send_with_fds(int socket, std::span<const std::byte> message, std::span<cons
   }
   for (;;) {
     const ssize_t n = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
-    if (n >= 0) return static_cast<std::size_t>(n) == message.size() ? 0 : EMSGSIZE;
-    if (errno != EINTR) return errno;
+    if (n >= 0 && static_cast<std::size_t>(n) == message.size()) return {};
+    if (n >= 0) return errno_failure("sendmsg: message cut short", EMSGSIZE);
+    if (errno != EINTR) return errno_failure("sendmsg");
   }
 }
 
-long recv_with_fds(int socket, std::span<std::byte> message, std::vector<UniqueFd>& fds) noexcept {
+Expected<std::size_t> recv_with_fds(int socket, std::span<std::byte> message,
+                                    std::vector<UniqueFd>& fds) noexcept {
   iovec iov{message.data(), message.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)]{};
   msghdr msg{};
@@ -42,7 +45,7 @@ long recv_with_fds(int socket, std::span<std::byte> message, std::vector<UniqueF
   for (;;) {
     n = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
     if (n >= 0) break;
-    if (errno != EINTR) return -errno;
+    if (errno != EINTR) return errno_failure("recvmsg");
   }
   bool bad = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
@@ -56,9 +59,9 @@ long recv_with_fds(int socket, std::span<std::byte> message, std::vector<UniqueF
   }
   if (bad) {
     fds.clear();
-    return -EPROTO;
+    return errno_failure("recvmsg: message or fds truncated", EPROTO);
   }
-  return n;
+  return static_cast<std::size_t>(n);
 }
 
 }  // namespace batchd::shm

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/expected.hpp"
+
 namespace batchd::shm {
 
 // Owns one file descriptor; closes it on destruction.
@@ -38,12 +40,15 @@ class UniqueFd {
 
 inline constexpr std::size_t kMaxPassedFds = 8;
 
-// Sends one message with fds attached. Returns 0 or an errno value; retries EINTR.
-int send_with_fds(int socket, std::span<const std::byte> message, std::span<const int> fds) noexcept;
+// Sends one message with fds attached, whole (else EMSGSIZE); the errno in the failure's code
+// otherwise. Retries EINTR.
+Expected<void> send_with_fds(int socket, std::span<const std::byte> message,
+                             std::span<const int> fds) noexcept;
 
 // Receives one message (up to message.size() bytes) and any fds sent with it. Returns the byte
-// count, 0 when the peer closed, or -errno. Truncated messages and surplus fds are refused (and
-// the fds closed) with -EPROTO.
-long recv_with_fds(int socket, std::span<std::byte> message, std::vector<UniqueFd>& fds) noexcept;
+// count, 0 when the peer closed, or the errno in the failure's code. Truncated messages and
+// surplus fds are refused (and the fds closed) with EPROTO.
+Expected<std::size_t> recv_with_fds(int socket, std::span<std::byte> message,
+                                    std::vector<UniqueFd>& fds) noexcept;
 
 }  // namespace batchd::shm

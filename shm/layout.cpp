@@ -11,21 +11,31 @@ constexpr std::uint64_t round_up(std::uint64_t value, std::uint64_t align) noexc
 
 constexpr std::uint64_t kPageBytes = 4096;
 
+Failure invalid(std::string why) {
+  return make_failure(std::errc::invalid_argument, std::move(why));
+}
+
+// A header this build will not map.
+Failure refused(std::string why) {
+  return make_failure(std::errc::protocol_error, std::move(why));
+}
+
 }  // namespace
 
-std::string check_params(const SegmentParams& params) {
+Expected<void> check_params(const SegmentParams& params) {
   const auto slots = params.slot_count;
   if (slots == 0 || slots > kMaxSlots || (slots & (slots - 1)) != 0) {
-    return fmt::format("slot count {} must be a power of two between 1 and {}", slots, kMaxSlots);
+    return invalid(fmt::format("slot count {} must be a power of two between 1 and {}", slots,
+                               kMaxSlots));
   }
   if (params.max_input_bytes == 0 || params.max_input_bytes > kMaxPayloadBytes) {
-    return fmt::format("max input bytes {} must be between 1 and {}", params.max_input_bytes,
-                       kMaxPayloadBytes);
+    return invalid(fmt::format("max input bytes {} must be between 1 and {}",
+                               params.max_input_bytes, kMaxPayloadBytes));
   }
   if (params.max_output_bytes < 256 || params.max_output_bytes > kMaxPayloadBytes) {
     // 256 bytes is the room an error message needs.
-    return fmt::format("max output bytes {} must be between 256 and {}", params.max_output_bytes,
-                       kMaxPayloadBytes);
+    return invalid(fmt::format("max output bytes {} must be between 256 and {}",
+                               params.max_output_bytes, kMaxPayloadBytes));
   }
   return {};
 }
@@ -70,21 +80,19 @@ SegmentHeader make_header(const Geometry& g) noexcept {
   return h;
 }
 
-bool validate_header(const SegmentHeader& h, std::uint64_t request_region_bytes,
-                     std::uint64_t completion_region_bytes, Geometry& out, std::string& why) {
+Expected<Geometry> validate_header(const SegmentHeader& h, std::uint64_t request_region_bytes,
+                                   std::uint64_t completion_region_bytes) {
   if (h.magic != kSegmentMagic) {
-    why = fmt::format("bad segment magic {:#x}: not a batchd segment", h.magic);
-    return false;
+    return refused(fmt::format("bad segment magic {:#x}: not a batchd segment", h.magic));
   }
   if (h.layout_version != kLayoutVersion || h.header_bytes != sizeof(SegmentHeader)) {
-    why = fmt::format("segment layout version {} (header {} bytes) but this build speaks {} ({} bytes)",
-                      h.layout_version, h.header_bytes, kLayoutVersion, sizeof(SegmentHeader));
-    return false;
+    return refused(fmt::format(
+        "segment layout version {} (header {} bytes) but this build speaks {} ({} bytes)",
+        h.layout_version, h.header_bytes, kLayoutVersion, sizeof(SegmentHeader)));
   }
   const SegmentParams params{h.slot_count, h.max_input_bytes, h.max_output_bytes};
-  if (auto bad = check_params(params); !bad.empty()) {
-    why = "segment sizes out of range: " + bad;
-    return false;
+  if (auto usable = check_params(params); !usable) {
+    return refused("segment sizes out of range: " + usable.error().message);
   }
   // Every derived offset must equal what this build computes: a header that disagrees on any of
   // them was written by another layout, whatever its version says.
@@ -97,18 +105,15 @@ bool validate_header(const SegmentHeader& h, std::uint64_t request_region_bytes,
       h.request_slot_stride != expected.request_slot_stride ||
       h.completion_slots_offset != expected.completion_slots_offset ||
       h.completion_slot_stride != expected.completion_slot_stride) {
-    why = "segment header offsets disagree with its sizes";
-    return false;
+    return refused("segment header offsets disagree with its sizes");
   }
   if (request_region_bytes != g.request_region_bytes ||
       completion_region_bytes != g.completion_region_bytes) {
-    why = fmt::format("segment regions are {} and {} bytes but the header needs {} and {}",
-                      request_region_bytes, completion_region_bytes, g.request_region_bytes,
-                      g.completion_region_bytes);
-    return false;
+    return refused(fmt::format("segment regions are {} and {} bytes but the header needs {} and {}",
+                               request_region_bytes, completion_region_bytes,
+                               g.request_region_bytes, g.completion_region_bytes));
   }
-  out = g;
-  return true;
+  return g;
 }
 
 }  // namespace batchd::shm

@@ -6,8 +6,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <string>
 #include <type_traits>
+
+#include "base/expected.hpp"
 
 namespace batchd::shm {
 
@@ -165,14 +166,14 @@ struct Geometry {
   std::uint64_t completion_region_bytes = 0;
 };
 
-// Returns an empty string when the params are usable, else why not.
-std::string check_params(const SegmentParams& params);
-// Precondition: check_params(params) is empty.
+// Whether the params are usable; EINVAL and why not when they are not.
+Expected<void> check_params(const SegmentParams& params);
+// Precondition: check_params(params) succeeded.
 Geometry compute_geometry(const SegmentParams& params) noexcept;
 SegmentHeader make_header(const Geometry& geometry) noexcept;
 // Checks a header read from a mapped request region of the given sizes against the layout this
-// build understands; returns the geometry, or an empty-params geometry and the reason in `why`.
-bool validate_header(const SegmentHeader& header, std::uint64_t request_region_bytes,
-                     std::uint64_t completion_region_bytes, Geometry& out, std::string& why);
+// build understands; returns the geometry, or EPROTO and why the header is refused.
+Expected<Geometry> validate_header(const SegmentHeader& header, std::uint64_t request_region_bytes,
+                                   std::uint64_t completion_region_bytes);
 
 }  // namespace batchd::shm

@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 
 #include <cerrno>
-#include <system_error>
 
 namespace batchd::shm {
 namespace {
@@ -26,32 +25,38 @@ class FdMappable {
 
 }  // namespace
 
-UniqueFd create_memfd(const char* name, std::uint64_t bytes) {
+Expected<UniqueFd> create_memfd(const char* name, std::uint64_t bytes) noexcept {
   UniqueFd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd.valid()) throw std::system_error(errno, std::generic_category(), "memfd_create");
+  if (!fd.valid()) return errno_failure("memfd_create");
   if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
-    throw std::system_error(errno, std::generic_category(), "ftruncate memfd");
+    return errno_failure("ftruncate memfd");
   }
   return fd;
 }
 
-void seal_memfd(int fd, bool readers_only) {
+Expected<void> seal_memfd(int fd, bool readers_only) noexcept {
   int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
   if (readers_only) seals |= F_SEAL_FUTURE_WRITE;
-  if (::fcntl(fd, F_ADD_SEALS, seals) != 0) {
-    throw std::system_error(errno, std::generic_category(), "seal memfd");
-  }
+  if (::fcntl(fd, F_ADD_SEALS, seals) != 0) return errno_failure("seal memfd");
+  return {};
 }
 
-std::int64_t file_bytes(int fd) noexcept {
+Expected<std::uint64_t> file_bytes(int fd) noexcept {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return -errno;
-  return st.st_size;
+  if (::fstat(fd, &st) != 0) return errno_failure("fstat");
+  return static_cast<std::uint64_t>(st.st_size);
 }
 
-boost::interprocess::mapped_region map_fd(int fd, std::uint64_t bytes, bool writable) {
+Expected<boost::interprocess::mapped_region> map_fd(int fd, std::uint64_t bytes,
+                                                     bool writable) noexcept {
   const auto mode = writable ? boost::interprocess::read_write : boost::interprocess::read_only;
-  return boost::interprocess::mapped_region(FdMappable(fd, mode), mode, 0, bytes);
+  try {
+    return boost::interprocess::mapped_region(FdMappable(fd, mode), mode, 0, bytes);
+  } catch (const boost::interprocess::interprocess_exception& e) {
+    // Its native error is the failed call's errno; 0 when Boost refused the request itself.
+    const int err = e.get_native_error();
+    return err != 0 ? errno_failure("mmap", err) : errno_failure(e.what(), EINVAL);
+  }
 }
 
 }  // namespace batchd::shm

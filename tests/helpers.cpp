@@ -300,11 +300,12 @@ shm::UniqueFd raw_connect(const std::string& socket) {
 shm::AttachStatus hello_status(int conn, std::uint32_t flags, std::span<const int> fds,
                                std::string* message) {
   const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, flags, 0};
-  REQUIRE(shm::send_with_fds(conn, std::as_bytes(std::span(&hello, 1)), fds) == 0);
+  REQUIRE(shm::send_with_fds(conn, std::as_bytes(std::span(&hello, 1)), fds));
   shm::AttachReply reply{};
   std::vector<shm::UniqueFd> got;
-  REQUIRE(shm::recv_with_fds(conn, std::as_writable_bytes(std::span(&reply, 1)), got) ==
-          static_cast<long>(sizeof(reply)));
+  const auto received = shm::recv_with_fds(conn, std::as_writable_bytes(std::span(&reply, 1)), got);
+  REQUIRE(received);
+  REQUIRE(*received == sizeof(reply));
   reply.message[sizeof(reply.message) - 1] = '\0';
   if (message != nullptr) *message = reply.message;
   return reply.status;

@@ -23,6 +23,7 @@
 #include "daemon/daemon.hpp"
 #include "shm/attach_protocol.hpp"
 #include "shm/fd.hpp"
+#include "tests/doctest_expected.hpp"
 
 namespace batchd::test {
 

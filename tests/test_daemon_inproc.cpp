@@ -223,8 +223,8 @@ TEST_CASE("a client that breaks the protocol is dropped while others carry on") 
   Attachment raw;
   Error error;
   REQUIRE(attach_to_daemon(daemon.socket_path(), 2s, raw, error));
-  const auto bytes = static_cast<std::uint64_t>(shm::file_bytes(raw.fds[shm::kRequestRegionFd].get()));
-  auto region = shm::map_fd(raw.fds[shm::kRequestRegionFd].get(), bytes, true);
+  const std::uint64_t bytes = shm::file_bytes(raw.fds[shm::kRequestRegionFd].get()).value();
+  auto region = shm::map_fd(raw.fds[shm::kRequestRegionFd].get(), bytes, true).value();
   auto* header = static_cast<shm::SegmentHeader*>(region.get_address());
   auto* tail = reinterpret_cast<shm::RingTail*>(static_cast<char*>(region.get_address()) + header->ring_offset);
   auto* entries = reinterpret_cast<shm::RingEntry*>(tail + 1);
@@ -296,8 +296,8 @@ TEST_CASE("a client scribbling over its own segment hurts only itself") {
       Error error;
       if (!attach_to_daemon(daemon.socket_path(), 2s, raw, error)) continue;
       hostile_attaches.fetch_add(1);
-      const auto bytes = static_cast<std::uint64_t>(shm::file_bytes(raw.fds[shm::kRequestRegionFd].get()));
-      auto region = shm::map_fd(raw.fds[shm::kRequestRegionFd].get(), bytes, true);
+      const std::uint64_t bytes = shm::file_bytes(raw.fds[shm::kRequestRegionFd].get()).value();
+      auto region = shm::map_fd(raw.fds[shm::kRequestRegionFd].get(), bytes, true).value();
       auto* base = static_cast<unsigned char*>(region.get_address());
       char buf[8];
       // Random bytes anywhere in the request region (header, ring, slots), ringing the doorbell,

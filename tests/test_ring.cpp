@@ -21,10 +21,10 @@ struct SharedSegment {
 
   explicit SharedSegment(std::uint32_t slots)
       : geometry(compute_geometry(SegmentParams{slots, 64, 256})),
-        request_fd(create_memfd("test-req", geometry.request_region_bytes)),
-        completion_fd(create_memfd("test-comp", geometry.completion_region_bytes)),
-        request(map_fd(request_fd.get(), geometry.request_region_bytes, true)),
-        completion(map_fd(completion_fd.get(), geometry.completion_region_bytes, true)),
+        request_fd(create_memfd("test-req", geometry.request_region_bytes).value()),
+        completion_fd(create_memfd("test-comp", geometry.completion_region_bytes).value()),
+        request(map_fd(request_fd.get(), geometry.request_region_bytes, true).value()),
+        completion(map_fd(completion_fd.get(), geometry.completion_region_bytes, true).value()),
         view(geometry, request.get_address(), completion.get_address()) {}
 
   RingProducer producer() const {
