@@ -4,11 +4,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <system_error>
-
 #include <fmt/format.h>
 
 #include <cstring>
+#include <new>
 
 #include "shm/futex.hpp"
 #include "shm/memfd_region.hpp"
@@ -16,24 +15,42 @@
 
 namespace batchd {
 
-ClientSession::ClientSession(std::uint64_t id, const shm::SegmentParams& params, pid_t pid,
-                             uid_t uid)
-    : id_(id), pid_(pid), uid_(uid) {
+Expected<std::unique_ptr<ClientSession>> ClientSession::create(std::uint64_t id,
+                                                               const shm::SegmentParams& params,
+                                                               pid_t pid, uid_t uid) noexcept {
+  // Allocated without exceptions: a client's attach must not throw, even out of memory.
+  std::unique_ptr<ClientSession> session(new (std::nothrow) ClientSession(id, pid, uid));
+  if (session == nullptr) return errno_failure("client session", ENOMEM);
+  if (auto made = session->make_segment(params); !made) return made.error();
+  session->in_flight_.reset(new (std::nothrow) std::atomic<std::uint32_t>[params.slot_count]);
+  if (session->in_flight_ == nullptr) return errno_failure("in-flight table", ENOMEM);
+  for (std::uint32_t i = 0; i < params.slot_count; ++i) session->in_flight_[i].store(0);
+  session->doorbell_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!session->doorbell_.valid()) return errno_failure("eventfd");
+  return session;
+}
+
+Expected<void> ClientSession::make_segment(const shm::SegmentParams& params) noexcept {
   const shm::Geometry g = shm::compute_geometry(params);
-  request_fd_ = shm::create_memfd("batchd-requests", g.request_region_bytes).value();
-  completion_fd_ = shm::create_memfd("batchd-completions", g.completion_region_bytes).value();
-  request_map_ = shm::map_fd(request_fd_.get(), g.request_region_bytes, true).value();
-  completion_map_ = shm::map_fd(completion_fd_.get(), g.completion_region_bytes, true).value();
-  shm::seal_memfd(request_fd_.get(), false).value();
-  shm::seal_memfd(completion_fd_.get(), true).value();
+  auto request_fd = shm::create_memfd("batchd-requests", g.request_region_bytes);
+  if (!request_fd) return request_fd.error();
+  request_fd_ = std::move(*request_fd);
+  auto completion_fd = shm::create_memfd("batchd-completions", g.completion_region_bytes);
+  if (!completion_fd) return completion_fd.error();
+  completion_fd_ = std::move(*completion_fd);
+  auto request_map = shm::map_fd(request_fd_.get(), g.request_region_bytes, true);
+  if (!request_map) return request_map.error();
+  request_map_ = std::move(*request_map);
+  auto completion_map = shm::map_fd(completion_fd_.get(), g.completion_region_bytes, true);
+  if (!completion_map) return completion_map.error();
+  completion_map_ = std::move(*completion_map);
+  if (auto sealed = shm::seal_memfd(request_fd_.get(), false); !sealed) return sealed;
+  if (auto sealed = shm::seal_memfd(completion_fd_.get(), true); !sealed) return sealed;
   view_ = shm::SegmentView(g, request_map_.get_address(), completion_map_.get_address());
   *view_.header() = shm::make_header(g);
   ring_ = shm::RingConsumer(view_.ring_tail(), view_.ring_entries(), view_.completion_header(),
                             params.slot_count);
-  in_flight_ = std::make_unique<std::atomic<std::uint32_t>[]>(params.slot_count);
-  for (std::uint32_t i = 0; i < params.slot_count; ++i) in_flight_[i].store(0);
-  doorbell_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!doorbell_.valid()) throw std::system_error(errno, std::generic_category(), "eventfd");
+  return {};
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/expected.hpp"
 #include "shm/fd.hpp"
 #include "shm/layout.hpp"
 #include "shm/ring.hpp"
@@ -35,10 +36,12 @@ enum class TakeResult { kEmpty, kTaken, kViolation };
 
 class ClientSession {
  public:
-  // Creates the client's segment. Throws std::system_error (a shm Failure's FailureError). The
+  // Creates the client's segment, or says why it could not (out of memory or descriptors). The
   // connection is handed over only once this succeeded (set_connection), so a refusal can still
-  // be sent on it.
-  ClientSession(std::uint64_t id, const shm::SegmentParams& params, pid_t pid, uid_t uid);
+  // be sent on it. Precondition: shm::check_params(params) succeeded.
+  static Expected<std::unique_ptr<ClientSession>> create(std::uint64_t id,
+                                                         const shm::SegmentParams& params,
+                                                         pid_t pid, uid_t uid) noexcept;
   ClientSession(const ClientSession&) = delete;
   ClientSession& operator=(const ClientSession&) = delete;
 
@@ -89,6 +92,10 @@ class ClientSession {
   [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_relaxed); }
 
  private:
+  ClientSession(std::uint64_t id, pid_t pid, uid_t uid) noexcept : id_(id), pid_(pid), uid_(uid) {}
+  // Creates, maps and seals both regions and writes the header.
+  Expected<void> make_segment(const shm::SegmentParams& params) noexcept;
+
   std::uint64_t id_;
   shm::UniqueFd connection_;
   pid_t pid_;

@@ -142,14 +142,14 @@ void Daemon::finish_attach(std::uint64_t id) {
                std::to_string(config_.max_clients_per_uid) + " clients attached");
     return;
   }
-  std::shared_ptr<ClientSession> session;
-  try {
-    session = std::make_shared<ClientSession>(id, config_.segment, peer.pid, peer.uid);
-  } catch (const std::exception& e) {
-    spdlog::error("cannot create a segment for pid {}: {}", peer.pid, e.what());
-    refuse(pending, shm::AttachStatus::kInternalError, e.what());
+  auto created = ClientSession::create(id, config_.segment, peer.pid, peer.uid);
+  if (!created) {
+    const std::string why = created.error().message;
+    spdlog::error("cannot create a segment for pid {}: {}", peer.pid, why);
+    refuse(pending, shm::AttachStatus::kInternalError, why);
     return;
   }
+  std::shared_ptr<ClientSession> session = std::move(*created);
   shm::AttachReply reply{};
   reply.magic = shm::kAttachMagic;
   reply.protocol_version = shm::kProtocolVersion;

@@ -7,6 +7,7 @@
 #include "daemon/client_session.hpp"
 #include "daemon/control_socket.hpp"
 #include "shm/ring.hpp"
+#include "tests/doctest_expected.hpp"
 
 using namespace batchd;
 
@@ -22,7 +23,9 @@ struct Fixture {
     int fds[2];
     REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds) == 0);
     peer.reset(fds[1]);
-    session = std::make_unique<ClientSession>(1, params, 0, 0);
+    auto created = ClientSession::create(1, params, 0, 0);
+    REQUIRE(created);
+    session = std::move(*created);
     session->set_connection(shm::UniqueFd(fds[0]));
     const auto& v = session->view();
     producer = shm::RingProducer(v.ring_tail(), v.ring_entries(), v.completion_header(), v.slot_count());
