@@ -53,34 +53,75 @@ Error refusal_error(shm::AttachStatus status, const std::string& socket_path, co
   return {code, fmt::format("daemon at {} refused to attach: {} ({})", socket_path, reason, message)};
 }
 
-// Reads the daemon's reply. A daemon that refused and closed may have done so before reading
-// everything (the first receive then reports ECONNRESET) or before the hello arrived; the reply
-// it sent is still queued here, so one more receive reads it.
-long receive_reply(int conn, shm::AttachReply& reply, std::vector<shm::UniqueFd>& fds) {
-  const auto bytes = std::as_writable_bytes(std::span(&reply, 1));
-  Expected<std::size_t> n = shm::recv_with_fds(conn, bytes, fds);
-  if (!n && n.error().code == std::errc::connection_reset) n = shm::recv_with_fds(conn, bytes, fds);
-  return n ? static_cast<long>(*n) : -1;
+Error no_daemon(const std::string& socket_path, int err) {
+  return {ErrorCode::kDaemonUnavailable,
+          fmt::format("no batchd daemon at {} ({}); is it running?", socket_path, std::strerror(err))};
 }
 
-// Connects, retrying while the socket is missing or refuses; returns -errno of the last try.
-int connect_until(const std::string& path, std::int64_t deadline_ns, shm::UniqueFd& out) {
+// Connects, retrying while the socket is missing or refuses, until the deadline.
+client_detail::Attempt<shm::UniqueFd> connect_until(const std::string& path,
+                                                    std::int64_t deadline_ns) {
   sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path)) return -ENAMETOOLONG;
+  if (path.size() >= sizeof(addr.sun_path)) return no_daemon(path, ENAMETOOLONG);
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   for (;;) {
     shm::UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-    if (!fd.valid()) return -errno;
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-      out = std::move(fd);
-      return 0;
-    }
+    if (!fd.valid()) return no_daemon(path, errno);
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
     const int err = errno;
-    if (err != ENOENT && err != ECONNREFUSED && err != EAGAIN && err != EINTR) return -err;
-    if (shm::monotonic_ns() + kConnectRetry.count() * 1'000'000 > deadline_ns) return -err;
+    const bool worth_retrying = err == ENOENT || err == ECONNREFUSED || err == EAGAIN || err == EINTR;
+    if (!worth_retrying || shm::monotonic_ns() + kConnectRetry.count() * 1'000'000 > deadline_ns) {
+      return no_daemon(path, err);
+    }
     std::this_thread::sleep_for(kConnectRetry);
   }
+}
+
+// Reads the daemon's reply; whether it came whole. A daemon that refused and closed may have done
+// so before reading everything (the first receive then reports ECONNRESET) or before the hello
+// arrived (`hello_sent` false); the reply it sent is still queued here, so one more receive, or a
+// plain non-blocking one, reads it.
+bool receive_reply(int conn, bool hello_sent, shm::AttachReply& reply,
+                   std::vector<shm::UniqueFd>& fds) {
+  if (!hello_sent) return ::recv(conn, &reply, sizeof(reply), MSG_DONTWAIT) == sizeof(reply);
+  const auto bytes = std::as_writable_bytes(std::span(&reply, 1));
+  Expected<std::size_t> n = shm::recv_with_fds(conn, bytes, fds);
+  if (!n && n.error().code == std::errc::connection_reset) n = shm::recv_with_fds(conn, bytes, fds);
+  return n && *n == sizeof(reply);
+}
+
+// Waits for the reply to a hello (or one sent before it arrived) and checks it.
+client_detail::Attempt<Attachment> await_reply(shm::UniqueFd conn, const Expected<void>& sent,
+                                               const std::string& socket_path,
+                                               std::chrono::milliseconds timeout,
+                                               std::int64_t deadline_ns) {
+  pollfd pfd{conn.get(), POLLIN, 0};
+  const std::int64_t left_ms = std::max<std::int64_t>(0, (deadline_ns - shm::monotonic_ns()) / 1'000'000);
+  if (sent && ::poll(&pfd, 1, static_cast<int>(left_ms)) <= 0) {
+    return Error{ErrorCode::kDaemonUnavailable,
+                 fmt::format("daemon at {} did not answer the attach request within {} ms",
+                             socket_path, timeout.count())};
+  }
+  shm::AttachReply reply{};
+  std::vector<shm::UniqueFd> fds;
+  if (!receive_reply(conn.get(), bool(sent), reply, fds) || reply.magic != shm::kAttachMagic) {
+    return Error{ErrorCode::kDaemonUnavailable,
+                 !sent ? fmt::format("daemon at {} dropped the connection: {}", socket_path,
+                                     sent.error().code.message())
+                       : fmt::format("daemon at {} closed or sent a malformed attach reply",
+                                     socket_path)};
+  }
+  if (reply.status != shm::AttachStatus::kOk) {
+    reply.message[sizeof(reply.message) - 1] = '\0';
+    return refusal_error(reply.status, socket_path, reply.message);
+  }
+  if (fds.size() != shm::kAttachFdCount) {
+    return Error{ErrorCode::kProtocolError,
+                 fmt::format("daemon sent {} fds with its attach reply, expected {}", fds.size(),
+                             static_cast<int>(shm::kAttachFdCount))};
+  }
+  return Attachment{std::move(conn), std::move(fds), reply.client_id};
 }
 
 }  // namespace
@@ -92,59 +133,23 @@ std::string client_default_socket_path() {
   return std::string(runtime) + "/batchd/batchd.sock";
 }
 
-bool attach_to_daemon(const std::string& socket_path, std::chrono::milliseconds timeout,
-                      Attachment& out, Error& error) {
+client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_path,
+                                                    std::chrono::milliseconds timeout) {
   const std::int64_t deadline_ns = client_detail::deadline_after(timeout);
-  shm::UniqueFd conn;
-  if (int rc = connect_until(socket_path, deadline_ns, conn); rc != 0) {
-    error = {ErrorCode::kDaemonUnavailable,
-             fmt::format("no batchd daemon at {} ({}); is it running?", socket_path,
-                         std::strerror(-rc))};
-    return false;
-  }
+  auto conn = connect_until(socket_path, deadline_ns);
+  if (!conn) return conn.error();
   const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, 0, 0};
   const Expected<void> sent =
-      shm::send_with_fds(conn.get(), std::as_bytes(std::span(&hello, 1)), {});
-  const int send_err = sent ? 0 : sent.error().code.value();
-  if (send_err != 0 && send_err != EPIPE && send_err != ECONNRESET) {
-    error = {ErrorCode::kDaemonUnavailable,
-             fmt::format("daemon at {} dropped the connection: {}", socket_path, std::strerror(send_err))};
-    return false;
+      shm::send_with_fds(conn->get(), std::as_bytes(std::span(&hello, 1)), {});
+  // A daemon that refused may close before reading the hello: its reply is still worth reading.
+  const bool hung_up = !sent && (sent.error().code == std::errc::broken_pipe ||
+                                 sent.error().code == std::errc::connection_reset);
+  if (!sent && !hung_up) {
+    return Error{ErrorCode::kDaemonUnavailable,
+                 fmt::format("daemon at {} dropped the connection: {}", socket_path,
+                             sent.error().code.message())};
   }
-  pollfd pfd{conn.get(), POLLIN, 0};
-  const std::int64_t left_ms = std::max<std::int64_t>(0, (deadline_ns - shm::monotonic_ns()) / 1'000'000);
-  if (send_err == 0 && ::poll(&pfd, 1, static_cast<int>(left_ms)) <= 0) {
-    error = {ErrorCode::kDaemonUnavailable,
-             fmt::format("daemon at {} did not answer the attach request within {} ms", socket_path,
-                         timeout.count())};
-    return false;
-  }
-  shm::AttachReply reply{};
-  std::vector<shm::UniqueFd> fds;
-  const long n = send_err == 0 ? receive_reply(conn.get(), reply, fds)
-                               : ::recv(conn.get(), &reply, sizeof(reply), MSG_DONTWAIT);
-  if (n != static_cast<long>(sizeof(reply)) || reply.magic != shm::kAttachMagic) {
-    error = {ErrorCode::kDaemonUnavailable,
-             send_err != 0
-                 ? fmt::format("daemon at {} dropped the connection: {}", socket_path, std::strerror(send_err))
-                 : fmt::format("daemon at {} closed or sent a malformed attach reply", socket_path)};
-    return false;
-  }
-  if (reply.status != shm::AttachStatus::kOk) {
-    reply.message[sizeof(reply.message) - 1] = '\0';
-    error = refusal_error(reply.status, socket_path, reply.message);
-    return false;
-  }
-  if (fds.size() != shm::kAttachFdCount) {
-    error = {ErrorCode::kProtocolError,
-             fmt::format("daemon sent {} fds with its attach reply, expected {}", fds.size(),
-                         static_cast<int>(shm::kAttachFdCount))};
-    return false;
-  }
-  out.connection = std::move(conn);
-  out.fds = std::move(fds);
-  out.client_id = reply.client_id;
-  return true;
+  return await_reply(std::move(*conn), sent, socket_path, timeout, deadline_ns);
 }
 
 }  // namespace batchd

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "client_lib/attempt.hpp"
 #include "client_lib/client.hpp"
 #include "shm/attach_protocol.hpp"
 #include "shm/fd.hpp"
@@ -18,10 +19,10 @@ struct Attachment {
   std::uint32_t client_id = 0;
 };
 
-// Returns false and fills `error` when no daemon could be reached in time or it refused (the
+// The attachment, or why there is none: no daemon could be reached in time, or it refused (the
 // refusal's reason as a typed error: permission_denied, too_many_clients, ...).
-bool attach_to_daemon(const std::string& socket_path, std::chrono::milliseconds timeout,
-                      Attachment& out, Error& error);
+client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_path,
+                                                    std::chrono::milliseconds timeout);
 
 // The socket path a client uses when none is given: as the daemon's default.
 std::string client_default_socket_path();

@@ -505,11 +505,17 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options, Error* err
     err = {ErrorCode::kDaemonUnavailable, std::string("eventfd: ") + std::strerror(errno)};
     return nullptr;
   }
-  Attachment attachment;
-  if (!attach_to_daemon(path, options.connect_timeout, attachment, err)) return nullptr;
-  std::shared_ptr<Segment> segment = make_segment(std::move(attachment), 1, err);
-  if (!segment) return nullptr;
-  auto impl = std::make_unique<ClientImpl>(std::move(segment), std::move(event_fd), options, path);
+  Attempt<Attachment> attachment = attach_to_daemon(path, options.connect_timeout);
+  if (!attachment) {
+    err = attachment.error();
+    return nullptr;
+  }
+  Attempt<std::shared_ptr<Segment>> segment = make_segment(std::move(*attachment), 1);
+  if (!segment) {
+    err = segment.error();
+    return nullptr;
+  }
+  auto impl = std::make_unique<ClientImpl>(std::move(*segment), std::move(event_fd), options, path);
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 

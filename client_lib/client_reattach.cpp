@@ -57,12 +57,10 @@ void ClientImpl::mark_gone(Segment& seg) noexcept {
 // Tries to attach to a (new) daemon until one answers; nullptr when the client shuts down.
 std::shared_ptr<Segment> ClientImpl::reattach() noexcept {
   for (;;) {
-    Attachment attachment;
-    Error error;
-    if (attach_to_daemon(socket_path_, kReattachTry, attachment, error)) {
-      if (auto fresh = make_segment(std::move(attachment), epoch_ + 1, error)) {
+    if (auto attachment = attach_to_daemon(socket_path_, kReattachTry)) {
+      if (auto fresh = make_segment(std::move(*attachment), epoch_ + 1)) {
         ++epoch_;
-        return fresh;
+        return std::move(*fresh);
       }
     }
     pollfd stop{stop_fd_.get(), POLLIN, 0};

@@ -135,40 +135,47 @@ bool Segment::collect_finished(std::vector<shm::RingEntry>& out) {
   return list.tail.load(std::memory_order_acquire) - from <= capacity;
 }
 
-// Maps the regions of a fresh attachment and checks the daemon's header.
 namespace {
 
-bool map_segment(Segment& seg, Error& error) {
+Error unmappable(const Failure& failure) {
+  return {ErrorCode::kProtocolError, "cannot map the daemon's segment: " + failure.message};
+}
+
+// Maps the regions of a fresh attachment and checks the daemon's header.
+Attempt<void> map_segment(Segment& seg) {
   const Expected<std::uint64_t> req_bytes = shm::file_bytes(seg.request_fd.get());
   const Expected<std::uint64_t> comp_bytes = shm::file_bytes(seg.completion_fd.get());
   const Expected<std::uint64_t> status_bytes = shm::file_bytes(seg.status_fd.get());
   if (!req_bytes || !comp_bytes || !status_bytes || *req_bytes < sizeof(shm::SegmentHeader) ||
       *comp_bytes == 0 || *status_bytes < shm::kStatusPageBytes) {
-    error = {ErrorCode::kProtocolError, "daemon sent segment files too small to hold a header"};
-    return false;
+    return Error{ErrorCode::kProtocolError, "daemon sent segment files too small to hold a header"};
   }
-  // A mapping that fails throws its Failure (value()), which make_segment reports.
-  seg.request_map = shm::map_fd(seg.request_fd.get(), *req_bytes, true).value();
+  auto request_map = shm::map_fd(seg.request_fd.get(), *req_bytes, true);
+  if (!request_map) return unmappable(request_map.error());
+  seg.request_map = std::move(*request_map);
   // Read-only: the daemon sealed this region against writable mappings.
-  seg.completion_map = shm::map_fd(seg.completion_fd.get(), *comp_bytes, false).value();
-  seg.status_map = shm::map_fd(seg.status_fd.get(), shm::kStatusPageBytes, false).value();
+  auto completion_map = shm::map_fd(seg.completion_fd.get(), *comp_bytes, false);
+  if (!completion_map) return unmappable(completion_map.error());
+  seg.completion_map = std::move(*completion_map);
+  auto status_map = shm::map_fd(seg.status_fd.get(), shm::kStatusPageBytes, false);
+  if (!status_map) return unmappable(status_map.error());
+  seg.status_map = std::move(*status_map);
   shm::SegmentHeader header{};
   std::memcpy(&header, seg.request_map.get_address(), sizeof(header));
   const Expected<shm::Geometry> geometry = shm::validate_header(header, *req_bytes, *comp_bytes);
   if (!geometry) {
-    error = {ErrorCode::kProtocolError, "daemon's segment refused: " + geometry.error().message};
-    return false;
+    return Error{ErrorCode::kProtocolError, "daemon's segment refused: " + geometry.error().message};
   }
   seg.view = shm::SegmentView(*geometry, seg.request_map.get_address(),
                               seg.completion_map.get_address());
   seg.status = static_cast<const shm::DaemonStatusPage*>(seg.status_map.get_address());
-  return true;
+  return {};
 }
 
-// Builds the Segment of a fresh attachment, or returns nullptr and says why in `error`.
 }  // namespace
 
-std::shared_ptr<Segment> make_segment(Attachment attachment, std::uint64_t epoch, Error& error) {
+// Allocation is the only failure left to catch: mapping failures come back as values.
+Attempt<std::shared_ptr<Segment>> make_segment(Attachment attachment, std::uint64_t epoch) {
   try {
     auto seg = std::make_shared<Segment>();
     seg->epoch = epoch;
@@ -177,7 +184,7 @@ std::shared_ptr<Segment> make_segment(Attachment attachment, std::uint64_t epoch
     seg->completion_fd = std::move(attachment.fds[shm::kCompletionRegionFd]);
     seg->doorbell_fd = std::move(attachment.fds[shm::kDoorbellFd]);
     seg->status_fd = std::move(attachment.fds[shm::kStatusPageFd]);
-    if (!map_segment(*seg, error)) return nullptr;
+    if (auto mapped = map_segment(*seg); !mapped) return mapped.error();
     const std::uint32_t slots = seg->view.slot_count();
     seg->producer = shm::RingProducer(seg->view.ring_tail(), seg->view.ring_entries(),
                                       seg->view.completion_header(), slots);
@@ -187,8 +194,8 @@ std::shared_ptr<Segment> make_segment(Attachment attachment, std::uint64_t epoch
     for (std::uint32_t i = slots; i-- > 0;) seg->free.push_back(i);
     return seg;
   } catch (const std::exception& e) {
-    error = {ErrorCode::kProtocolError, std::string("cannot map the daemon's segment: ") + e.what()};
-    return nullptr;
+    return Error{ErrorCode::kProtocolError,
+                 std::string("cannot set up the daemon's segment: ") + e.what()};
   }
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "client_lib/attach.hpp"
+#include "client_lib/attempt.hpp"
 #include "client_lib/client.hpp"
 #include "shm/fd.hpp"
 #include "shm/ring.hpp"
@@ -110,7 +111,7 @@ std::int64_t deadline_after(std::chrono::milliseconds timeout) noexcept;
 Result result_from_wire(shm::WireStatus status, std::string payload);
 // Adds one to an eventfd (wakes whoever reads or polls it).
 void signal_eventfd(int fd) noexcept;
-// Maps and checks the segment an attach handed over; nullptr with `error` if it is unusable.
-std::shared_ptr<Segment> make_segment(Attachment attachment, std::uint64_t epoch, Error& error);
+// Maps and checks the segment an attach handed over, or says why it is unusable.
+Attempt<std::shared_ptr<Segment>> make_segment(Attachment attachment, std::uint64_t epoch);
 
 }  // namespace batchd::client_detail

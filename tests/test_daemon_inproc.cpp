@@ -220,9 +220,9 @@ TEST_CASE("a client that breaks the protocol is dropped while others carry on") 
   auto good = test::connect(daemon.socket_path());
   REQUIRE(good->submit("before", 5s).ok());
 
-  Attachment raw;
-  Error error;
-  REQUIRE(attach_to_daemon(daemon.socket_path(), 2s, raw, error));
+  auto attached = attach_to_daemon(daemon.socket_path(), 2s);
+  REQUIRE(attached);
+  Attachment& raw = *attached;
   const std::uint64_t bytes = shm::file_bytes(raw.fds[shm::kRequestRegionFd].get()).value();
   auto region = shm::map_fd(raw.fds[shm::kRequestRegionFd].get(), bytes, true).value();
   auto* header = static_cast<shm::SegmentHeader*>(region.get_address());
@@ -292,9 +292,9 @@ TEST_CASE("a client scribbling over its own segment hurts only itself") {
   std::thread hostile([&] {
     std::mt19937_64 rng(42);
     while (!stop.load()) {
-      Attachment raw;
-      Error error;
-      if (!attach_to_daemon(daemon.socket_path(), 2s, raw, error)) continue;
+      auto attached = attach_to_daemon(daemon.socket_path(), 2s);
+      if (!attached) continue;
+      Attachment& raw = *attached;
       hostile_attaches.fetch_add(1);
       const std::uint64_t bytes = shm::file_bytes(raw.fds[shm::kRequestRegionFd].get()).value();
       auto region = shm::map_fd(raw.fds[shm::kRequestRegionFd].get(), bytes, true).value();

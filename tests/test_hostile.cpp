@@ -104,12 +104,12 @@ struct RawClient {
   std::shared_ptr<client_detail::Segment> seg;
 
   static RawClient attach(const std::string& socket) {
-    Attachment attachment;
-    Error error;
-    REQUIRE_MESSAGE(attach_to_daemon(socket, 5s, attachment, error), error.message);
+    auto attachment = attach_to_daemon(socket, 5s);
+    REQUIRE(attachment);
+    auto seg = client_detail::make_segment(std::move(*attachment), 1);
+    REQUIRE(seg);
     RawClient raw;
-    raw.seg = client_detail::make_segment(std::move(attachment), 1, error);
-    REQUIRE_MESSAGE(raw.seg, error.message);
+    raw.seg = std::move(*seg);
     return raw;
   }
 
