@@ -423,9 +423,8 @@ int parse_args(int argc, char** argv, Args& args) {
 int main(int argc, char** argv) {
   Args args;
   if (const int exit_code = parse_args(argc, argv, args); exit_code >= 0) return exit_code;
-  std::string why;
-  if (batchd::cuda_device_count(why) == 0) {
-    std::printf("gpu_check: skipped: %s\n", why.c_str());
+  if (const auto gpus = batchd::cuda_device_count(); !gpus) {
+    std::printf("gpu_check: skipped: %s\n", gpus.error().message.c_str());
     return kExitSkipped;
   }
   batchd::CudaBackendOptions options;
@@ -434,20 +433,21 @@ int main(int argc, char** argv) {
   options.max_batch =
       std::max(args.batch, kThroughputBatchSizes[std::size(kThroughputBatchSizes) - 1]);
   options.max_batch_bytes = std::uint64_t{options.max_batch} * kLongInputBytes;
-  auto backend = batchd::make_cuda_backend(options, why);
-  if (!backend) {
-    std::fprintf(stderr, "gpu_check: %s\n", why.c_str());
+  auto made = batchd::make_cuda_backend(options);
+  if (!made) {
+    std::fprintf(stderr, "gpu_check: %s\n", made.error().message.c_str());
     return 1;
   }
+  const std::unique_ptr<batchd::Backend> backend = std::move(*made);
   std::vector<Correctness> checks{check_correctness(args, *backend, args.cost, args.strings)};
   if (args.cost3_strings > 0 && args.cost != 3) {
     options.cost = 3;
-    auto cost3 = batchd::make_cuda_backend(options, why);
+    auto cost3 = batchd::make_cuda_backend(options);
     if (!cost3) {
-      std::fprintf(stderr, "gpu_check: %s\n", why.c_str());
+      std::fprintf(stderr, "gpu_check: %s\n", cost3.error().message.c_str());
       return 1;
     }
-    checks.push_back(check_correctness(args, *cost3, 3, args.cost3_strings));
+    checks.push_back(check_correctness(args, **cost3, 3, args.cost3_strings));
   }
   const std::vector<Throughput> points = measure_throughput(args, *backend);
   if (!args.json_path.empty()) write_json(args, *backend, checks, points);

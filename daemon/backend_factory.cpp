@@ -2,8 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <stdexcept>
-
 #include "daemon/cpu_backend.hpp"
 #include "daemon/plugin_backend.hpp"
 #include "daemon/sim_backend.hpp"
@@ -16,7 +14,7 @@ namespace {
 
 constexpr std::string_view kPluginPrefix = "plugin:";
 
-std::unique_ptr<Backend> make_cuda(const DaemonConfig& config, std::string& why) {
+Expected<std::unique_ptr<Backend>> make_cuda(const DaemonConfig& config) {
 #if BATCHD_HAVE_CUDA
   CudaBackendOptions options;
   options.devices = config.cuda_devices;
@@ -24,57 +22,62 @@ std::unique_ptr<Backend> make_cuda(const DaemonConfig& config, std::string& why)
   options.cost = config.cost;
   options.max_batch = config.batch.max_batch;
   options.max_batch_bytes = config.batch.max_batch_bytes;
-  return make_cuda_backend(options, why);
+  return make_cuda_backend(options);
 #else
   (void)config;
-  why = "this batchd was built without CUDA (meson -Dcuda=enabled needs nvcc)";
-  return nullptr;
+  return make_failure(std::errc::not_supported,
+                      "this batchd was built without CUDA (meson -Dcuda=enabled needs nvcc)");
 #endif
 }
 
-int visible_gpus(std::string& why) {
+Expected<int> visible_gpus() {
 #if BATCHD_HAVE_CUDA
-  return cuda_device_count(why);
+  return cuda_device_count();
 #else
-  why = "built without CUDA";
-  return 0;
+  return make_failure(std::errc::not_supported, "built without CUDA");
 #endif
+}
+
+// cuda where it starts, else cpu, saying which and why.
+std::unique_ptr<Backend> make_auto(const DaemonConfig& config) {
+  const Expected<int> gpus = visible_gpus();
+  if (!gpus) {
+    spdlog::info("backend: cpu, because no GPU is usable ({})", gpus.error().message);
+    return std::make_unique<CpuBackend>(config.cost, config.cpu_threads);
+  }
+  auto cuda = make_cuda(config);
+  if (cuda) {
+    spdlog::info("backend: cuda ({} visible GPU(s); --backend cpu to override)", *gpus);
+    return std::move(*cuda);
+  }
+  spdlog::warn("backend: cpu, because the cuda backend failed to start: {}", cuda.error().message);
+  return std::make_unique<CpuBackend>(config.cost, config.cpu_threads);
 }
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const DaemonConfig& config) {
+Expected<std::unique_ptr<Backend>> make_backend(const DaemonConfig& config) {
   const std::string& name = config.backend;
-  std::string why;
-  if (name == "auto") {
-    if (const int gpus = visible_gpus(why); gpus > 0) {
-      if (auto backend = make_cuda(config, why)) {
-        spdlog::info("backend: cuda ({} visible GPU(s); --backend cpu to override)", gpus);
-        return backend;
-      }
-      spdlog::warn("backend: cpu, because the cuda backend failed to start: {}", why);
-    } else {
-      spdlog::info("backend: cpu, because no GPU is usable ({})", why);
-    }
-    return std::make_unique<CpuBackend>(config.cost, config.cpu_threads);
+  if (name == "auto") return make_auto(config);
+  if (name == "cpu") {
+    return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(config.cost, config.cpu_threads));
   }
-  if (name == "cpu") return std::make_unique<CpuBackend>(config.cost, config.cpu_threads);
   if (name == "sim") {
     if (config.sim.devices == 0 || config.sim.devices > 64) {
-      throw std::runtime_error("--sim-devices must be between 1 and 64");
+      return make_failure(std::errc::invalid_argument, "--sim-devices must be between 1 and 64");
     }
-    return std::make_unique<SimBackend>(config.sim);
+    return std::unique_ptr<Backend>(std::make_unique<SimBackend>(config.sim));
   }
   if (name == "cuda") {
-    if (auto backend = make_cuda(config, why)) return backend;
-    throw std::runtime_error("cannot start the cuda backend: " + why);
+    auto cuda = make_cuda(config);
+    if (cuda) return cuda;
+    return Failure{cuda.error().code, "cannot start the cuda backend: " + cuda.error().message};
   }
   if (name.starts_with(kPluginPrefix)) {
-    const std::string path = name.substr(kPluginPrefix.size());
-    if (auto backend = load_plugin_backend(path, config.plugin_config, why)) return backend;
-    throw std::runtime_error(why);
+    return load_plugin_backend(name.substr(kPluginPrefix.size()), config.plugin_config);
   }
-  throw std::runtime_error("unknown backend '" + name + "' (choose auto, cpu, sim, cuda or plugin:PATH)");
+  return make_failure(std::errc::invalid_argument,
+                      "unknown backend '" + name + "' (choose auto, cpu, sim, cuda or plugin:PATH)");
 }
 
 }  // namespace batchd

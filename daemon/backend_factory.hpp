@@ -6,12 +6,13 @@
 #include <string>
 
 #include "backend/backend.hpp"
+#include "base/expected.hpp"
 #include "daemon/config.hpp"
 
 namespace batchd {
 
-// Throws std::runtime_error with a message for the operator when the backend cannot be made.
-// Logs which backend was chosen and why.
-std::unique_ptr<Backend> make_backend(const DaemonConfig& config);
+// The backend, or a failure with a message for the operator (start-up turns it into an
+// exception). Logs which backend was chosen and why.
+Expected<std::unique_ptr<Backend>> make_backend(const DaemonConfig& config);
 
 }  // namespace batchd

@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   try {
-    batchd::Daemon daemon(options.config, batchd::make_backend(options.config));
+    // Start-up: value() throws a backend that cannot be made, with the reason, to the catch below.
+    batchd::Daemon daemon(options.config, batchd::make_backend(options.config).value());
     daemon.start();
     std::uint64_t watchdog_usec = 0;
     if (sd_watchdog_enabled(0, &watchdog_usec) > 0) {

@@ -116,73 +116,78 @@ BackendStatus PluginBackend::run(LaneId lane, const BatchInput& in, BatchOutput&
   return fail(out, message);
 }
 
-// Finds and checks the plug-in's description; nullptr with `why` when it is not usable.
-const batchd_plugin* find_plugin(void* library, const std::string& label, std::string& why) {
+Failure unusable(std::string why) {
+  return make_failure(std::errc::executable_format_error, std::move(why));
+}
+
+// Finds and checks the plug-in's description.
+Expected<const batchd_plugin*> find_plugin(void* library, const std::string& label) {
   dlerror();
   void* symbol = dlsym(library, BATCHD_PLUGIN_ENTRY_SYMBOL);
   if (symbol == nullptr) {
-    why = label + " does not export " BATCHD_PLUGIN_ENTRY_SYMBOL "() (" + dl_error() +
-          "): not a batchd plug-in, or one built for another plug-in ABI version";
-    return nullptr;
+    return unusable(label + " does not export " BATCHD_PLUGIN_ENTRY_SYMBOL "() (" + dl_error() +
+                    "): not a batchd plug-in, or one built for another plug-in ABI version");
   }
   const batchd_plugin* plugin = reinterpret_cast<batchd_plugin_entry_fn>(symbol)();
-  if (plugin == nullptr) {
-    why = label + ": " BATCHD_PLUGIN_ENTRY_SYMBOL "() returned NULL";
-  } else if (plugin->abi_version != BATCHD_PLUGIN_ABI_VERSION) {
-    why = label + " was built for plug-in ABI version " + std::to_string(plugin->abi_version) +
-          "; this batchd supports version " + std::to_string(BATCHD_PLUGIN_ABI_VERSION);
-  } else if (plugin->name == nullptr || plugin->name[0] == '\0') {
-    why = label + " has no name";
-  } else if (plugin->init == nullptr || plugin->run == nullptr || plugin->destroy == nullptr) {
-    why = label + " lacks a required function (init, run and destroy must not be NULL)";
-  } else {
-    return plugin;
+  if (plugin == nullptr) return unusable(label + ": " BATCHD_PLUGIN_ENTRY_SYMBOL "() returned NULL");
+  if (plugin->abi_version != BATCHD_PLUGIN_ABI_VERSION) {
+    return unusable(label + " was built for plug-in ABI version " +
+                    std::to_string(plugin->abi_version) + "; this batchd supports version " +
+                    std::to_string(BATCHD_PLUGIN_ABI_VERSION));
   }
-  return nullptr;
+  if (plugin->name == nullptr || plugin->name[0] == '\0') return unusable(label + " has no name");
+  if (plugin->init == nullptr || plugin->run == nullptr || plugin->destroy == nullptr) {
+    return unusable(label + " lacks a required function (init, run and destroy must not be NULL)");
+  }
+  return plugin;
 }
 
-// Calls init and checks what it reports; the state (nullptr on failure) is the caller's.
-void* init_plugin(const batchd_plugin& plugin, const std::string& config, const std::string& label,
-                  std::uint32_t& devices, std::uint32_t& streams, std::string& why) {
+// What init made: the plug-in's state (the caller's to destroy) and its lanes.
+struct PluginState {
+  void* state = nullptr;
+  std::uint32_t devices = 0;
+  std::uint32_t streams = 1;
+};
+
+// Calls init and checks what it reports.
+Expected<PluginState> init_plugin(const batchd_plugin& plugin, const std::string& config,
+                                  const std::string& label) {
   char error[kErrorBytes] = {};
-  devices = 0;
-  streams = 1;
-  void* state = plugin.init(config.c_str(), &devices, &streams, error, sizeof error);
-  if (state == nullptr) {
+  PluginState made;
+  made.state = plugin.init(config.c_str(), &made.devices, &made.streams, error, sizeof error);
+  if (made.state == nullptr) {
     const std::string message = printable_message(error, sizeof error);
-    why = label + ": init failed: " + (message.empty() ? "no message" : message);
-    return nullptr;
+    return make_failure(std::errc::invalid_argument,
+                        label + ": init failed: " + (message.empty() ? "no message" : message));
   }
-  if (devices == 0 || streams == 0) {
-    why = label + ": init reported " + std::to_string(devices) + " devices with " +
-          std::to_string(streams) + " streams each; both must be at least 1";
-  } else if (std::uint64_t{devices} * streams > kMaxLanes) {
-    why = label + ": init reported " + std::to_string(devices) + " devices x " +
-          std::to_string(streams) + " streams, more than " + std::to_string(kMaxLanes) + " lanes";
+  std::string why;
+  if (made.devices == 0 || made.streams == 0) {
+    why = label + ": init reported " + std::to_string(made.devices) + " devices with " +
+          std::to_string(made.streams) + " streams each; both must be at least 1";
+  } else if (std::uint64_t{made.devices} * made.streams > kMaxLanes) {
+    why = label + ": init reported " + std::to_string(made.devices) + " devices x " +
+          std::to_string(made.streams) + " streams, more than " + std::to_string(kMaxLanes) +
+          " lanes";
   } else {
-    return state;
+    return made;
   }
-  plugin.destroy(state);
-  return nullptr;
+  plugin.destroy(made.state);
+  return make_failure(std::errc::protocol_error, std::move(why));
 }
 
 }  // namespace
 
-std::unique_ptr<Backend> load_plugin_backend(const std::string& path, const std::string& config,
-                                             std::string& why) {
+Expected<std::unique_ptr<Backend>> load_plugin_backend(const std::string& path,
+                                                       const std::string& config) {
   const std::string label = "plug-in '" + path + "'";
   LibraryHandle library(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL));
-  if (library == nullptr) {
-    why = "cannot load " + label + ": " + dl_error();
-    return nullptr;
-  }
-  const batchd_plugin* plugin = find_plugin(library.get(), label, why);
-  if (plugin == nullptr) return nullptr;
-  std::uint32_t devices = 0;
-  std::uint32_t streams = 0;
-  void* state = init_plugin(*plugin, config, label, devices, streams, why);
-  if (state == nullptr) return nullptr;
-  return std::make_unique<PluginBackend>(std::move(library), *plugin, state, devices, streams);
+  if (library == nullptr) return unusable("cannot load " + label + ": " + dl_error());
+  const Expected<const batchd_plugin*> plugin = find_plugin(library.get(), label);
+  if (!plugin) return plugin.error();
+  const Expected<PluginState> made = init_plugin(**plugin, config, label);
+  if (!made) return made.error();
+  return std::unique_ptr<Backend>(std::make_unique<PluginBackend>(
+      std::move(library), **plugin, made->state, made->devices, made->streams));
 }
 
 }  // namespace batchd

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -201,82 +202,90 @@ BackendStatus CudaBackend::wait_for(cuda::Lane& lane) const {
   }
 }
 
-std::string check_options(const CudaBackendOptions& options) {
-  if (options.cost < 1) return "cost must be at least 1";
+Failure invalid(std::string why) {
+  return make_failure(std::errc::invalid_argument, "cuda backend: " + why);
+}
+
+Expected<void> check_options(const CudaBackendOptions& options) {
+  if (options.cost < 1) return invalid("cost must be at least 1");
   if (options.streams_per_device < 1 || options.streams_per_device > kMaxStreamsPerDevice) {
-    return "streams per device must be 1.." + std::to_string(kMaxStreamsPerDevice);
+    return invalid("streams per device must be 1.." + std::to_string(kMaxStreamsPerDevice));
   }
   if (options.max_batch < 1 || options.max_batch > kMaxBatchInputs) {
-    return "max batch must be 1.." + std::to_string(kMaxBatchInputs) + " inputs";
+    return invalid("max batch must be 1.." + std::to_string(kMaxBatchInputs) + " inputs");
   }
   if (options.max_batch_bytes < 1 ||
       options.max_batch_bytes > std::numeric_limits<std::uint32_t>::max()) {
-    return "max batch bytes must be 1..4294967295 (input offsets are 32-bit)";
+    return invalid("max batch bytes must be 1..4294967295 (input offsets are 32-bit)");
   }
   return {};
 }
 
+Failure no_device(std::string why) {
+  return make_failure(std::errc::no_such_device, std::move(why));
+}
+
 // The ordinals to use: the requested ones, each checked, or every visible device.
-std::string choose_devices(const std::vector<int>& requested, std::vector<int>& ordinals) {
-  std::string why;
-  const int visible = cuda_device_count(why);
-  if (visible == 0) return why;
+Expected<std::vector<int>> choose_devices(const std::vector<int>& requested) {
+  const Expected<int> visible = cuda_device_count();
+  if (!visible) return visible.error();
+  std::vector<int> ordinals;
   if (requested.empty()) {
-    for (int d = 0; d < visible; ++d) ordinals.push_back(d);
-    return {};
+    for (int d = 0; d < *visible; ++d) ordinals.push_back(d);
+    return ordinals;
   }
   for (const int d : requested) {
-    if (d < 0 || d >= visible) {
-      return "cuda device " + std::to_string(d) + " does not exist (" + std::to_string(visible) +
-             " visible)";
+    if (d < 0 || d >= *visible) {
+      return no_device("cuda device " + std::to_string(d) + " does not exist (" +
+                       std::to_string(*visible) + " visible)");
     }
-    for (const int seen : ordinals) {
-      if (seen == d) return "cuda device " + std::to_string(d) + " is listed twice";
+    if (std::find(ordinals.begin(), ordinals.end(), d) != ordinals.end()) {
+      return make_failure(std::errc::invalid_argument,
+                          "cuda device " + std::to_string(d) + " is listed twice");
     }
     ordinals.push_back(d);
   }
-  return {};
+  return ordinals;
+}
+
+// Why the runtime reports no device, with a hint where the cause is the machine, not batchd.
+std::string no_gpu_text(cudaError_t err) {
+  std::string why = cuda::error_text(err, "no usable GPU: cudaGetDeviceCount");
+  if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice) {
+    why += "; this machine has no NVIDIA GPU or driver, or a driver older than CUDA " +
+           std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
+  }
+  return why;
 }
 
 }  // namespace
 
-int cuda_device_count(std::string& why) noexcept {
+Expected<int> cuda_device_count() noexcept {
   try {
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess) {
-      why = cuda::error_text(err, "no usable GPU: cudaGetDeviceCount");
-      if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice) {
-        why += "; this machine has no NVIDIA GPU or driver, or a driver older than CUDA " +
-               std::to_string(CUDART_VERSION / 1000) + "." +
-               std::to_string(CUDART_VERSION % 1000 / 10);
-      }
-      return 0;
-    }
-    if (count == 0) why = "no CUDA device is visible (is CUDA_VISIBLE_DEVICES empty?)";
+    if (err != cudaSuccess) return no_device(no_gpu_text(err));
+    if (count == 0) return no_device("no CUDA device is visible (is CUDA_VISIBLE_DEVICES empty?)");
     return count;
   } catch (const std::exception&) {
-    return 0;  // only a failed string allocation lands here; "no GPU" is still the answer
+    // Only a failed string allocation lands here; "no GPU" is still the answer.
+    return Failure{std::make_error_code(std::errc::no_such_device), {}};
   }
 }
 
-std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options, std::string& why) {
+Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options) {
   try {
-    if (why = check_options(options); !why.empty()) {
-      why = "cuda backend: " + why;
-      return nullptr;
-    }
-    std::vector<int> ordinals;
-    if (why = choose_devices(options.devices, ordinals); !why.empty()) return nullptr;
+    if (auto usable = check_options(options); !usable) return usable.error();
+    const Expected<std::vector<int>> ordinals = choose_devices(options.devices);
+    if (!ordinals) return ordinals.error();
     auto backend = std::make_unique<CudaBackend>(options);
-    if (const BackendStatus status = backend->init(ordinals); !status.ok) {
-      why = status.message;
-      return nullptr;
+    // init's self-test is a run(), so set-up speaks run()'s BackendStatus until here.
+    if (const BackendStatus status = backend->init(*ordinals); !status.ok) {
+      return make_failure(std::errc::io_error, status.message);
     }
-    return backend;
+    return std::unique_ptr<Backend>(std::move(backend));
   } catch (const std::exception& e) {
-    why = std::string("cuda backend: ") + e.what();
-    return nullptr;
+    return make_failure(std::errc::io_error, std::string("cuda backend: ") + e.what());
   }
 }
 

@@ -5,10 +5,10 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "base/expected.hpp"
 
 namespace batchd {
 
@@ -20,16 +20,17 @@ struct CudaBackendOptions {
   std::uint64_t max_batch_bytes = 8u << 20;  // most input bytes in one batch; likewise (< 4 GiB)
 };
 
-// Number of visible CUDA devices, or 0 with the reason in `why`. Any error from the CUDA runtime
-// counts as "no GPU" (without a driver the runtime reports "CUDA driver version is insufficient
-// for CUDA runtime version", not zero devices).
-int cuda_device_count(std::string& why) noexcept;
+// Number of visible CUDA devices (at least 1), or ENODEV and why there is none. Any error from
+// the CUDA runtime counts as "no GPU" (without a driver the runtime reports "CUDA driver version
+// is insufficient for CUDA runtime version", not zero devices).
+Expected<int> cuda_device_count() noexcept;
 
 // Allocates every stream, event, pinned host buffer and device buffer up front and runs a
 // one-input self-test on each device, so a missing kernel image or a broken device shows here
-// rather than on the first batch. Returns nullptr with the reason in `why` on any failure.
+// rather than on the first batch. Fails with EINVAL for unusable options, ENODEV for missing
+// devices and EIO for a device that failed its set-up or self-test.
 // The backend's run() rejects (as a failed status, never by allocating) a batch larger than
 // max_batch inputs or max_batch_bytes bytes.
-std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options, std::string& why);
+Expected<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options);
 
 }  // namespace batchd

@@ -312,7 +312,7 @@ shm::AttachStatus hello_status(int conn, std::uint32_t flags, std::span<const in
 }
 
 InProcessDaemon::InProcessDaemon(DaemonConfig config, std::unique_ptr<Backend> backend)
-    : daemon_(config, backend ? std::move(backend) : make_backend(config)) {
+    : daemon_(config, backend ? std::move(backend) : make_backend(config).value()) {
   daemon_.start();
   thread_ = std::thread([this] { daemon_.run(); });
 }

@@ -54,19 +54,23 @@ Inputs random_inputs(std::mt19937_64& rng, std::size_t count) {
 }
 
 std::unique_ptr<Backend> load(const std::string& path, const std::string& config) {
-  std::string why;
-  auto backend = batchd::load_plugin_backend(path, config, why);
-  REQUIRE_MESSAGE(backend != nullptr, why);
-  CHECK(why.empty());
-  return backend;
+  auto backend = batchd::load_plugin_backend(path, config);
+  REQUIRE(backend);
+  REQUIRE(*backend != nullptr);
+  return std::move(*backend);
 }
 
-// Loading must fail, with a message that names the path and contains `expected`.
-void check_refused(const std::string& path, const std::string& config,
+constexpr std::errc kNotAPlugin = std::errc::executable_format_error;
+constexpr std::errc kRefusedConfig = std::errc::invalid_argument;
+
+// Loading must fail with `code`, and a message that names the path and contains `expected`.
+void check_refused(const std::string& path, const std::string& config, std::errc code,
                    const std::string& expected) {
-  std::string why;
-  CHECK(batchd::load_plugin_backend(path, config, why) == nullptr);
+  const auto backend = batchd::load_plugin_backend(path, config);
+  REQUIRE_FALSE(backend);
+  const std::string why = backend.error().message;
   INFO("why: " << why);
+  CHECK(backend.error().code == code);
   CHECK(why.find(path) != std::string::npos);
   CHECK(why.find(expected) != std::string::npos);
 }
@@ -113,18 +117,21 @@ TEST_CASE("the example plug-in reads its config") {
   std::mt19937_64 rng(7);
   check_reference(*defaults, {0, 0}, random_inputs(rng, 5), 1);
 
-  check_refused(example_plugin(), "cost=0", "init failed: config 'cost=0'");
-  check_refused(example_plugin(), "speed=9", "unknown config key 'speed'");
+  check_refused(example_plugin(), "cost=0", kRefusedConfig, "init failed: config 'cost=0'");
+  check_refused(example_plugin(), "speed=9", kRefusedConfig, "unknown config key 'speed'");
 }
 
 TEST_CASE("the loader refuses what is not a usable plug-in, naming the path") {
-  check_refused(test_plugin("does_not_exist"), "", "cannot load");
-  check_refused(test_plugin("bad_abi"), "", "ABI version 999; this batchd supports version 1");
-  check_refused(test_plugin("no_entry"), "", "does not export batchd_plugin_v1()");
-  check_refused(test_plugin("null_struct"), "", "batchd_plugin_v1() returned NULL");
-  check_refused(test_plugin("null_run"), "", "lacks a required function");
-  check_refused(test_plugin("failing"), "init=fail", "init failed: init refused by its config");
-  check_refused(test_plugin("failing"), "devices=0", "init reported 0 devices");
+  check_refused(test_plugin("does_not_exist"), "", kNotAPlugin, "cannot load");
+  check_refused(test_plugin("bad_abi"), "", kNotAPlugin,
+                "ABI version 999; this batchd supports version 1");
+  check_refused(test_plugin("no_entry"), "", kNotAPlugin, "does not export batchd_plugin_v1()");
+  check_refused(test_plugin("null_struct"), "", kNotAPlugin, "batchd_plugin_v1() returned NULL");
+  check_refused(test_plugin("null_run"), "", kNotAPlugin, "lacks a required function");
+  check_refused(test_plugin("failing"), "init=fail", kRefusedConfig,
+                "init failed: init refused by its config");
+  check_refused(test_plugin("failing"), "devices=0", std::errc::protocol_error,
+                "init reported 0 devices");
 }
 
 TEST_CASE("a plug-in that returns too few outputs hands the caller what it appended") {

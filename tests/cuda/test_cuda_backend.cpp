@@ -15,6 +15,7 @@
 #include "kernels/cuda_backend.hpp"
 #include "backend/reference_batchstring.hpp"
 #include "tests/cuda/cuda_test_inputs.hpp"
+#include "tests/doctest_expected.hpp"
 
 namespace {
 
@@ -28,11 +29,9 @@ std::unique_ptr<batchd::Backend> make_backend(unsigned cost, std::uint32_t max_b
   options.cost = cost;
   options.max_batch = max_batch;
   options.max_batch_bytes = 4u << 20;
-  std::string why;
-  auto backend = batchd::make_cuda_backend(options, why);
-  INFO("make_cuda_backend: " << why);
-  REQUIRE(backend != nullptr);
-  return backend;
+  auto backend = batchd::make_cuda_backend(options);
+  REQUIRE(backend);
+  return std::move(*backend);
 }
 
 FlatBatch random_batch(std::mt19937_64& rng, std::size_t count, std::size_t max_length) {
@@ -137,14 +136,15 @@ TEST_CASE("after shutdown, run() fails at once") {
 }
 
 TEST_CASE("unknown or repeated device ordinals are refused") {
-  std::string why;
   batchd::CudaBackendOptions options;
   options.devices = {1000};
-  CHECK(batchd::make_cuda_backend(options, why) == nullptr);
-  CHECK(why.find("does not exist") != std::string::npos);
+  auto backend = batchd::make_cuda_backend(options);
+  REQUIRE_FALSE(backend);
+  CHECK(backend.error().message.find("does not exist") != std::string::npos);
   options.devices = {0, 0};
-  CHECK(batchd::make_cuda_backend(options, why) == nullptr);
-  CHECK(why.find("twice") != std::string::npos);
+  backend = batchd::make_cuda_backend(options);
+  REQUIRE_FALSE(backend);
+  CHECK(backend.error().message.find("twice") != std::string::npos);
 }
 
 namespace {
@@ -165,8 +165,8 @@ int main(int argc, char** argv) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    std::string why;
-    batchd::cuda_device_count(why);
+    const auto counted = batchd::cuda_device_count();
+    const std::string why = counted ? "no device" : counted.error().message;
     if (!no_gpu_here(err, count)) {
       std::printf("FAILED: %s (only a machine without a GPU driver, or without a device, skips)\n",
                   why.c_str());

@@ -12,6 +12,7 @@
 #include "backend/reference_batchstring.hpp"
 #include "tests/cuda/cuda_test_inputs.hpp"
 #include "tests/cuda/fake_cuda_runtime.hpp"
+#include "tests/doctest_expected.hpp"
 
 namespace {
 
@@ -27,11 +28,16 @@ batchd::CudaBackendOptions small_options(unsigned cost = 1) {
 }
 
 std::unique_ptr<batchd::Backend> make_backend(const batchd::CudaBackendOptions& options) {
-  std::string why;
-  auto backend = batchd::make_cuda_backend(options, why);
-  INFO("make_cuda_backend: " << why);
-  REQUIRE(backend != nullptr);
-  return backend;
+  auto backend = batchd::make_cuda_backend(options);
+  REQUIRE(backend);
+  return std::move(*backend);
+}
+
+// Why making the backend failed; fails the test if it did not.
+batchd::Failure refusal(const batchd::CudaBackendOptions& options) {
+  const auto backend = batchd::make_cuda_backend(options);
+  REQUIRE_FALSE(backend);
+  return backend.error();
 }
 
 FlatBatch random_batch(std::mt19937_64& rng, std::size_t count, std::size_t max_length) {
@@ -186,27 +192,31 @@ TEST_CASE("chosen devices map to lanes in the order given") {
 }
 
 TEST_CASE("start-up refuses missing devices, a broken kernel and no driver, saying why") {
-  std::string why;
   fake_cuda::reset().device_count = 2;
   batchd::CudaBackendOptions options = small_options();
   options.devices = {2};
-  CHECK(batchd::make_cuda_backend(options, why) == nullptr);
-  CHECK(why == "cuda device 2 does not exist (2 visible)");
+  batchd::Failure failure = refusal(options);
+  CHECK(failure.message == "cuda device 2 does not exist (2 visible)");
+  CHECK(failure.code == std::errc::no_such_device);
   options.devices = {1, 1};
-  CHECK(batchd::make_cuda_backend(options, why) == nullptr);
-  CHECK(why == "cuda device 1 is listed twice");
+  failure = refusal(options);
+  CHECK(failure.message == "cuda device 1 is listed twice");
+  CHECK(failure.code == std::errc::invalid_argument);
 
   fake_cuda::reset().corrupt_answers = true;
-  CHECK(batchd::make_cuda_backend(small_options(), why) == nullptr);
-  CHECK(why == "cuda device 0 self-test: wrong answer from the kernel");
+  failure = refusal(small_options());
+  CHECK(failure.message == "cuda device 0 self-test: wrong answer from the kernel");
+  CHECK(failure.code == std::errc::io_error);
 
   fake_cuda::reset().device_count_error = cudaErrorInsufficientDriver;
-  CHECK(batchd::cuda_device_count(why) == 0);
-  CHECK(why.find("CUDA driver version is insufficient") != std::string::npos);
-  CHECK(batchd::make_cuda_backend(small_options(), why) == nullptr);
-  CHECK(why.find("no NVIDIA GPU or driver") != std::string::npos);
+  const auto no_driver = batchd::cuda_device_count();
+  REQUIRE_FALSE(no_driver);
+  CHECK(no_driver.error().message.find("CUDA driver version is insufficient") != std::string::npos);
+  CHECK(refusal(small_options()).message.find("no NVIDIA GPU or driver") != std::string::npos);
 
   fake_cuda::reset().device_count = 0;
-  CHECK(batchd::cuda_device_count(why) == 0);
-  CHECK(why.find("no CUDA device is visible") != std::string::npos);
+  const auto none = batchd::cuda_device_count();
+  REQUIRE_FALSE(none);
+  CHECK(none.error().code == std::errc::no_such_device);
+  CHECK(none.error().message.find("no CUDA device is visible") != std::string::npos);
 }

@@ -22,9 +22,9 @@ TEST_CASE("a policy past the cuda backend's buffers is clamped to them, at start
   CudaBackendOptions options;
   options.max_batch = 7;
   options.max_batch_bytes = 7 * 1024;
-  std::string why;
-  std::unique_ptr<Backend> backend = make_cuda_backend(options, why);
-  REQUIRE_MESSAGE(backend != nullptr, why);
+  auto made = make_cuda_backend(options);
+  REQUIRE(made);
+  std::unique_ptr<Backend> backend = std::move(*made);
   CHECK(backend->capacity().max_inputs == 7);
   CHECK(backend->capacity().max_bytes == 7 * 1024);
 

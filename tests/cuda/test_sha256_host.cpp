@@ -11,6 +11,7 @@
 #include "backend/reference_batchstring.hpp"
 #include "kernels/sha256_kernel.cuh"
 #include "tests/cuda/cuda_test_inputs.hpp"
+#include "tests/doctest_expected.hpp"
 
 namespace {
 
@@ -79,23 +80,26 @@ TEST_CASE("unaligned input addresses") {
 }
 
 TEST_CASE("the cuda backend refuses bad options before touching a device") {
-  std::string why;
   batchd::CudaBackendOptions options;
   options.cost = 0;
-  CHECK(batchd::make_cuda_backend(options, why) == nullptr);
-  CHECK(why.find("cost") != std::string::npos);
+  auto backend = batchd::make_cuda_backend(options);
+  REQUIRE_FALSE(backend);
+  CHECK(backend.error().code == std::errc::invalid_argument);
+  CHECK(backend.error().message.find("cost") != std::string::npos);
   options = {};
   options.max_batch_bytes = std::uint64_t{1} << 32;
-  CHECK(batchd::make_cuda_backend(options, why) == nullptr);
-  CHECK(why.find("32-bit") != std::string::npos);
+  backend = batchd::make_cuda_backend(options);
+  REQUIRE_FALSE(backend);
+  CHECK(backend.error().message.find("32-bit") != std::string::npos);
 }
 
 TEST_CASE("without a GPU the cuda backend says why instead of failing later") {
-  std::string why;
-  if (batchd::cuda_device_count(why) > 0) return;  // tests/cuda/test_cuda_backend.cpp covers GPUs
+  const auto count = batchd::cuda_device_count();
+  if (count) return;  // tests/cuda/test_cuda_backend.cpp covers GPUs
+  const std::string why = count.error().message;
   MESSAGE("no GPU here: " << why);
   CHECK(why.find("cudaGetDeviceCount") != std::string::npos);
-  std::string make_why;
-  CHECK(batchd::make_cuda_backend({}, make_why) == nullptr);
-  CHECK(make_why == why);
+  const auto backend = batchd::make_cuda_backend({});
+  REQUIRE_FALSE(backend);
+  CHECK(backend.error().message == why);
 }
