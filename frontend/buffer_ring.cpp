@@ -10,19 +10,21 @@ BufferRing::~BufferRing() {
   if (ring_ != nullptr) ::munmap(ring_, ring_bytes_);
 }
 
-int BufferRing::init(io_uring& ring, std::uint16_t group, unsigned count, unsigned buffer_bytes) {
+Expected<void> BufferRing::init(io_uring& ring, std::uint16_t group, unsigned count,
+                                unsigned buffer_bytes) {
   ring_bytes_ = count * sizeof(io_uring_buf);
   void* mem = ::mmap(nullptr, ring_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) return -errno;
+  if (mem == MAP_FAILED) return errno_failure("mmap of the buffer ring");
   ring_ = static_cast<io_uring_buf_ring*>(mem);
   io_uring_buf_reg reg{};
   reg.ring_addr = reinterpret_cast<std::uint64_t>(mem);
   reg.ring_entries = count;
   reg.bgid = group;
+  // liburing's own convention: -errno.
   if (const int rc = io_uring_register_buf_ring(&ring, &reg, 0); rc != 0) {
     ::munmap(ring_, ring_bytes_);
     ring_ = nullptr;
-    return rc;
+    return errno_failure("io_uring_register_buf_ring", -rc);
   }
   count_ = count;
   buffer_bytes_ = buffer_bytes;
@@ -34,7 +36,7 @@ int BufferRing::init(io_uring& ring, std::uint16_t group, unsigned count, unsign
                           static_cast<unsigned short>(id), io_uring_buf_ring_mask(count), static_cast<int>(id));
   }
   io_uring_buf_ring_advance(ring_, static_cast<int>(count));
-  return 0;
+  return {};
 }
 
 void BufferRing::recycle(unsigned id) noexcept {

@@ -11,6 +11,8 @@
 #include <memory>
 #include <string_view>
 
+#include "base/expected.hpp"
+
 namespace batchd::http {
 
 class BufferRing {
@@ -22,8 +24,9 @@ class BufferRing {
   BufferRing& operator=(const BufferRing&) = delete;
 
   // Maps and registers `count` (a power of two) buffers of `buffer_bytes` as group `group`.
-  // Returns 0 or -errno (the kernel may not have buffer rings).
-  int init(io_uring& ring, std::uint16_t group, unsigned count, unsigned buffer_bytes);
+  // Fails with the errno of the mmap or of the registration (the kernel may not have buffer
+  // rings).
+  Expected<void> init(io_uring& ring, std::uint16_t group, unsigned count, unsigned buffer_bytes);
 
   [[nodiscard]] std::uint16_t group() const noexcept { return group_; }
   // The bytes the kernel put in buffer `id`.

@@ -55,7 +55,8 @@ EventLoop::EventLoop(const LoopContext& context)
   multishot_accept_ = !basic && context.features->multishot_accept;
   daemon_event_by_poll_ = basic;  // the oldest kernels' way to wait on the client's eventfd
   if (!basic && context.features->multishot_recv) {
-    multishot_recv_ = buffers_.init(ring_, kBufferGroup, kRingBuffers, kRingBufferBytes) == 0;
+    // Without buffer rings the loop falls back to one receive per readable connection.
+    multishot_recv_ = bool(buffers_.init(ring_, kBufferGroup, kRingBuffers, kRingBufferBytes));
   }
   ApiLimits api_limits;
   api_limits.default_timeout = std::chrono::milliseconds(options_.default_timeout_ms);

@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "tools/stress_http_proto.hpp"
 #include "tools/stress_http_response.hpp"
 #include "tools/stress_stats.hpp"
+#include "tests/doctest_expected.hpp"
 
 using batchd::ErrorCode;
 using batchd::stress::error_kind;
@@ -145,4 +147,27 @@ TEST_CASE("bodies: an output, an error code, or only a status") {
   CHECK(unavailable.error_kind == error_kind(ErrorCode::kDaemonUnavailable));
   CHECK(decoder.decode(503, "busy").error_kind == error_kind(ErrorCode::kOverloaded));
   CHECK(decoder.decode(400, "{}").error_kind == kBadRequestKind);
+}
+
+TEST_CASE("URLs: host, port and target taken apart, or refused with the reason") {
+  using batchd::stress::http::parse_url;
+  const auto v6 = parse_url("http://[::1]:8080/v2/x");
+  REQUIRE(v6);
+  CHECK(v6->host == "::1");
+  CHECK(v6->port == "8080");
+  CHECK(v6->target == "/v2/x");
+  CHECK(v6->host_header == "[::1]:8080");
+  const auto plain = parse_url("http://localhost");
+  REQUIRE(plain);
+  CHECK(plain->port == "80");
+  CHECK(plain->target == "/v1/batchstring");
+  for (const auto& [url, why] : {std::pair{"https://a", "https is not supported"},
+                                 std::pair{"http://a:0", "bad port"},
+                                 std::pair{"http://::1:80", "needs brackets"},
+                                 std::pair{"http://u@a", "user info"}}) {
+    const auto refused = parse_url(url);
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().code == std::errc::invalid_argument);
+    CHECK(refused.error().message.find(why) != std::string::npos);
+  }
 }

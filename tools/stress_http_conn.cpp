@@ -42,6 +42,15 @@ Wait wait_for(int fd, short events, std::int64_t deadline_ns) {
   }
 }
 
+Failure cannot_connect(const Endpoint& endpoint, int err) {
+  return errno_failure(fmt::format("cannot connect to {}", endpoint.text), err);
+}
+
+Failure timed_out(const Endpoint& endpoint, std::string_view why) {
+  return make_failure(std::errc::timed_out,
+                      fmt::format("cannot connect to {}: {}", endpoint.text, why));
+}
+
 Exchange failure(std::size_t kind) {
   Exchange ex;
   ex.error_kind = kind;
@@ -63,25 +72,27 @@ void warn_once(std::string_view problem) {
   fmt::print(stderr, "{}batchd-stress: {}\n", tty ? "\r\x1b[K" : "", problem);
 }
 
-std::string resolve(const Url& url, Endpoint& endpoint) {
+Expected<Endpoint> resolve(const Url& url) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (const int rc = ::getaddrinfo(url.host.c_str(), url.port.c_str(), &hints, &found); rc != 0) {
-    return fmt::format("cannot resolve {}: {}", url.host, ::gai_strerror(rc));
+    return make_failure(std::errc::host_unreachable,
+                        fmt::format("cannot resolve {}: {}", url.host, ::gai_strerror(rc)));
   }
+  Endpoint endpoint;
   std::memcpy(&endpoint.address, found->ai_addr, found->ai_addrlen);
   endpoint.length = found->ai_addrlen;
   endpoint.text = url.host_header;
   ::freeaddrinfo(found);
-  return {};
+  return endpoint;
 }
 
-int start_connect(const Endpoint& endpoint) {
+Expected<int> start_connect(const Endpoint& endpoint) {
   const int fd = ::socket(endpoint.address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
                           IPPROTO_TCP);
-  if (fd < 0) return -1;
+  if (fd < 0) return cannot_connect(endpoint, errno);
   // Requests are written whole; Nagle would only hold back the tail of a pipelined batch.
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -89,36 +100,37 @@ int start_connect(const Endpoint& endpoint) {
       errno == EINPROGRESS) {
     return fd;
   }
-  const int saved = errno;
+  const int err = errno;
   ::close(fd);
-  errno = saved;
-  return -1;
+  return cannot_connect(endpoint, err);
 }
 
-std::string connect_result(int fd) {
+Expected<void> connect_result(int fd, const Endpoint& endpoint) {
   int error = 0;
   socklen_t length = sizeof(error);
   if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
-  return error == 0 ? std::string() : std::string(std::strerror(error));
+  if (error != 0) return cannot_connect(endpoint, error);
+  return {};
 }
 
-std::string connect_all(const Endpoint& endpoint, unsigned n, std::chrono::milliseconds timeout,
-                        std::vector<int>& fds) {
-  std::string why;
-  for (unsigned i = 0; i < n && why.empty(); ++i) {
-    const int fd = start_connect(endpoint);
-    if (fd < 0) {
-      why = std::strerror(errno);
+Expected<std::vector<int>> connect_all(const Endpoint& endpoint, unsigned n,
+                                       std::chrono::milliseconds timeout) {
+  std::vector<int> fds;
+  Expected<void> connected;
+  for (unsigned i = 0; i < n && connected; ++i) {
+    const Expected<int> fd = start_connect(endpoint);
+    if (!fd) {
+      connected = fd.error();
       break;
     }
-    fds.push_back(fd);
-    const Wait w = wait_for(fd, POLLOUT, now_ns() + timeout.count() * 1'000'000);
-    why = w == Wait::kTimeout ? "timed out" : connect_result(fd);
+    fds.push_back(*fd);
+    const Wait w = wait_for(*fd, POLLOUT, now_ns() + timeout.count() * 1'000'000);
+    connected =
+        w == Wait::kTimeout ? timed_out(endpoint, "timed out") : connect_result(*fd, endpoint);
   }
-  if (why.empty()) return {};
+  if (connected) return fds;
   for (const int fd : fds) ::close(fd);
-  fds.clear();
-  return fmt::format("cannot connect to {}: {}", endpoint.text, why);
+  return connected.error();
 }
 
 void SyncConnection::close_fd() noexcept {
@@ -131,17 +143,16 @@ void SyncConnection::close_fd() noexcept {
 bool SyncConnection::ensure_connected(std::int64_t deadline_ns) {
   if (fd_ >= 0) return true;
   if (now_ns() < retry_ns_) sleep_until_ns(std::min(retry_ns_, deadline_ns));
-  fd_ = start_connect(*endpoint_);
-  std::string why;
-  if (fd_ < 0) {
-    why = std::strerror(errno);
-  } else if (wait_for(fd_, POLLOUT, deadline_ns) != Wait::kReady) {
-    why = "no connection before the request's deadline";
-  } else {
-    why = connect_result(fd_);
+  const Expected<int> fd = start_connect(*endpoint_);
+  Expected<void> connected = fd ? Expected<void>() : fd.error();
+  if (fd) {
+    fd_ = *fd;
+    connected = wait_for(fd_, POLLOUT, deadline_ns) != Wait::kReady
+                    ? timed_out(*endpoint_, "no connection before the request's deadline")
+                    : connect_result(fd_, *endpoint_);
   }
-  if (why.empty()) return true;
-  warn_once(fmt::format("cannot connect to {}: {}", endpoint_->text, why));
+  if (connected) return true;
+  warn_once(connected.error().message);
   close_fd();
   retry_ns_ = now_ns() + kReconnectNs;
   return false;

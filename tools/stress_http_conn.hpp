@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/expected.hpp"
 #include "tools/stress_http_proto.hpp"
 #include "tools/stress_http_response.hpp"
 
@@ -21,17 +22,19 @@ struct Endpoint {
   std::string text;  // "host:port" for messages
 };
 
-// Resolves url's host and port to the first address getaddrinfo gives. Returns why it cannot,
-// or an empty string.
-std::string resolve(const Url& url, Endpoint& endpoint);
+// Resolves url's host and port to the first address getaddrinfo gives (EHOSTUNREACH and
+// getaddrinfo's reason when it gives none).
+Expected<Endpoint> resolve(const Url& url);
 
-// A non-blocking TCP socket (TCP_NODELAY) whose connect has started; -1 with errno on failure.
-int start_connect(const Endpoint& endpoint);
-// The outcome of a started connect once the socket is writable: empty, or why it failed.
-std::string connect_result(int fd);
-// Opens n connections, all connected within `timeout` each, or none. Returns why not, or "".
-std::string connect_all(const Endpoint& endpoint, unsigned n, std::chrono::milliseconds timeout,
-                        std::vector<int>& fds);
+// Each failure below says "cannot connect to HOST:PORT: why", with the errno as its code.
+
+// A non-blocking TCP socket (TCP_NODELAY) whose connect has started; the caller owns it.
+Expected<int> start_connect(const Endpoint& endpoint);
+// The outcome of a started connect once the socket is writable.
+Expected<void> connect_result(int fd, const Endpoint& endpoint);
+// Opens n connections, all connected within `timeout` each, or none; the caller owns them.
+Expected<std::vector<int>> connect_all(const Endpoint& endpoint, unsigned n,
+                                       std::chrono::milliseconds timeout);
 
 // Prints each distinct problem once on stderr: a broken server would otherwise have it printed
 // for every request. Any thread.

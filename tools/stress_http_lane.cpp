@@ -209,12 +209,13 @@ void HttpLane::reconnect(std::int64_t now) {
     PipeConnection& c = connections_[i];
     if (c.state != State::kClosed || c.retry_ns > now) continue;
     c.retry_ns = now + kReconnectNs;
-    c.fd = http::start_connect(target_.endpoint);
-    if (c.fd < 0) {
-      http::warn_once(fmt::format("cannot connect to {}: {}", target_.endpoint.text, std::strerror(errno)));
+    const Expected<int> fd = http::start_connect(target_.endpoint);
+    if (!fd) {
+      http::warn_once(fd.error().message);
       unreachable_ = true;
       continue;
     }
+    c.fd = *fd;
     c.state = State::kConnecting;
     watch(c, i);
   }
@@ -256,8 +257,8 @@ void HttpLane::on_event(const epoll_event& event) {
 }
 
 void HttpLane::finish_connect(PipeConnection& c) {
-  if (const std::string why = http::connect_result(c.fd); !why.empty()) {
-    http::warn_once(fmt::format("cannot connect to {}: {}", target_.endpoint.text, why));
+  if (const auto connected = http::connect_result(c.fd, target_.endpoint); !connected) {
+    http::warn_once(connected.error().message);
     close_connection(c, error_kind(ErrorCode::kDaemonUnavailable), now_ns() + kReconnectNs);
     unreachable_ = true;
     return;

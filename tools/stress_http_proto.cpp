@@ -17,49 +17,61 @@ bool parse_decimal(std::string_view s, std::size_t& value) noexcept {
   return ec == std::errc() && end == s.data() + s.size();
 }
 
-// Splits "HOST[:PORT]" or "[V6]:PORT" into url.host and url.port.
-std::string split_authority(std::string_view authority, Url& url) {
+Failure unusable(std::string_view why) {
+  return make_failure(std::errc::invalid_argument, std::string(why));
+}
+
+// Splits "HOST[:PORT]" or "[V6]:PORT" into a URL's host and port.
+Expected<Url> split_authority(std::string_view authority) {
   std::string_view host = authority, port = "80";
   if (!authority.empty() && authority.front() == '[') {
     const std::size_t close = authority.find(']');
-    if (close == std::string_view::npos) return "unclosed '[' in the host";
+    if (close == std::string_view::npos) return unusable("unclosed '[' in the host");
     host = authority.substr(1, close - 1);
     const std::string_view rest = authority.substr(close + 1);
-    if (!rest.empty() && rest.front() != ':') return "unexpected text after ']'";
+    if (!rest.empty() && rest.front() != ':') return unusable("unexpected text after ']'");
     if (!rest.empty()) port = rest.substr(1);
   } else if (const std::size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
     host = authority.substr(0, colon);
     port = authority.substr(colon + 1);
-    if (host.find(':') != std::string_view::npos) return "an IPv6 address needs brackets: [ADDR]:PORT";
+    if (host.find(':') != std::string_view::npos) {
+      return unusable("an IPv6 address needs brackets: [ADDR]:PORT");
+    }
   }
   std::size_t number = 0;
-  if (host.empty()) return "no host";
-  if (!parse_decimal(port, number) || number == 0 || number > 65535) return "bad port";
+  if (host.empty()) return unusable("no host");
+  if (!parse_decimal(port, number) || number == 0 || number > 65535) return unusable("bad port");
+  Url url;
   url.host = host;
   url.port = port;
-  return {};
+  return url;
 }
 
 }  // namespace
 
-std::string parse_url(std::string_view text, Url& url) {
+Expected<Url> parse_url(std::string_view text) {
   constexpr std::string_view kScheme = "http://";
-  if (text.substr(0, 8) == "https://") return "https is not supported: give the plain http:// URL";
-  if (text.substr(0, kScheme.size()) != kScheme) return "expected http://HOST[:PORT][/PATH]";
+  if (text.substr(0, 8) == "https://") {
+    return unusable("https is not supported: give the plain http:// URL");
+  }
+  if (text.substr(0, kScheme.size()) != kScheme) return unusable("expected http://HOST[:PORT][/PATH]");
   text.remove_prefix(kScheme.size());
   const std::size_t slash = std::min(text.find('/'), text.size());
   const std::string_view authority = text.substr(0, slash);
   const std::string_view path = text.substr(slash);
-  if (authority.find('@') != std::string_view::npos) return "user info in the URL is not supported";
+  if (authority.find('@') != std::string_view::npos) {
+    return unusable("user info in the URL is not supported");
+  }
   if (std::any_of(text.begin(), text.end(), [](char c) {
         return static_cast<unsigned char>(c) <= 0x20 || c == '#' || c == 0x7F;
       })) {
-    return "spaces, control characters and fragments are not allowed in the URL";
+    return unusable("spaces, control characters and fragments are not allowed in the URL");
   }
-  if (std::string why = split_authority(authority, url); !why.empty()) return why;
-  url.host_header = authority;
-  url.target = path.empty() || path == "/" ? kDefaultTarget : path;
-  return {};
+  Expected<Url> url = split_authority(authority);
+  if (!url) return url;
+  url->host_header = authority;
+  url->target = path.empty() || path == "/" ? kDefaultTarget : path;
+  return url;
 }
 
 RequestEncoder::RequestEncoder(const Url& url, std::chrono::milliseconds server_timeout) {

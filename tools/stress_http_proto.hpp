@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/expected.hpp"
+
 namespace batchd::stress::http {
 
 struct Url {
@@ -16,8 +18,8 @@ struct Url {
   std::string host_header;  // the Host header's value, as written in the URL
 };
 
-// Parses "http://HOST[:PORT][/PATH]". Returns why it cannot be used, or an empty string.
-std::string parse_url(std::string_view text, Url& url);
+// Parses "http://HOST[:PORT][/PATH]", or says (EINVAL) why it cannot be used.
+Expected<Url> parse_url(std::string_view text);
 
 // Builds complete POST requests. One per thread: it keeps a scratch buffer.
 class RequestEncoder {

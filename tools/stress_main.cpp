@@ -103,19 +103,19 @@ std::optional<batchd::stress::RunResult> run_shm(const batchd::stress::Options& 
 std::optional<batchd::stress::RunResult> run_http(const batchd::stress::Options& options,
                                                   batchd::stress::LiveStats& live) {
   using namespace batchd::stress;
-  http::Url url;
-  http::parse_url(options.http_url, url);  // already checked by parse_options
-  http::Endpoint endpoint;
-  std::vector<int> fds;
-  std::string why = http::resolve(url, endpoint);
-  if (why.empty()) why = http::connect_all(endpoint, options.connections, options.connect_timeout, fds);
-  if (!why.empty()) {
-    fmt::print(stderr, "batchd-stress: {}\n", why);
+  const http::Url url = http::parse_url(options.http_url).value();  // checked by parse_options
+  const auto unreachable = [](const batchd::Failure& failure) {
+    fmt::print(stderr, "batchd-stress: {}\n", failure.message);
     return std::nullopt;
-  }
+  };
+  const batchd::Expected<http::Endpoint> endpoint = http::resolve(url);
+  if (!endpoint) return unreachable(endpoint.error());
+  batchd::Expected<std::vector<int>> fds =
+      http::connect_all(*endpoint, options.connections, options.connect_timeout);
+  if (!fds) return unreachable(fds.error());
   const InputPool inputs(options.min_input_bytes, options.max_input_bytes, options.seed);
   const std::unique_ptr<Transport> transport =
-      make_http_transport(HttpTarget{url, endpoint, options, inputs}, std::move(fds));
+      make_http_transport(HttpTarget{url, *endpoint, options, inputs}, std::move(*fds));
   return run_loop(options, inputs, live, *transport);
 }
 

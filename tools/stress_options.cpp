@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 
+#include "base/expected.hpp"
 #include "tools/stress_http_proto.hpp"
 
 namespace batchd::stress {
@@ -23,27 +24,32 @@ constexpr int kExitUsage = 64;
 // Open loop over HTTP: enough connections that pipelining rarely queues behind a slow answer.
 constexpr unsigned kDefaultOpenConnections = 64;
 
+Failure usage(std::string why) { return make_failure(std::errc::invalid_argument, std::move(why)); }
+
+struct InputBytes {
+  std::uint32_t min = 0;
+  std::uint32_t max = 0;
+};
+
 // "MIN:MAX" -> the two bounds; a lone number means a fixed length.
-std::string parse_input_bytes(const std::string& text, Options& options) {
+Expected<InputBytes> parse_input_bytes(const std::string& text) {
   const std::size_t colon = text.find(':');
   try {
     std::size_t used = 0;
     const unsigned long lo = std::stoul(text.substr(0, colon), &used);
-    if (used != (colon == std::string::npos ? text.size() : colon)) return "expected MIN:MAX";
+    if (used != (colon == std::string::npos ? text.size() : colon)) return usage("expected MIN:MAX");
     unsigned long hi = lo;
     if (colon != std::string::npos) {
       const std::string rest = text.substr(colon + 1);
       hi = std::stoul(rest, &used);
-      if (used != rest.size()) return "expected MIN:MAX";
+      if (used != rest.size()) return usage("expected MIN:MAX");
     }
-    if (lo > hi) return "MIN must not exceed MAX";
-    if (hi > (1UL << 30)) return "MAX is unreasonably large";
-    options.min_input_bytes = static_cast<std::uint32_t>(lo);
-    options.max_input_bytes = static_cast<std::uint32_t>(hi);
+    if (lo > hi) return usage("MIN must not exceed MAX");
+    if (hi > (1UL << 30)) return usage("MAX is unreasonably large");
+    return InputBytes{static_cast<std::uint32_t>(lo), static_cast<std::uint32_t>(hi)};
   } catch (const std::exception&) {
-    return "expected MIN:MAX with non-negative integers";
+    return usage("expected MIN:MAX with non-negative integers");
   }
-  return {};
 }
 
 void add_options(CLI::App& app, Options& o, std::string& input_bytes, std::int64_t& timeout_ms,
@@ -101,25 +107,26 @@ void add_http_options(CLI::App& app, Options& o, std::int64_t& http_timeout_ms) 
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}));
 }
 
-// Fills in the HTTP settings that depend on others; returns why they cannot work, or nothing.
-std::string finish_http(const CLI::App& app, Options& o) {
+// Fills in the HTTP settings that depend on others, or says why they cannot work.
+Expected<void> finish_http(const CLI::App& app, Options& o) {
   const bool http_only = app.count("--connections") + app.count("--pipeline-depth") +
                              app.count("--io-threads") + app.count("--http-timeout-ms") > 0;
   if (o.http_url.empty()) {
     if (http_only) {
-      return "--connections, --pipeline-depth, --io-threads and --http-timeout-ms need --http";
+      return usage("--connections, --pipeline-depth, --io-threads and --http-timeout-ms need --http");
     }
     return {};
   }
-  http::Url url;
-  if (std::string why = http::parse_url(o.http_url, url); !why.empty()) return "--http: " + why;
+  if (const auto url = http::parse_url(o.http_url); !url) {
+    return usage("--http: " + url.error().message);
+  }
   o.transport = TransportKind::kHttp;
   if (app.count("--connections") == 0) {
     o.connections = o.mode == Mode::kClosed ? o.threads : kDefaultOpenConnections;
   }
   // Each closed-loop thread owns its connections, so there must be one at least per thread.
   if (o.mode == Mode::kClosed && o.connections < o.threads) {
-    return "closed loop over HTTP needs --connections >= --threads";
+    return usage("closed loop over HTTP needs --connections >= --threads");
   }
   if (app.count("--http-timeout-ms") == 0) o.http_timeout = o.timeout;
   o.io_threads = std::min(o.io_threads, o.connections);
@@ -141,13 +148,15 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
   add_http_options(app, o, http_timeout_ms);
   try {
     app.parse(argc, argv);
-    if (std::string why = parse_input_bytes(input_bytes, o); !why.empty()) {
-      throw CLI::ValidationError("--input-bytes", why);
-    }
+    // CLI11's own exception: the tool's start-up, where a bad option ends the run with usage.
+    const Expected<InputBytes> range = parse_input_bytes(input_bytes);
+    if (!range) throw CLI::ValidationError("--input-bytes", range.error().message);
+    o.min_input_bytes = range->min;
+    o.max_input_bytes = range->max;
     o.mode = app.count("--rate") > 0 ? Mode::kOpen : Mode::kClosed;
     o.timeout = std::chrono::milliseconds(timeout_ms);
     o.http_timeout = std::chrono::milliseconds(http_timeout_ms);
-    if (std::string why = finish_http(app, o); !why.empty()) throw CLI::ValidationError(why);
+    if (auto http = finish_http(app, o); !http) throw CLI::ValidationError(http.error().message);
   } catch (const CLI::ParseError& e) {
     exit_code = app.exit(e) == 0 ? 0 : kExitUsage;
     return std::nullopt;
