@@ -31,8 +31,9 @@ bool scalar_text(const toml::node& node, std::string& out) {
   return true;
 }
 
-bool add_key(const std::string& path, const std::string& table, std::string_view key,
-             const toml::node& node, ConfigArgs& out, std::string& error) {
+// Appends the flag one key stands for to `out`.
+Expected<void> add_key(const std::string& path, const std::string& table, std::string_view key,
+                       const toml::node& node, ConfigArgs& out) {
   const std::string flag = flag_name(table, key);
   out.lines[flag] = node.source().begin.line;
   std::vector<const toml::node*> values;
@@ -44,39 +45,42 @@ bool add_key(const std::string& path, const std::string& table, std::string_view
   for (const toml::node* value : values) {
     std::string text;
     if (!scalar_text(*value, text)) {
-      error = fmt::format("{} line {}: '{}' must be a string, number, boolean or a list of them",
-                          path, value->source().begin.line, key);
-      return false;
+      return make_failure(std::errc::invalid_argument,
+                          fmt::format("{} line {}: '{}' must be a string, number, boolean or a "
+                                      "list of them",
+                                      path, value->source().begin.line, key));
     }
     out.args.push_back(flag);
     out.args.push_back(text);
   }
-  return true;
+  return {};
 }
 
 }  // namespace
 
-bool read_config_file(const std::string& path, ConfigArgs& out, std::string& error) {
+Expected<ConfigArgs> read_config_file(const std::string& path) {
   toml::table root;
   try {
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
     // Line 0: no line at all (the file could not be read).
     const auto line = e.source().begin.line;
-    error = line == 0 ? fmt::format("{}: {}", path, e.description())
-                      : fmt::format("{} line {}: {}", path, line, e.description());
-    return false;
+    return make_failure(std::errc::invalid_argument,
+                        line == 0 ? fmt::format("{}: {}", path, e.description())
+                                  : fmt::format("{} line {}: {}", path, line, e.description()));
   }
+  ConfigArgs out;
   for (const auto& [key, node] : root) {
     if (const toml::table* table = node.as_table()) {
       for (const auto& [inner_key, inner] : *table) {
-        if (!add_key(path, std::string(key.str()), inner_key.str(), inner, out, error)) return false;
+        auto added = add_key(path, std::string(key.str()), inner_key.str(), inner, out);
+        if (!added) return added.error();
       }
-    } else if (!add_key(path, "", key.str(), node, out, error)) {
-      return false;
+    } else if (auto added = add_key(path, "", key.str(), node, out); !added) {
+      return added.error();
     }
   }
-  return true;
+  return out;
 }
 
 }  // namespace batchd

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "base/expected.hpp"
+
 namespace batchd {
 
 struct ConfigArgs {
@@ -15,8 +17,8 @@ struct ConfigArgs {
   std::map<std::string, unsigned> lines;   // flag name ("--max-wait-ms") -> line in the file
 };
 
-// Parses the file. On failure returns false with `error` naming the file, the line and the
-// reason (a TOML syntax error, or a value of a type no flag takes).
-bool read_config_file(const std::string& path, ConfigArgs& out, std::string& error);
+// Parses the file, or fails (EINVAL) with a message naming the file, the line and the reason (a
+// TOML syntax error, or a value of a type no flag takes).
+Expected<ConfigArgs> read_config_file(const std::string& path);
 
 }  // namespace batchd

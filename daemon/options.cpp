@@ -137,30 +137,38 @@ std::string find_config_path(const std::vector<std::string>& args) {
 }
 
 // The file alone, so that an error can name its line.
-bool check_config_file(const std::string& path, const ConfigArgs& file, std::string& message) {
+Expected<void> check_config_file(const std::string& path, const ConfigArgs& file) {
   DaemonOptions scratch;
   RawOptions raw;
   CLI::App app;
   define_options(app, scratch, raw);
   for (const auto& [flag, line] : file.lines) {
     if (flag == "--config" || app.get_option_no_throw(flag) == nullptr) {
-      message = path + " line " + std::to_string(line) + ": unknown key for option " + flag;
-      return false;
+      return make_failure(std::errc::invalid_argument, path + " line " + std::to_string(line) +
+                                                           ": unknown key for option " + flag);
     }
   }
   try {
     parse_args(app, file.args);
     finish(scratch, raw);
   } catch (const CLI::Error& e) {
-    message = path + ": " + e.what();
+    std::string message = path + ": " + e.what();
     for (const auto& [flag, line] : file.lines) {
       if (std::string(e.what()).find(flag) != std::string::npos) {
         message = path + " line " + std::to_string(line) + ": " + e.what();
       }
     }
-    return false;
+    return make_failure(std::errc::invalid_argument, std::move(message));
   }
-  return true;
+  return {};
+}
+
+// The file's flags, checked on their own.
+Expected<ConfigArgs> read_checked_config(const std::string& path) {
+  Expected<ConfigArgs> file = read_config_file(path);
+  if (!file) return file;
+  if (auto checked = check_config_file(path, *file); !checked) return checked.error();
+  return file;
 }
 
 }  // namespace
@@ -168,7 +176,12 @@ bool check_config_file(const std::string& path, const ConfigArgs& file, std::str
 int parse_daemon_options(const std::vector<std::string>& args, DaemonOptions& out, std::string& message) {
   ConfigArgs file;
   if (const std::string path = find_config_path(args); !path.empty()) {
-    if (!read_config_file(path, file, message) || !check_config_file(path, file, message)) return 2;
+    Expected<ConfigArgs> checked = read_checked_config(path);
+    if (!checked) {
+      message = checked.error().message;
+      return 2;
+    }
+    file = std::move(*checked);
   }
   CLI::App app{"batchd: batches single string requests from local processes onto a backend"};
   out = DaemonOptions{};
