@@ -85,6 +85,16 @@ struct batchd_plugin {
   void (*destroy)(void* state);
 };
 
+/* Optional: a plug-in may also export batchd_plugin_v1_flags(), returning an OR of the flags
+ * below (one without it has none; the struct above is unchanged, so this is not an ABI break).
+ * BATCHD_PLUGIN_RUNS_INLINE: run() takes microseconds, never blocks, and is safe to call from any
+ * thread at once, even twice for the same (device, stream). The daemon may then run small
+ * batches on its drain thread instead of handing them to a lane's worker (a wake-up that costs
+ * more than such a run); see --inline-max-us. */
+#define BATCHD_PLUGIN_FLAGS_SYMBOL "batchd_plugin_v1_flags"
+#define BATCHD_PLUGIN_RUNS_INLINE 1u
+typedef uint32_t (*batchd_plugin_flags_fn)(void);
+
 /* The entry point a plug-in defines (and the daemon looks up by name). Returns a pointer to a
  * struct with static storage duration, or NULL if the plug-in cannot run at all. */
 typedef const struct batchd_plugin* (*batchd_plugin_entry_fn)(void);

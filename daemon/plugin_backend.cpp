@@ -70,9 +70,9 @@ class PluginBackend final : public Backend {
  public:
   // Takes the library and the state init() returned; destroys the state before unloading.
   PluginBackend(LibraryHandle library, const batchd_plugin& plugin, void* state, unsigned devices,
-                unsigned streams)
+                unsigned streams, std::uint32_t flags)
       : library_(std::move(library)), plugin_(plugin), name_(plugin.name), state_(state),
-        devices_(devices), streams_(streams) {}
+        devices_(devices), streams_(streams), flags_(flags) {}
   PluginBackend(const PluginBackend&) = delete;
   PluginBackend& operator=(const PluginBackend&) = delete;
   ~PluginBackend() override { plugin_.destroy(state_); }
@@ -80,6 +80,7 @@ class PluginBackend final : public Backend {
   [[nodiscard]] std::string_view name() const noexcept override { return name_; }
   [[nodiscard]] unsigned devices() const noexcept override { return devices_; }
   [[nodiscard]] unsigned streams_per_device() const noexcept override { return streams_; }
+  [[nodiscard]] bool runs_inline() const noexcept override { return (flags_ & BATCHD_PLUGIN_RUNS_INLINE) != 0; }
   BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) override;
   void shutdown() noexcept override {
     if (plugin_.shutdown != nullptr) plugin_.shutdown(state_);
@@ -97,6 +98,7 @@ class PluginBackend final : public Backend {
   void* state_;  // owned by the plug-in; released with plugin_.destroy
   unsigned devices_;
   unsigned streams_;
+  std::uint32_t flags_;  // BATCHD_PLUGIN_* from batchd_plugin_v1_flags(), 0 without it
 };
 
 BackendStatus PluginBackend::run(LaneId lane, const BatchInput& in, BatchOutput& out) {
@@ -140,6 +142,12 @@ Expected<const batchd_plugin*> find_plugin(void* library, const std::string& lab
     return unusable(label + " lacks a required function (init, run and destroy must not be NULL)");
   }
   return plugin;
+}
+
+// The optional flags function; a plug-in without one has no flags.
+std::uint32_t plugin_flags(void* library) noexcept {
+  void* symbol = dlsym(library, BATCHD_PLUGIN_FLAGS_SYMBOL);
+  return symbol == nullptr ? 0 : reinterpret_cast<batchd_plugin_flags_fn>(symbol)();
 }
 
 // What init made: the plug-in's state (the caller's to destroy) and its lanes.
@@ -187,7 +195,7 @@ Expected<std::unique_ptr<Backend>> load_plugin_backend(const std::string& path,
   const Expected<PluginState> made = init_plugin(**plugin, config, label);
   if (!made) return made.error();
   return std::unique_ptr<Backend>(std::make_unique<PluginBackend>(
-      std::move(library), **plugin, made->state, made->devices, made->streams));
+      std::move(library), **plugin, made->state, made->devices, made->streams, plugin_flags(library.get())));
 }
 
 }  // namespace batchd

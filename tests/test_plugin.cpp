@@ -93,6 +93,7 @@ TEST_CASE("the example plug-in computes the reference batchstring on every lane"
   CHECK(backend->name() == "example");
   CHECK(backend->devices() == 2);
   CHECK(backend->streams_per_device() == 2);
+  CHECK(backend->runs_inline());  // it exports batchd_plugin_v1_flags with BATCHD_PLUGIN_RUNS_INLINE
 
   // One thread per lane, as the executor runs them.
   std::vector<std::thread> lanes;
@@ -156,6 +157,7 @@ TEST_CASE("a plug-in that appends too many outputs fails its batch whatever it r
 
 TEST_CASE("a plug-in's error reaches the caller as a failure with its message") {
   auto backend = load(test_plugin("failing"), "");
+  CHECK_FALSE(backend->runs_inline());  // no batchd_plugin_v1_flags: runs on the lanes only
   BatchOutput out;
   const Inputs good({"x", "y"});
   REQUIRE(backend->run({0, 0}, good.view(), out).ok);

@@ -139,3 +139,7 @@ static const struct batchd_plugin kExamplePlugin = {
 };
 
 const struct batchd_plugin* batchd_plugin_v1(void) { return &kExamplePlugin; }
+
+/* run() keeps no state between calls and never blocks: the daemon may run small batches on its
+ * drain thread (a CPU plug-in's win; a GPU one would leave this out). */
+BATCHD_PLUGIN_EXPORT uint32_t batchd_plugin_v1_flags(void) { return BATCHD_PLUGIN_RUNS_INLINE; }
