@@ -336,13 +336,20 @@ def ratio(value):
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def machine_line(*results):
-    for r in results:
-        if r and r.get("machine"):
-            m = r["machine"]
-            return (f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}; "
-                    f"commit {m['commit']}, {m['date']}")
-    return "unknown"
+def machine_line(sections):
+    """Which machine and commit each section's numbers come from: steps can be re-run alone, so
+    one page may hold runs from different days (and, on a cloud VM, different processors)."""
+    by_run = {}
+    for name, result in sections:
+        if result and result.get("machine"):
+            m = result["machine"]
+            key = (f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}; "
+                   f"commit {m['commit']}, {m['date'][:10]}")
+            by_run.setdefault(key, []).append(name)
+    if not by_run:
+        return "unknown"
+    return "; ".join(f"{'sections' if len(names) > 1 else 'section'} {', '.join(names)}: {key}"
+                     for key, names in by_run.items())
 
 
 def main():
@@ -356,9 +363,11 @@ def main():
         cost = CostModel(**sweep["cost"])
         for p in sweep["points"]:
             p["model"] = model_entry(predict(cost, p["max_batch"], p["max_wait_ms"], p["rate"], spares(p)))
-    parts = {"MACHINE": machine_line(sweep, ipc, gain), "IPC": ipc_section(ipc), "GAIN": gain_section(gain),
-             "HTTP": http_section(http), "SERVICE": service_section(load("service.json")),
-             "OPENLOOP": openloop_section(load("openloop.json")), **sweep_parts(sweep)}
+    service, openloop = load("service.json"), load("openloop.json")
+    sections = [("1", ipc), ("1b", openloop), ("2", gain), ("3", sweep), ("4", http), ("5", service)]
+    parts = {"MACHINE": machine_line(sections), "IPC": ipc_section(ipc), "GAIN": gain_section(gain),
+             "HTTP": http_section(http), "SERVICE": service_section(service),
+             "OPENLOOP": openloop_section(openloop), **sweep_parts(sweep)}
     if sweep:
         parts["SWEEP_SETUP"] = (f"{len(sweep['batches'])} max-batch values x {len(sweep['waits_ms'])} max-wait values x "
                                 f"{len(sweep['loads'])} loads, {sweep['point_s']} s per point, deadline "
