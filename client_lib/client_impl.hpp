@@ -1,5 +1,5 @@
-// The client library's implementation behind batchd::Client: submission and answers
-// (client.cpp) and the monitor that re-attaches to a restarted daemon (client_reattach.cpp).
+// The client library's implementation behind batchd::Client: submission and sync answers
+// (client.cpp), asynchronous requests and poll() (client_async.cpp), and the monitor that re-attaches to a restarted daemon (client_reattach.cpp).
 #pragma once
 
 #include <atomic>

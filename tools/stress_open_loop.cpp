@@ -97,8 +97,7 @@ class LaneDriver final : public Completions {
 
  private:
   [[nodiscard]] bool sending(std::uint64_t id) const noexcept;
-  void send(std::uint64_t id, std::int64_t intended_ns);
-  // Sends the requests in burst_ at once.
+  // Sends the requests in burst_ at once and empties it.
   void send_burst();
   void end_of_sends() noexcept;
 
@@ -144,35 +143,27 @@ bool LaneDriver::sending(std::uint64_t id) const noexcept {
          !ctx_.interrupted.load(std::memory_order_relaxed);
 }
 
-void LaneDriver::send(std::uint64_t id, std::int64_t intended_ns) {
-  const bool measured = schedule_->counted(id);
-  if (measured) send_recorder_.sent();
-  if (const std::optional<std::size_t> refused = lane_->submit(id, intended_ns)) {
-    // Refused before it was sent: no latency to speak of.
-    if (measured) send_recorder_.failed_kind(*refused);
-  } else {
-    admitted_.fetch_add(1, std::memory_order_release);
-  }
-}
-
 void LaneDriver::end_of_sends() noexcept {
   lane_->end_of_sends();
   sending_done_.store(true, std::memory_order_release);
 }
 
 void LaneDriver::send_burst() {
+  if (burst_.empty()) return;
   lane_->submit_burst(burst_, std::span(refused_).first(burst_.size()));
   std::uint64_t admitted = 0;
   for (std::size_t i = 0; i < burst_.size(); ++i) {
     const bool measured = schedule_->counted(burst_[i].id);
     if (measured) send_recorder_.sent();
     if (refused_[i]) {
+      // Refused before it was sent: no latency to speak of.
       if (measured) send_recorder_.failed_kind(*refused_[i]);
     } else {
       ++admitted;
     }
   }
   admitted_.fetch_add(admitted, std::memory_order_release);
+  burst_.clear();
 }
 
 void LaneDriver::pace() {
@@ -181,7 +172,6 @@ void LaneDriver::pace() {
     const std::int64_t first_due = schedule_->intended_ns(next_id_);
     if (const std::int64_t now = now_ns(); first_due > now) sleep_until_ns(std::max(first_due, now + kMinSleepNs));
     const std::int64_t now = now_ns();
-    burst_.clear();
     for (; burst_.size() < kMaxBurst && sending(next_id_); next_id_ += stride_) {
       const std::int64_t due = schedule_->intended_ns(next_id_);
       if (due > now) break;
@@ -209,8 +199,10 @@ void LaneDriver::pace_and_pump() {
     for (; more && (more = sending(next_id_)); next_id_ += stride_) {
       const std::int64_t due = schedule_->intended_ns(next_id_);
       if (due > now) break;
-      send(next_id_, due);
+      burst_.push_back(DueRequest{next_id_, due});
+      if (burst_.size() == kMaxBurst) send_burst();
     }
+    send_burst();
     if (!more && !sending_done_.load(std::memory_order_relaxed)) end_of_sends();
     if (!more && completed_ == admitted_.load(std::memory_order_relaxed)) return;
     lane_->pump(more ? schedule_->intended_ns(next_id_) : kNever, *this);
