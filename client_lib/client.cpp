@@ -279,6 +279,14 @@ DaemonStatus ClientImpl::daemon_status() const {
   out.batches = page.batches.load(std::memory_order_relaxed);
   out.batch_failures = page.batch_failures.load(std::memory_order_relaxed);
   out.requests_abandoned = page.requests_abandoned.load(std::memory_order_relaxed);
+  out.policy = page.policy.load(std::memory_order_relaxed) == 1 ? "adaptive" : "fixed";
+  out.target_batch = page.target_batch.load(std::memory_order_relaxed);
+  out.arrivals_per_s = page.arrivals_per_s.load(std::memory_order_relaxed);
+  static constexpr const char* kFlushReasons[shm::kFlushReasons] = {
+      "hold", "full", "max_wait", "deadline", "target", "fill_time", "no_device", "stopping"};
+  for (std::size_t r = 1; r < shm::kFlushReasons; ++r) {  // a held batch is not a flush
+    out.flushes.emplace_back(kFlushReasons[r], page.flushes[r].load(std::memory_order_relaxed));
+  }
   out.max_batch = page.max_batch.load(std::memory_order_relaxed);
   out.max_wait_ns = page.max_wait_ns.load(std::memory_order_relaxed);
   out.max_batch_bytes = page.max_batch_bytes.load(std::memory_order_relaxed);
@@ -287,11 +295,16 @@ DaemonStatus ClientImpl::daemon_status() const {
   for (std::size_t d = 0; d < listed; ++d) {
     const shm::StatusDevice& dev = page.device[d];
     const std::uint32_t state = dev.state.load(std::memory_order_relaxed);
+    const shm::StatusCost& cost = page.cost[d];
     out.devices.push_back({state < 3 ? kStates[state] : "unknown", dev.batches_ok.load(std::memory_order_relaxed),
                            dev.batches_failed.load(std::memory_order_relaxed),
                            dev.timeouts.load(std::memory_order_relaxed),
                            dev.outstanding_requests.load(std::memory_order_relaxed),
-                           dev.batch_ns.load(std::memory_order_relaxed)});
+                           dev.batch_ns.load(std::memory_order_relaxed),
+                           static_cast<double>(cost.fixed_ns.load(std::memory_order_relaxed)),
+                           static_cast<double>(cost.per_item_ps.load(std::memory_order_relaxed)) / 1000,
+                           static_cast<double>(cost.per_byte_ps.load(std::memory_order_relaxed)) / 1000,
+                           cost.samples.load(std::memory_order_relaxed)});
   }
   return out;
 }

@@ -67,6 +67,10 @@ struct DaemonStatus {
     std::string state;  // "healthy", "unhealthy" or "probing"
     std::uint64_t batches_ok = 0, batches_failed = 0, timeouts = 0, outstanding_requests = 0;
     std::uint64_t batch_ns = 0;  // measured batch time
+    // The fitted batch cost: fixed_ns + per_item_ns x requests + per_byte_ns x input bytes, from
+    // cost_samples batches.
+    double fixed_ns = 0, per_item_ns = 0, per_byte_ns = 0;
+    std::uint64_t cost_samples = 0;
   };
   std::string backend;
   std::uint32_t daemon_pid = 0;
@@ -76,8 +80,14 @@ struct DaemonStatus {
   std::uint64_t requests_taken = 0, requests_ok = 0, requests_failed = 0, requests_rejected = 0;
   std::uint64_t in_flight = 0;  // taken by the daemon and not yet answered
   std::uint64_t requests_abandoned = 0;  // their client went before they were batched
-  // The batching policy in force: flush at max_batch requests, max_batch_bytes input bytes, or
-  // when the oldest has waited max_wait_ns.
+  // The batching policy in force: "adaptive" or "fixed". Either flushes at max_batch requests,
+  // max_batch_bytes input bytes, or when the oldest has waited max_wait_ns; fixed waits for them,
+  // adaptive flushes as soon as waiting no longer pays (at about target_batch requests now, for
+  // arrivals_per_s requests per second). flushes: batches by why they were flushed.
+  std::string policy;
+  std::uint32_t target_batch = 0;
+  std::uint64_t arrivals_per_s = 0;
+  std::vector<std::pair<std::string, std::uint64_t>> flushes;
   std::uint32_t max_batch = 0;
   std::int64_t max_wait_ns = 0;
   std::uint64_t max_batch_bytes = 0;

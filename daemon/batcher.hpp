@@ -1,6 +1,8 @@
-// The wait-or-full batching policy: an open batch is flushed when it holds max_batch requests,
-// when the next request would take it past max_batch_bytes, or when its oldest request has
-// waited max_wait. Time comes in as an argument, so tests drive it with their own clock.
+// The open batch's accounting (requests, bytes, oldest arrival, earliest deadline) and the
+// limits every policy keeps, with the fixed wait-or-full rule: an open batch is flushed when it
+// holds max_batch requests, when the next request would take it past max_batch_bytes, or when
+// its oldest request has waited max_wait. The adaptive rule is BatchPolicy's (batch_policy.hpp).
+// Time comes in as an argument, so tests drive it with their own clock.
 #pragma once
 
 #include <chrono>
@@ -13,10 +15,19 @@ namespace batchd {
 // the plug-in ABI's), so its byte budget must fit in them.
 inline constexpr std::uint64_t kMaxBatchBytes = UINT32_MAX;
 
+// Which rule flushes batches (batch_policy.hpp).
+enum class PolicyKind : std::uint32_t { kFixed = 0, kAdaptive = 1 };
+
+// The largest batch by default: the seed's 64 for the fixed rule; for the adaptive one a ceiling it
+// reaches only when the load needs it (past what batches of 64 can carry).
+inline constexpr std::uint32_t kFixedDefaultMaxBatch = 64;
+inline constexpr std::uint32_t kAdaptiveDefaultMaxBatch = 256;
+
 struct BatchLimits {
-  std::uint32_t max_batch = 64;
+  std::uint32_t max_batch = kFixedDefaultMaxBatch;  // with kAdaptive a ceiling, not a target
   std::chrono::nanoseconds max_wait = std::chrono::milliseconds(50);  // 0: dispatch at once
   std::uint64_t max_batch_bytes = 8U << 20;
+  PolicyKind policy = PolicyKind::kAdaptive;
 };
 
 class WaitOrFullBatcher {
@@ -39,11 +50,18 @@ class WaitOrFullBatcher {
     return count_ < limits_.max_batch && bytes_ + bytes <= limits_.max_batch_bytes;
   }
 
-  // Adds a request; the first one starts the wait clock. Precondition: fits(bytes).
-  void add(std::uint64_t bytes, TimePoint now) noexcept {
-    if (count_ == 0) opened_at_ = now;
+  // Adds a request (deadline_ns 0: none); the first one starts the wait clock.
+  // Precondition: fits(bytes).
+  void add(std::uint64_t bytes, TimePoint now, std::int64_t deadline_ns = 0) noexcept {
+    if (count_ == 0) {
+      opened_at_ = now;
+      earliest_deadline_ns_ = 0;
+    }
     ++count_;
     bytes_ += bytes;
+    if (deadline_ns != 0 && (earliest_deadline_ns_ == 0 || deadline_ns < earliest_deadline_ns_)) {
+      earliest_deadline_ns_ = deadline_ns;
+    }
   }
 
   // A request that did not fit was seen: the open batch is as full as it can get.
@@ -70,6 +88,10 @@ class WaitOrFullBatcher {
   }
 
   [[nodiscard]] std::uint32_t count() const noexcept { return count_; }
+  [[nodiscard]] bool full() const noexcept { return full_; }
+  [[nodiscard]] std::int64_t oldest_ns() const noexcept { return ns_of(opened_at_); }
+  // The soonest deadline in the open batch; 0: none of its requests has one.
+  [[nodiscard]] std::int64_t earliest_deadline_ns() const noexcept { return earliest_deadline_ns_; }
   [[nodiscard]] std::uint64_t bytes() const noexcept { return bytes_; }
   [[nodiscard]] const BatchLimits& limits() const noexcept { return limits_; }
   void set_limits(const BatchLimits& limits) noexcept { limits_ = limits; }
@@ -80,6 +102,7 @@ class WaitOrFullBatcher {
   std::uint64_t bytes_ = 0;     // their input bytes
   bool full_ = false;           // a request was turned away for the byte budget
   TimePoint opened_at_{};       // arrival of the oldest request
+  std::int64_t earliest_deadline_ns_ = 0;
 };
 
 }  // namespace batchd

@@ -29,11 +29,13 @@ constexpr unsigned kRingEntries = 512;
 }  // namespace
 
 Daemon::Daemon(DaemonConfig config, std::unique_ptr<Backend> backend)
-    : config_(std::move(config)), backend_(std::move(backend)), batcher_(config_.batch) {
+    : config_(std::move(config)), backend_(std::move(backend)), batcher_(config_.batch),
+      policy_(config_.batch) {
   if (config_.socket_path.empty()) config_.socket_path = default_socket_path();
   if (backend_ == nullptr) throw std::invalid_argument("the daemon needs a backend");
   config_.batch = fit_to_backend(config_.batch, "start");
   batcher_.set_limits(config_.batch);
+  policy_.set_limits(config_.batch);
 }
 
 BatchLimits Daemon::fit_to_backend(BatchLimits limits, const char* when) const {
@@ -122,10 +124,10 @@ void Daemon::start() {
   router_->start();
   arm_poll(control_->fd(), pack(Op::kListen, 0));
   arm_doorbell_read();
-  spdlog::info("batchd listening on {} (backend {}: {} devices x {} streams; max batch {}, max "
-               "wait {} us, max batch bytes {})",
+  spdlog::info("batchd listening on {} (backend {}: {} devices x {} streams; policy {}, max batch "
+               "{}, max wait {} us, max batch bytes {})",
                config_.socket_path, backend_->name(), backend_->devices(),
-               backend_->streams_per_device(), config_.batch.max_batch,
+               backend_->streams_per_device(), policy_name(config_.batch.policy), config_.batch.max_batch,
                std::chrono::duration_cast<std::chrono::microseconds>(config_.batch.max_wait).count(),
                config_.batch.max_batch_bytes);
 }
@@ -161,12 +163,24 @@ void Daemon::publish_status() noexcept {
   for (std::size_t b = 0; b < shm::kBatchSizeBuckets; ++b) {
     page.batch_sizes[b].store(stats_.batch_sizes[b].load(relaxed), relaxed);
   }
+  for (std::size_t r = 0; r < shm::kFlushReasons; ++r) page.flushes[r].store(stats_.flushes[r].load(relaxed), relaxed);
+  page.arrivals_per_s.store(stats_.arrivals_per_s.load(relaxed), relaxed);
+  page.target_batch.store(stats_.target_batch.load(relaxed), relaxed);
+  for (std::size_t d = 0; d < std::min(devices.size(), shm::kStatusDevices); ++d) {
+    const CostFit fit = router_->cost_fit(static_cast<unsigned>(d));
+    shm::StatusCost& out = page.cost[d];
+    out.fixed_ns.store(static_cast<std::uint64_t>(fit.fixed_ns), relaxed);
+    out.per_item_ps.store(static_cast<std::uint64_t>(fit.per_item_ns * 1000), relaxed);
+    out.per_byte_ps.store(static_cast<std::uint64_t>(fit.per_byte_ns * 1000), relaxed);
+    out.samples.store(fit.samples, relaxed);
+  }
   page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
 }
 
 void Daemon::publish_policy() noexcept {
   constexpr auto relaxed = std::memory_order_relaxed;
   status_->max_batch.store(static_cast<std::uint32_t>(config_.batch.max_batch), relaxed);
+  status_->policy.store(static_cast<std::uint32_t>(config_.batch.policy), relaxed);
   status_->max_wait_ns.store(config_.batch.max_wait.count(), relaxed);
   status_->max_batch_bytes.store(config_.batch.max_batch_bytes, relaxed);
 }
@@ -185,8 +199,11 @@ void Daemon::apply_pending_limits() {
   std::lock_guard lock(limits_mu_);
   config_.batch = pending_limits_;
   batcher_.set_limits(pending_limits_);
+  policy_.set_limits(pending_limits_);
+  recheck_ns_ = 0;
   publish_policy();
-  spdlog::info("batching policy now: max batch {}, max wait {} us, max batch bytes {}", config_.batch.max_batch,
+  spdlog::info("batching policy now: {}, max batch {}, max wait {} us, max batch bytes {}",
+               policy_name(config_.batch.policy), config_.batch.max_batch,
                std::chrono::duration_cast<std::chrono::microseconds>(config_.batch.max_wait).count(),
                config_.batch.max_batch_bytes);
 }
@@ -226,6 +243,7 @@ void Daemon::run() {
     expire_attaches(now_ns);
     const bool drained = drain_rings(now_ns);
     const bool progressed = fill_batches(now_ns) || drained;
+    refresh_policy_stats(now_ns);
 
     if (stop_requested_.load(std::memory_order_relaxed) && stopping_done(now_ns, progressed)) break;
     if (progressed) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "daemon/batch_policy.hpp"
 #include "daemon/batcher.hpp"
 #include "daemon/client_session.hpp"
 #include "daemon/completer.hpp"
@@ -29,6 +30,7 @@
 #include "daemon/control_socket.hpp"
 #include "daemon/log_limiter.hpp"
 #include "daemon/pending_queue.hpp"
+#include "daemon/rate_meter.hpp"
 #include "daemon/stats.hpp"
 #include "shm/attach_protocol.hpp"
 #include "shm/status_page.hpp"
@@ -107,8 +109,13 @@ class Daemon {
   // whether it did.
   bool rejected_as_gone(const PendingRequest& request, std::int64_t now_ns, const char* late_why);
   bool fill_batches(std::int64_t now_ns);
+  // The policy's verdict on the open batch now; remembers when to look again while it holds.
+  FlushDecision decide_flush(std::int64_t now_ns);
   bool move_into_batch(PendingRequest& request, std::int64_t now_ns);
-  void flush_open_batch();
+  void flush_open_batch(FlushReason reason);
+  [[nodiscard]] PolicyView policy_view(std::int64_t now_ns) const noexcept;
+  // Copies the policy's view (arrival rate, n*) into the stats every kPolicyStatsPeriodNs.
+  void refresh_policy_stats(std::int64_t now_ns) noexcept;
   bool work_waiting();
   void sleep_until_work();
   void apply_pending_limits();
@@ -160,6 +167,11 @@ class Daemon {
 
   PendingQueue pending_;  // admitted, waiting for a batch
   WaitOrFullBatcher batcher_;
+  BatchPolicy policy_;
+  RateMeter arrivals_;          // requests taken from the rings
+  std::int64_t recheck_ns_ = 0;  // when the held open batch must be looked at again; 0: on events
+  static constexpr std::int64_t kPolicyStatsPeriodNs = 10'000'000;
+  std::int64_t next_policy_stats_ns_ = 0;
   Batch* open_ = nullptr;  // the batch being filled, from the router's pool
   std::uint64_t next_batch_id_ = 1;
 

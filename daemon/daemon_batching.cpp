@@ -80,7 +80,7 @@ bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
   batch.input_offsets.push_back(static_cast<std::uint32_t>(batch.input_bytes.size()));
   batch.requests.push_back(RequestRef{std::move(request.session), taken.slot, taken.generation,
                                       taken.deadline_mono_ns});
-  batcher_.add(taken.input_bytes, WaitOrFullBatcher::at_ns(request.arrival_ns));
+  batcher_.add(taken.input_bytes, WaitOrFullBatcher::at_ns(request.arrival_ns), taken.deadline_mono_ns);
   return true;
 }
 
@@ -91,22 +91,55 @@ bool Daemon::fill_batches(std::int64_t now_ns) {
     PendingRequest& request = pending_.front();
     if (!batcher_.fits(request.taken.input_bytes)) {
       batcher_.mark_full();
-      flush_open_batch();
+      flush_open_batch(FlushReason::kFull);
       continue;  // the same request goes into the next batch
     }
     move_into_batch(request, now_ns);
     pending_.pop_front();
     progressed = true;
-    if (batcher_.count() >= batcher_.limits().max_batch) flush_open_batch();
+    if (batcher_.count() >= batcher_.limits().max_batch) flush_open_batch(FlushReason::kFull);
   }
   // Checked once the batch holds all it can: a request that waited for a batch object does not
   // make a batch of one.
-  if (batcher_.due(WaitOrFullBatcher::at_ns(now_ns))) flush_open_batch();
+  if (const FlushDecision decision = decide_flush(now_ns); decision.flush()) flush_open_batch(decision.reason);
   return progressed;
 }
 
-void Daemon::flush_open_batch() {
+PolicyView Daemon::policy_view(std::int64_t now_ns) const noexcept {
+  const Router::LaneView lanes = router_->lane_view(now_ns);
+  PolicyView view;
+  view.lanes = lanes.lanes;
+  view.idle_lanes = lanes.idle_lanes;
+  view.cost = lanes.cost;
+  view.arrivals_per_s = arrivals_.per_second(now_ns);
+  view.mean_input_bytes = arrivals_.mean_bytes();
+  return view;
+}
+
+void Daemon::refresh_policy_stats(std::int64_t now_ns) noexcept {
+  if (now_ns < next_policy_stats_ns_) return;
+  next_policy_stats_ns_ = now_ns + kPolicyStatsPeriodNs;
+  const PolicyView view = policy_view(now_ns);
+  stats_.arrivals_per_s.store(static_cast<std::uint64_t>(view.arrivals_per_s), std::memory_order_relaxed);
+  stats_.target_batch.store(config_.batch.policy == PolicyKind::kAdaptive ? policy_.target_batch(view)
+                                                                          : config_.batch.max_batch,
+                            std::memory_order_relaxed);
+}
+
+FlushDecision Daemon::decide_flush(std::int64_t now_ns) {
+  recheck_ns_ = 0;
+  if (batcher_.count() == 0) return {};
+  const OpenBatchState state{batcher_.count(), batcher_.bytes(), batcher_.full(), batcher_.oldest_ns(),
+                             batcher_.earliest_deadline_ns()};
+  const PolicyView view = config_.batch.policy == PolicyKind::kAdaptive ? policy_view(now_ns) : PolicyView{};
+  const FlushDecision decision = policy_.decide(state, view, now_ns);
+  if (!decision.flush()) recheck_ns_ = decision.recheck_ns;
+  return decision;
+}
+
+void Daemon::flush_open_batch(FlushReason reason) {
   if (open_ == nullptr || open_->requests.empty()) return;
+  stats_.flushes[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
   open_->id = next_batch_id_++;
   router_->run_or_dispatch(open_);
   open_ = nullptr;
@@ -116,6 +149,8 @@ void Daemon::flush_open_batch() {
 bool Daemon::drain_rings(std::int64_t now_ns) {
   bool progressed = false;
   std::string why;
+  std::uint64_t taken_count = 0;
+  std::uint64_t taken_bytes = 0;
   const std::size_t clients = drain_order_.size();
   for (std::size_t visited = 0; visited < clients && !drain_order_.empty(); ++visited) {
     if (drain_cursor_ >= drain_order_.size()) drain_cursor_ = 0;
@@ -131,11 +166,14 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
       session->mark_in_flight(taken.slot, taken.generation);
       session->pop();
       stats_.requests_taken.fetch_add(1, std::memory_order_relaxed);
+      ++taken_count;
+      taken_bytes += taken.input_bytes;
       admit(session, taken, now_ns);
       progressed = true;
     }
     session->publish();
   }
+  if (taken_count > 0) arrivals_.add(taken_count, taken_bytes, now_ns);
   return progressed;
 }
 

@@ -110,8 +110,8 @@ void Daemon::sleep_until_work() {
     if (!pending_.empty() && open_ == nullptr) {
       wait_ns = kPoolPollNs;  // every batch busy: a worker's doorbell wakes us; this is a net
     }
-    if (auto deadline = batcher_.deadline()) {
-      wait_ns = std::max<std::int64_t>(0, WaitOrFullBatcher::ns_of(*deadline) - shm::monotonic_ns());
+    if (recheck_ns_ != 0) {  // the open batch is held until then (or an event)
+      wait_ns = std::max<std::int64_t>(0, recheck_ns_ - shm::monotonic_ns());
     }
     if (!attaching_.empty()) {
       const std::int64_t until_expiry =

@@ -27,7 +27,7 @@ bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {
   const bool rings_empty = !work_waiting() || now_ns - stop_at_ns_ > kStopGraceNs;
   if (!rings_empty || progressed) return false;
   // Whatever is open runs now rather than waiting out its window.
-  flush_open_batch();
+  flush_open_batch(FlushReason::kStopping);
   if (open_ != nullptr && open_->requests.empty()) {
     router_->release(open_);
     open_ = nullptr;

@@ -3,8 +3,10 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
+#include "daemon/batch_policy.hpp"
 #include "daemon/config_file.hpp"
 
 namespace batchd {
@@ -12,6 +14,8 @@ namespace {
 
 // Option values that need converting after parsing.
 struct RawOptions {
+  std::string policy = "adaptive";
+  std::optional<std::uint32_t> max_batch;  // its default depends on the policy
   double max_wait_ms = 50.0;
   std::int64_t device_timeout_ms = 2000;
   std::uint32_t inline_max_us = 50;
@@ -74,10 +78,19 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
                   "an input starting with this fails its whole batch");
   sim->add_option("--sim-outage-ms", c.sim.outage_ms,
                   "every device fails for this long after start")->capture_default_str();
-  app.add_option("--max-batch", c.batch.max_batch, "flush a batch at this many requests")
-      ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
+  app.add_option("--policy", raw.policy,
+                 "adaptive: batch sizes and waits follow the measured batch cost and arrival rate, "
+                 "within --max-batch and --max-wait-ms (docs/POLICY.md); fixed: flush at "
+                 "--max-batch requests or after --max-wait-ms, whichever first")
+      ->capture_default_str()->check(CLI::IsMember({"adaptive", "fixed"}));
+  app.add_option("--max-batch", raw.max_batch,
+                 "flush a batch at this many requests (default: " +
+                     std::to_string(kFixedDefaultMaxBatch) + " with --policy fixed, " +
+                     std::to_string(kAdaptiveDefaultMaxBatch) + " with adaptive)")
+      ->check(CLI::Range(1U, 1U << 20));
   app.add_option("--max-wait-ms", raw.max_wait_ms,
-                 "flush a batch when its oldest request has waited this long (fractional; 0: at once)")
+                 "flush a batch when its oldest request has waited this long (fractional; 0: at "
+                 "once; with --policy adaptive a ceiling)")
       ->capture_default_str()->check(CLI::Range(0.0, 60'000.0));
   app.add_option("--max-batch-bytes", c.batch.max_batch_bytes,
                  "flush before a batch's inputs would exceed this many bytes")
@@ -114,6 +127,9 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
 
 void finish(DaemonOptions& o, const RawOptions& raw) {
   DaemonConfig& c = o.config;
+  c.batch.policy = parse_policy(raw.policy).value_or(PolicyKind::kAdaptive);
+  c.batch.max_batch = raw.max_batch.value_or(
+      c.batch.policy == PolicyKind::kFixed ? kFixedDefaultMaxBatch : kAdaptiveDefaultMaxBatch);
   c.batch.max_wait = std::chrono::nanoseconds(static_cast<std::int64_t>(raw.max_wait_ms * 1e6));
   c.routing.device_timeout = std::chrono::milliseconds(raw.device_timeout_ms);
   c.routing.inline_run_max = std::chrono::microseconds(raw.inline_max_us);

@@ -26,6 +26,7 @@ Router::Router(Backend& backend, Completer& completer, RouterOptions options,
   for (unsigned d = 0; d < devices; ++d) {
     health_.push_back(std::make_unique<DeviceHealth>());
     health_.back()->set_backoff(options_.backoff);
+    cost_.push_back(std::make_unique<CostModel>());
     for (unsigned s = 0; s < streams; ++s) {
       lanes_.push_back(std::make_unique<Lane>());
       lanes_.back()->id = LaneId{d, s};
@@ -139,6 +140,40 @@ std::int64_t Router::estimate_delay_ns(std::uint64_t requests_ahead, std::uint32
   return static_cast<std::int64_t>(batches * batch_ns / lanes);
 }
 
+void Router::record_success(unsigned device, const Batch& batch, std::int64_t run_ns,
+                            std::int64_t now_ns) noexcept {
+  health_[device]->record_success(batch.size(), run_ns, now_ns);
+  cost_[device]->record(batch.size(), batch.input_bytes.size(), run_ns);
+}
+
+Router::LaneView Router::lane_view(std::int64_t now_ns) const noexcept {
+  LaneView view;
+  unsigned fitted = 0;
+  std::uint64_t samples = 0;
+  for (const auto& lane : lanes_) {
+    const DeviceHealth& h = *health_[lane->id.device];
+    if (!h.available(now_ns) || lane->stuck.load(std::memory_order_relaxed)) continue;
+    ++view.lanes;
+    if (lane->outstanding.load(std::memory_order_relaxed) == 0) ++view.idle_lanes;
+    if (lane->id.stream != 0) continue;  // one fit per device
+    const CostFit fit = cost_[lane->id.device]->fit();
+    samples += fit.samples;
+    if (!fit.fitted) continue;
+    ++fitted;
+    view.cost.fixed_ns += fit.fixed_ns;
+    view.cost.per_item_ns += fit.per_item_ns;
+    view.cost.per_byte_ns += fit.per_byte_ns;
+  }
+  if (fitted > 0) {
+    view.cost.fixed_ns /= fitted;
+    view.cost.per_item_ns /= fitted;
+    view.cost.per_byte_ns /= fitted;
+    view.cost.fitted = true;
+  }
+  view.cost.samples = samples;
+  return view;
+}
+
 bool Router::any_available_outside(std::uint64_t mask, std::int64_t now_ns) const noexcept {
   for (unsigned d = 0; d < health_.size(); ++d) {
     if ((mask & device_bit(d)) == 0 && health_[d]->available(now_ns)) return true;
@@ -216,9 +251,8 @@ void Router::run_or_dispatch(Batch* batch) noexcept {
     return;
   }
   const std::int64_t now_ns = shm::monotonic_ns();
-  DeviceHealth& h = *health_[lane->id.device];
-  h.record_success(batch->size(), now_ns - started_ns, now_ns);
-  h.record_inline();
+  record_success(lane->id.device, *batch, now_ns - started_ns, now_ns);
+  health_[lane->id.device]->record_inline();
   remember_canary(*batch);
   completer_.complete_batch(*batch, status);
   release(batch);
@@ -258,7 +292,7 @@ void Router::finish(Lane& lane, Batch* batch, BackendStatus status) noexcept {
   }
   if (status.ok) {
     const std::int64_t now_ns = shm::monotonic_ns();
-    h.record_success(batch->size(), now_ns - lane.started_ns.load(std::memory_order_relaxed), now_ns);
+    record_success(device, *batch, now_ns - lane.started_ns.load(std::memory_order_relaxed), now_ns);
     // Devices that failed this same batch are proven at fault: it runs fine here.
     for (unsigned d = 0; d < health_.size(); ++d) {
       if ((batch->failed_devices & device_bit(d)) != 0) health_[d]->mark_unhealthy(now_ns);

@@ -20,6 +20,7 @@
 #include "backend/backend.hpp"
 #include "daemon/batch.hpp"
 #include "daemon/completer.hpp"
+#include "daemon/cost_model.hpp"
 #include "daemon/device_health.hpp"
 #include "daemon/router_options.hpp"
 
@@ -65,6 +66,18 @@ class Router {
   [[nodiscard]] const std::vector<std::unique_ptr<DeviceHealth>>& devices() const noexcept {
     return health_;
   }
+  // A device's fitted batch cost.
+  [[nodiscard]] CostFit cost_fit(unsigned device) const noexcept { return cost_[device]->fit(); }
+
+  // What the batching policy needs to know of the lanes: how many can take work now, how many of
+  // them are idle, and what a batch costs on them (the mean fit of the available devices that
+  // have one). Drain thread; reads atomics only.
+  struct LaneView {
+    unsigned lanes = 0;
+    unsigned idle_lanes = 0;
+    CostFit cost;
+  };
+  [[nodiscard]] LaneView lane_view(std::int64_t now_ns) const noexcept;
 
  private:
   struct Lane {
@@ -97,6 +110,8 @@ class Router {
   bool any_available_outside(std::uint64_t mask, std::int64_t now_ns) const noexcept;
   Batch* acquire_extra();
   void fail_unavailable(Batch* batch) noexcept;
+  // A batch ran successfully on `device` in run_ns: health and the cost fit learn of it.
+  void record_success(unsigned device, const Batch& batch, std::int64_t run_ns, std::int64_t now_ns) noexcept;
 
   Backend& backend_;
   Completer& completer_;
@@ -105,6 +120,7 @@ class Router {
   std::function<void()> on_tick_;
 
   std::vector<std::unique_ptr<DeviceHealth>> health_;  // by device index
+  std::vector<std::unique_ptr<CostModel>> cost_;       // by device index
   std::vector<std::unique_ptr<Lane>> lanes_;           // device-major: device d, stream s
   std::mutex batches_mu_;                              // guards batches_ growth (rare path)
   std::vector<std::unique_ptr<Batch>> batches_;        // owns every batch; queues borrow

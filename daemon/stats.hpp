@@ -24,6 +24,10 @@ struct DaemonStats {
   std::atomic<std::uint64_t> batches{0};
   std::atomic<std::uint64_t> batch_failures{0};
   std::array<std::atomic<std::uint64_t>, kBatchSizeBuckets> batch_sizes{};
+  std::array<std::atomic<std::uint64_t>, shm::kFlushReasons> flushes{};  // by FlushReason
+  // The adaptive policy's view, as the drain loop last refreshed it.
+  std::atomic<std::uint64_t> arrivals_per_s{0};
+  std::atomic<std::uint32_t> target_batch{0};
 
   // Taken and neither answered nor abandoned yet: the backlog ahead of a new request.
   [[nodiscard]] std::uint64_t in_flight() const noexcept {

@@ -28,6 +28,40 @@ void render_batch_sizes(const DaemonStatus& status, std::string& out) {
   fmt::format_to(std::back_inserter(out), "batchd_daemon_batch_size_count {}\n", cumulative);
 }
 
+void render_cost_fits(const DaemonStatus& status, std::string& out) {
+  const auto series = [&](std::string_view name, std::string_view type, std::string_view help, auto value_of) {
+    family(out, name, type, help);
+    for (std::size_t d = 0; d < status.devices.size(); ++d) {
+      fmt::format_to(std::back_inserter(out), "{}{{device=\"{}\"}} {}\n", name, d, value_of(status.devices[d]));
+    }
+  };
+  series("batchd_daemon_device_cost_fixed_seconds", "gauge",
+         "Fitted batch cost per device: the fixed part of a batch's time.",
+         [](const DaemonStatus::Device& dev) { return dev.fixed_ns / 1e9; });
+  series("batchd_daemon_device_cost_per_request_seconds", "gauge",
+         "Fitted batch cost per device: the time each request adds.",
+         [](const DaemonStatus::Device& dev) { return dev.per_item_ns / 1e9; });
+  series("batchd_daemon_device_cost_per_byte_seconds", "gauge",
+         "Fitted batch cost per device: the time each input byte adds.",
+         [](const DaemonStatus::Device& dev) { return dev.per_byte_ns / 1e9; });
+  series("batchd_daemon_device_cost_samples_total", "counter", "Batches each device's cost fit has seen.",
+         [](const DaemonStatus::Device& dev) { return dev.cost_samples; });
+}
+
+void render_policy(const DaemonStatus& status, std::string& out) {
+  family(out, "batchd_daemon_policy_info", "gauge", "The batching policy in force (label policy).");
+  fmt::format_to(std::back_inserter(out), "batchd_daemon_policy_info{{policy=\"{}\"}} 1\n", status.policy);
+  family(out, "batchd_daemon_target_batch", "gauge",
+         "The batch size the policy aims at now (adaptive: from the fitted cost and arrival rate).");
+  fmt::format_to(std::back_inserter(out), "batchd_daemon_target_batch {}\n", status.target_batch);
+  family(out, "batchd_daemon_arrival_rate", "gauge", "Requests per second the daemon sees arrive (EWMA).");
+  fmt::format_to(std::back_inserter(out), "batchd_daemon_arrival_rate {}\n", status.arrivals_per_s);
+  family(out, "batchd_daemon_flushes_total", "counter", "Batches flushed, by why.");
+  for (const auto& [reason, count] : status.flushes) {
+    fmt::format_to(std::back_inserter(out), "batchd_daemon_flushes_total{{reason=\"{}\"}} {}\n", reason, count);
+  }
+}
+
 void render_devices(const DaemonStatus& status, std::string& out) {
   static constexpr std::string_view kStates[] = {"healthy", "unhealthy", "probing"};
   family(out, "batchd_daemon_device_state", "gauge", "1 for each device's current state.");
@@ -61,6 +95,7 @@ void render_devices(const DaemonStatus& status, std::string& out) {
     fmt::format_to(std::back_inserter(out), "batchd_daemon_device_batch_seconds{{device=\"{}\"}} {}\n", d,
                    static_cast<double>(status.devices[d].batch_ns) / 1e9);
   }
+  render_cost_fits(status, out);
 }
 
 }  // namespace
@@ -97,6 +132,7 @@ void render_daemon_status(const DaemonStatus* status, std::string& out) {
   gauge("batchd_daemon_batches_total", "counter", "Batches the daemon ran.", status->batches);
   gauge("batchd_daemon_batch_failures_total", "counter", "Batches that failed.", status->batch_failures);
   render_batch_sizes(*status, out);
+  render_policy(*status, out);
   render_devices(*status, out);
 }
 

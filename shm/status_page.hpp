@@ -15,6 +15,7 @@ inline constexpr std::uint64_t kStatusMagic = 0x5354415442415431ULL;  // "1TABTA
 inline constexpr std::size_t kStatusPageBytes = 4096;
 inline constexpr std::size_t kStatusDevices = 32;          // devices beyond this are not listed
 inline constexpr std::size_t kBatchSizeBuckets = 16;       // bucket b: sizes in [2^b, 2^(b+1))
+inline constexpr std::size_t kFlushReasons = 8;            // daemon's FlushReason values, in order
 
 struct alignas(64) StatusDevice {
   std::atomic<std::uint32_t> state;  // DeviceState: 0 healthy, 1 unhealthy, 2 probing
@@ -24,6 +25,15 @@ struct alignas(64) StatusDevice {
   std::atomic<std::uint64_t> timeouts;
   std::atomic<std::uint64_t> outstanding_requests;
   std::atomic<std::uint64_t> batch_ns;  // measured batch time (moving average)
+};
+
+// A device's fitted batch cost: fixed + per_item x requests + per_byte x bytes. Picoseconds keep
+// a cpu backend's sub-nanosecond per-byte cost visible.
+struct StatusCost {
+  std::atomic<std::uint64_t> fixed_ns;
+  std::atomic<std::uint64_t> per_item_ps;
+  std::atomic<std::uint64_t> per_byte_ps;
+  std::atomic<std::uint64_t> samples;  // batches the fit has seen
 };
 
 struct alignas(64) DaemonStatusPage {
@@ -48,10 +58,17 @@ struct alignas(64) DaemonStatusPage {
   // The batching policy in force (a SIGHUP reload changes it), and requests whose client went
   // before they were batched.
   std::atomic<std::uint32_t> max_batch;
-  std::atomic<std::uint32_t> reserved_policy;
+  std::atomic<std::uint32_t> policy;  // 0 fixed (all a daemon without this field had), 1 adaptive
   std::atomic<std::int64_t> max_wait_ns;
   std::atomic<std::uint64_t> max_batch_bytes;
   std::atomic<std::uint64_t> requests_abandoned;
+  // The adaptive policy's view, refreshed by the drain loop every few milliseconds: its batch size
+  // n* now, the arrival rate it sees, why batches were flushed, and each device's fitted cost.
+  std::atomic<std::uint32_t> target_batch;
+  std::atomic<std::uint32_t> reserved_adaptive;
+  std::atomic<std::uint64_t> arrivals_per_s;
+  std::atomic<std::uint64_t> flushes[kFlushReasons];
+  StatusCost cost[kStatusDevices];
 };
 
 static_assert(std::is_standard_layout_v<DaemonStatusPage>);

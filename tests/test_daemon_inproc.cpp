@@ -164,8 +164,10 @@ TEST_CASE("submit_many and submit_many_async: each input its own answer, refusal
 }
 
 TEST_CASE("poll_wait returns once answers come, and a cancel wakes it") {
-  // Batches wait 10 s, so only a cancel can finish the request before then.
-  test::InProcessDaemon daemon(small_config(10'000.0), std::make_unique<CpuBackend>(1, 1));
+  // Batches wait 10 s (the fixed rule), so only a cancel can finish the request before then.
+  DaemonConfig config = small_config(10'000.0);
+  config.batch.policy = PolicyKind::kFixed;
+  test::InProcessDaemon daemon(config, std::make_unique<CpuBackend>(1, 1));
   auto client = test::connect(daemon.socket_path());
   std::optional<Result> got;
   std::uint64_t id = 0;

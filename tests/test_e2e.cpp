@@ -103,7 +103,8 @@ TEST_CASE("4 client processes x 8 threads: every answer verified, none wrong") {
 
 TEST_CASE("each way a request fails reaches the caller as its own error") {
   const std::string path = test::temp_socket_path();
-  test::DaemonProcess daemon(path, {"--max-wait-ms", "1000", "--max-input-bytes", "1024"});
+  // The fixed rule: a request that times out has to be held in a window first.
+  test::DaemonProcess daemon(path, {"--policy", "fixed", "--max-wait-ms", "1000", "--max-input-bytes", "1024"});
   auto client = connect_to(path);
   REQUIRE(client);
 

@@ -24,9 +24,10 @@ namespace {
 const std::vector<std::string> kRoomyDaemon = {"--slots-per-client", "8192", "--max-input-bytes", "1024",
                                                "--max-output-bytes", "1024"};
 
+// The fixed rule, so that a long window really holds requests in flight.
 std::vector<std::string> daemon_args(const std::string& max_wait_ms) {
   std::vector<std::string> args = kRoomyDaemon;
-  args.insert(args.end(), {"--max-wait-ms", max_wait_ms});
+  args.insert(args.end(), {"--policy", "fixed", "--max-wait-ms", max_wait_ms});
   return args;
 }
 

@@ -111,7 +111,7 @@ TEST_CASE("batchd with a bad config file exits 2, naming the file, the line and 
 }
 
 TEST_CASE("SIGHUP reloads the batching policy without dropping a request; a broken file changes nothing") {
-  const std::string config = write_file("reload.toml", "max_wait_ms = 3000\nmax_batch = 40\n");
+  const std::string config = write_file("reload.toml", "policy = \"fixed\"\nmax_wait_ms = 3000\nmax_batch = 40\n");
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--config", config, "--backend", "cpu"});
   auto client = test::connect(socket);
@@ -132,11 +132,12 @@ TEST_CASE("SIGHUP reloads the batching policy without dropping a request; a brok
       if (r.ok() && r.output() == reference_batchstring(input, 1)) correct.fetch_add(1);
     }).has_value());
   }
-  std::ofstream(config) << "max_wait_ms = 3\nmax_batch = 24\n";
+  std::ofstream(config) << "policy = \"adaptive\"\nmax_wait_ms = 3\nmax_batch = 24\n";
   REQUIRE(::kill(daemon.pid(), SIGHUP) == 0);
   CHECK(test::eventually([&] { client->poll(); return answered.load() == 10; }, 5s));
   CHECK(correct.load() == 10);
   CHECK(test::eventually([&] { return policy() == std::pair{24U, std::chrono::nanoseconds(3ms)}; }, 5s));
+  CHECK(client->daemon_status().policy == "adaptive");
   CHECK(std::chrono::steady_clock::now() - submitted < 2500ms);  // the new window let them go
   CHECK(time_one(*client, "fast window") < 2500ms);
 

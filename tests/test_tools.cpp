@@ -77,6 +77,10 @@ TEST_CASE("batchctl --json: backend, pid, devices, clients, policy, and request 
   CHECK(uint_field(status, "requests_rejected") == 0);
   CHECK(uint_field(status, "in_flight") == 0);
   CHECK(uint_field(status, "requests_abandoned") == 0);
+  std::string_view policy;
+  REQUIRE(status["policy"].get_string().get(policy) == simdjson::SUCCESS);
+  CHECK(policy == "adaptive");
+  CHECK(uint_field(status, "target_batch") >= 1);
   CHECK(uint_field(status, "max_batch") == 48);
   CHECK(uint_field(status, "max_wait_ns") == 250'000);
   CHECK(uint_field(status, "max_batch_bytes") == 1'048'576);
@@ -102,8 +106,21 @@ TEST_CASE("batchctl --json: backend, pid, devices, clients, policy, and request 
     CHECK(uint_field(device, "batches_failed") == 0);
     CHECK(uint_field(device, "outstanding_requests") == 0);
     device_batches += uint_field(device, "batches_ok");
+    // Every batch a device ran taught its cost fit.
+    simdjson::dom::element cost;
+    REQUIRE(device["cost"].get(cost) == simdjson::SUCCESS);
+    CHECK(uint_field(cost, "samples") == uint_field(device, "batches_ok"));
+    double fixed_ns = -1;
+    REQUIRE(cost["fixed_ns"].get_double().get(fixed_ns) == simdjson::SUCCESS);
+    CHECK(fixed_ns >= 0);
   }
   CHECK(device_batches == batches);
+  // Every batch was flushed for one reason, and counted once.
+  simdjson::dom::object flushes;
+  REQUIRE(status["flushes"].get_object().get(flushes) == simdjson::SUCCESS);
+  std::uint64_t flushed = 0;
+  for (auto [reason, count] : flushes) flushed += count.get_uint64().value();
+  CHECK(flushed == batches);
 }
 
 TEST_CASE("batchctl's text report says the same in words") {
@@ -114,8 +131,11 @@ TEST_CASE("batchctl's text report says the same in words") {
   const std::string pid = std::to_string(d.daemon.pid());
   CHECK(std::regex_search(run.out, std::regex("^backend cpu \\(pid " + pid + "\\), 2 of 2 devices "
                                               "healthy, [12] clients\n")));
-  CHECK(run.out.find("\npolicy: batches of up to 48 requests or 1048576 bytes, waiting at most 0.250 "
-                     "ms\n") != std::string::npos);
+  CHECK(std::regex_search(run.out, std::regex("\npolicy: adaptive, batches of up to 48 requests or 1048576 "
+                                              "bytes, waiting at most 0.250 ms; now about [0-9]+ requests "
+                                              "per batch at [0-9]+ arrivals/s\n")));
+  // Why the batches went: each lone request on an idle device, at once (the adaptive target).
+  CHECK(std::regex_search(run.out, std::regex("\nflushed: target:20\n")));
   CHECK(run.out.find("\nrequests: 20 taken, 20 ok, 0 failed (0 refused before running), 0 in flight, 0 "
                      "abandoned by their client\n") != std::string::npos);
   // Every batch held one request: the only bucket is [1..1], with all of them.
@@ -123,7 +143,9 @@ TEST_CASE("batchctl's text report says the same in words") {
   for (unsigned device = 0; device < kDevices; ++device) {
     CHECK(std::regex_search(run.out, std::regex("\ndevice " + std::to_string(device) +
                                                 ": healthy +[0-9]+ batches ok, 0 failed, 0 timeouts, 0 "
-                                                "requests outstanding, batch time [0-9.]+ ms\n")));
+                                                "requests outstanding, batch time [0-9.]+ ms; fitted cost "
+                                                "[0-9.]+ ms \\+ [0-9.]+ us/request \\+ [0-9.]+ ns/byte "
+                                                "\\([0-9]+ batches\\)\n")));
   }
 }
 

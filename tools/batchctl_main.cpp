@@ -13,24 +13,34 @@ namespace {
 std::string as_text(const batchd::DaemonStatus& s) {
   std::string out = fmt::format(
       "backend {} (pid {}), {} of {} devices healthy, {} clients\n"
-      "policy: batches of up to {} requests or {} bytes, waiting at most {:.3f} ms\n"
+      "policy: {}, batches of up to {} requests or {} bytes, waiting at most {:.3f} ms{}\n"
       "requests: {} taken, {} ok, {} failed ({} refused before running), {} in flight, {} "
       "abandoned by their client\n"
       "batches: {} ({} failed); sizes:",
-      s.backend, s.daemon_pid, s.healthy_devices, s.devices.size(), s.clients, s.max_batch,
-      s.max_batch_bytes, static_cast<double>(s.max_wait_ns) / 1e6, s.requests_taken, s.requests_ok,
+      s.backend, s.daemon_pid, s.healthy_devices, s.devices.size(), s.clients, s.policy, s.max_batch,
+      s.max_batch_bytes, static_cast<double>(s.max_wait_ns) / 1e6,
+      s.policy == "adaptive" ? fmt::format("; now about {} requests per batch at {} arrivals/s",
+                                           s.target_batch, s.arrivals_per_s)
+                             : std::string(),
+      s.requests_taken, s.requests_ok,
       s.requests_failed, s.requests_rejected, s.in_flight, s.requests_abandoned, s.batches,
       s.batch_failures);
   for (std::size_t b = 0; b < s.batch_sizes.size(); ++b) {
     if (s.batch_sizes[b] != 0) out += fmt::format(" [{}..{}]:{}", 1U << b, (2U << b) - 1, s.batch_sizes[b]);
   }
+  out += "\nflushed:";
+  for (const auto& [reason, count] : s.flushes) {
+    if (count != 0) out += fmt::format(" {}:{}", reason, count);
+  }
   out += "\n";
   for (std::size_t d = 0; d < s.devices.size(); ++d) {
     const auto& dev = s.devices[d];
     out += fmt::format("device {}: {:9} {} batches ok, {} failed, {} timeouts, {} requests "
-                       "outstanding, batch time {:.3f} ms\n",
+                       "outstanding, batch time {:.3f} ms; fitted cost {:.3f} ms + {:.3f} us/request "
+                       "+ {:.3f} ns/byte ({} batches)\n",
                        d, dev.state, dev.batches_ok, dev.batches_failed, dev.timeouts,
-                       dev.outstanding_requests, static_cast<double>(dev.batch_ns) / 1e6);
+                       dev.outstanding_requests, static_cast<double>(dev.batch_ns) / 1e6,
+                       dev.fixed_ns / 1e6, dev.per_item_ns / 1e3, dev.per_byte_ns, dev.cost_samples);
   }
   return out;
 }
@@ -39,17 +49,25 @@ std::string as_json(const batchd::DaemonStatus& s) {
   std::string devices;
   for (const auto& dev : s.devices) {
     devices += fmt::format("{}{{\"state\":\"{}\",\"batches_ok\":{},\"batches_failed\":{},\"timeouts\":{},"
-                           "\"outstanding_requests\":{},\"batch_ns\":{}}}",
+                           "\"outstanding_requests\":{},\"batch_ns\":{},\"cost\":{{\"fixed_ns\":{},"
+                           "\"per_item_ns\":{},\"per_byte_ns\":{},\"samples\":{}}}}}",
                            devices.empty() ? "" : ",", dev.state, dev.batches_ok, dev.batches_failed,
-                           dev.timeouts, dev.outstanding_requests, dev.batch_ns);
+                           dev.timeouts, dev.outstanding_requests, dev.batch_ns, dev.fixed_ns,
+                           dev.per_item_ns, dev.per_byte_ns, dev.cost_samples);
+  }
+  std::string flushes;
+  for (const auto& [reason, count] : s.flushes) {
+    flushes += fmt::format("{}\"{}\":{}", flushes.empty() ? "" : ",", reason, count);
   }
   return fmt::format(
       "{{\"backend\":\"{}\",\"daemon_pid\":{},\"healthy_devices\":{},\"clients\":{},"
       "\"requests_taken\":{},\"requests_ok\":{},\"requests_failed\":{},\"requests_rejected\":{},"
-      "\"in_flight\":{},\"requests_abandoned\":{},\"max_batch\":{},\"max_wait_ns\":{},"
+      "\"in_flight\":{},\"requests_abandoned\":{},\"policy\":\"{}\",\"target_batch\":{},"
+      "\"arrivals_per_s\":{},\"flushes\":{{{}}},\"max_batch\":{},\"max_wait_ns\":{},"
       "\"max_batch_bytes\":{},\"batches\":{},\"batch_failures\":{},\"batch_sizes\":[{}],\"devices\":[{}]}}",
       s.backend, s.daemon_pid, s.healthy_devices, s.clients, s.requests_taken, s.requests_ok,
-      s.requests_failed, s.requests_rejected, s.in_flight, s.requests_abandoned, s.max_batch,
+      s.requests_failed, s.requests_rejected, s.in_flight, s.requests_abandoned, s.policy,
+      s.target_batch, s.arrivals_per_s, flushes, s.max_batch,
       s.max_wait_ns, s.max_batch_bytes, s.batches, s.batch_failures,
       fmt::join(s.batch_sizes, ","), devices);
 }

@@ -1,0 +1,142 @@
+// The flush rules' decisions on hand-computed cases (docs/POLICY.md has the algebra). Cost and
+// clock are handed in: 2 ms + 20 us per request on 2 lanes unless a case says otherwise.
+#include <doctest/doctest.h>
+
+#include "daemon/batch_policy.hpp"
+
+using namespace batchd;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::int64_t kT0 = 1'000'000'000;  // the oldest request's arrival
+constexpr std::int64_t kMs = 1'000'000;
+
+BatchLimits adaptive_limits() {
+  BatchLimits limits;
+  limits.policy = PolicyKind::kAdaptive;
+  limits.max_batch = 256;
+  limits.max_wait = 50ms;
+  limits.max_batch_bytes = 8U << 20;
+  return limits;
+}
+
+CostFit gpu_like() {
+  CostFit cost;
+  cost.fixed_ns = 2'000'000;
+  cost.per_item_ns = 20'000;
+  cost.samples = 100;
+  cost.fitted = true;
+  return cost;
+}
+
+PolicyView view(double per_second, unsigned idle_lanes = 1) {
+  PolicyView v;
+  v.lanes = 2;
+  v.idle_lanes = idle_lanes;
+  v.arrivals_per_s = per_second;
+  v.mean_input_bytes = 40;
+  v.cost = gpu_like();
+  return v;
+}
+
+OpenBatchState batch(std::uint32_t count, std::int64_t deadline_ns = 0) {
+  return {count, count * 40ULL, false, kT0, deadline_ns};
+}
+
+}  // namespace
+
+TEST_CASE("fixed: full, or the oldest waited max_wait, as the seed's rule") {
+  BatchLimits limits;
+  limits.policy = PolicyKind::kFixed;
+  limits.max_batch = 64;
+  limits.max_wait = 50ms;
+  const BatchPolicy policy(limits);
+  FlushDecision d = policy.decide(batch(10), view(1e6), kT0 + 49 * kMs);
+  CHECK_FALSE(d.flush());
+  CHECK(d.recheck_ns == kT0 + 50 * kMs);  // ignores the idle lane and the rate
+  CHECK(policy.decide(batch(10), view(1e6), kT0 + 50 * kMs).reason == FlushReason::kMaxWait);
+  CHECK(policy.decide(batch(64), view(1), kT0).reason == FlushReason::kFull);
+  OpenBatchState turned_away = batch(3);
+  turned_away.full = true;
+  CHECK(policy.decide(turned_away, view(1), kT0).reason == FlushReason::kFull);
+  CHECK_FALSE(policy.decide(batch(0), view(1), kT0 + 100 * kMs).flush());
+}
+
+TEST_CASE("adaptive: n* from the utilisation target") {
+  const BatchPolicy policy(adaptive_limits());
+  // n* = ceil(r a / (u L - r b)) with r = 19,512/s, a = 2 ms, b = 20 us + 0 per byte, L = 2,
+  // u = 0.9: 39.024 / (1.8 - 0.39024) = 27.68 -> 28.
+  CHECK(BatchPolicy::kTargetUtilization == 0.9);
+  CHECK(policy.target_batch(view(19'512)) == 28);
+  // Fewer than one arrival per fixed cost: 100/s x 2 ms = 0.2 -> n* = 1, flush at once.
+  CHECK(policy.target_batch(view(100)) == 1);
+  // No batch size keeps up (r b = 2 > u L = 1.8): the ceiling.
+  CHECK(policy.target_batch(view(100'000)) == 256);
+  // The ceiling is the byte budget where that is smaller: 8 MiB / 1 MiB inputs = 8.
+  PolicyView big = view(100'000);
+  big.mean_input_bytes = 1 << 20;
+  CHECK(policy.target_batch(big) == 8);
+  // Unmeasured devices: no known fixed cost, nothing to wait for.
+  PolicyView unmeasured = view(19'512);
+  unmeasured.cost.fitted = false;
+  CHECK(policy.target_batch(unmeasured) == 1);
+}
+
+TEST_CASE("adaptive: a lone request on an idle device goes at once") {
+  const BatchPolicy policy(adaptive_limits());
+  CHECK(policy.decide(batch(1), view(100), kT0).reason == FlushReason::kTarget);
+  PolicyView unmeasured = view(19'512);
+  unmeasured.cost.fitted = false;
+  CHECK(policy.decide(batch(1), unmeasured, kT0).reason == FlushReason::kTarget);
+}
+
+TEST_CASE("adaptive: with a lane idle, wait for n* or for the time n* should take to arrive") {
+  const BatchPolicy policy(adaptive_limits());
+  // n* = 28 at 19,512/s: 27 more arrivals take 27 / 19,512 s = 1.3838 ms after the oldest.
+  const std::int64_t fill_by = kT0 + static_cast<std::int64_t>(27 * 1e9 / 19'512);
+  FlushDecision d = policy.decide(batch(10), view(19'512), kT0 + kMs / 2);
+  CHECK_FALSE(d.flush());
+  CHECK(d.recheck_ns == fill_by);
+  CHECK(policy.decide(batch(10), view(19'512), fill_by).reason == FlushReason::kFillTime);
+  CHECK(policy.decide(batch(28), view(19'512), kT0 + kMs / 2).reason == FlushReason::kTarget);
+}
+
+TEST_CASE("adaptive: every lane busy, the batch is held until a lane frees or a limit is reached") {
+  const BatchPolicy policy(adaptive_limits());
+  FlushDecision d = policy.decide(batch(100), view(19'512, 0), kT0 + 10 * kMs);
+  CHECK_FALSE(d.flush());
+  CHECK(d.recheck_ns == kT0 + 50 * kMs);  // the max_wait ceiling
+  CHECK(policy.decide(batch(100), view(19'512, 0), kT0 + 50 * kMs).reason == FlushReason::kMaxWait);
+  CHECK(policy.decide(batch(256), view(19'512, 0), kT0).reason == FlushReason::kFull);
+}
+
+TEST_CASE("adaptive: no request waits past its deadline minus the predicted run and a margin") {
+  const BatchPolicy policy(adaptive_limits());
+  // 10 requests: predicted run 2.2 ms; reserved 2.2 + 2.2 / 4 + 0.2 = 2.95 ms before the
+  // earliest deadline (oldest + 5 ms): latest flush at oldest + 2.05 ms.
+  const std::int64_t deadline = kT0 + 5 * kMs;
+  const std::int64_t latest = deadline - 2'950'000;
+  FlushDecision d = policy.decide(batch(10, deadline), view(19'512, 0), kT0 + kMs);
+  CHECK_FALSE(d.flush());
+  CHECK(d.recheck_ns == latest);
+  CHECK(policy.decide(batch(10, deadline), view(19'512, 0), latest).reason == FlushReason::kDeadline);
+  // With a lane idle the deadline also cuts the fill wait short.
+  const std::int64_t tight = kT0 + 3 * kMs;  // latest flush at oldest + 0.05 ms, before the fill time
+  CHECK(policy.decide(batch(10, tight), view(19'512), kT0 + 100'000).reason == FlushReason::kDeadline);
+}
+
+TEST_CASE("adaptive: no available device flushes at once so the router answers") {
+  const BatchPolicy policy(adaptive_limits());
+  PolicyView none = view(19'512, 0);
+  none.lanes = 0;
+  CHECK(policy.decide(batch(3), none, kT0).reason == FlushReason::kNoDevice);
+}
+
+TEST_CASE("policy names parse both ways") {
+  CHECK(parse_policy("adaptive") == PolicyKind::kAdaptive);
+  CHECK(parse_policy("fixed") == PolicyKind::kFixed);
+  CHECK_FALSE(parse_policy("Adaptive").has_value());
+  CHECK(std::string(policy_name(PolicyKind::kAdaptive)) == "adaptive");
+  CHECK(std::string(flush_reason_name(FlushReason::kFillTime)) == "fill_time");
+}
