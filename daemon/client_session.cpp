@@ -128,11 +128,18 @@ TakeResult ClientSession::take(TakenRequest& out, std::string& why) noexcept {
                       params.max_input_bytes);
     return TakeResult::kViolation;
   }
+  const std::uint32_t priority = shm::load_once(header.priority);
+  if (priority >= shm::kWirePriorities) {
+    why = fmt::format("slot {} claims priority {}; only 0 (normal), 1 (high) and 2 (low) exist", slot,
+                      priority);
+    return TakeResult::kViolation;
+  }
   out.slot = slot;
   out.generation = generation;
   out.deadline_mono_ns = shm::load_once(header.deadline_mono_ns);
   out.input_bytes = input_bytes;
   out.input = view_.request_input(slot);
+  out.priority = static_cast<shm::WirePriority>(priority);
   return TakeResult::kTaken;
 }
 

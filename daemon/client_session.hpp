@@ -30,6 +30,7 @@ struct TakenRequest {
   std::int64_t deadline_mono_ns = 0;
   std::uint32_t input_bytes = 0;
   const std::byte* input = nullptr;
+  shm::WirePriority priority = shm::WirePriority::kNormal;  // checked: one of the three classes
 };
 
 enum class TakeResult { kEmpty, kTaken, kViolation };

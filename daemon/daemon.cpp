@@ -174,6 +174,9 @@ void Daemon::publish_status() noexcept {
     out.per_byte_ps.store(static_cast<std::uint64_t>(fit.per_byte_ns * 1000), relaxed);
     out.samples.store(fit.samples, relaxed);
   }
+  for (std::size_t c = 0; c < shm::kWirePriorities; ++c) {
+    page.requests_taken_by_class[c].store(stats_.requests_taken_by_class[c].load(relaxed), relaxed);
+  }
   page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
 }
 

@@ -166,6 +166,7 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
       session->mark_in_flight(taken.slot, taken.generation);
       session->pop();
       stats_.requests_taken.fetch_add(1, std::memory_order_relaxed);
+      stats_.requests_taken_by_class[static_cast<std::size_t>(taken.priority)].fetch_add(1, std::memory_order_relaxed);
       ++taken_count;
       taken_bytes += taken.input_bytes;
       admit(session, taken, now_ns);

@@ -17,6 +17,8 @@ struct DaemonStats {
   std::atomic<std::uint64_t> clients_detached{0};  // including those dropped for violations
   std::atomic<std::uint64_t> clients_dropped_for_violation{0};
   std::atomic<std::uint64_t> requests_taken{0};
+  // requests_taken by the class the client asked for; index: shm::WirePriority.
+  std::array<std::atomic<std::uint64_t>, shm::kWirePriorities> requests_taken_by_class{};
   std::atomic<std::uint64_t> requests_ok{0};
   std::atomic<std::uint64_t> requests_failed{0};
   std::atomic<std::uint64_t> requests_rejected{0};  // invalid, expired or withdrawn before running

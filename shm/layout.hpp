@@ -45,6 +45,11 @@ enum class WireStatus : std::uint32_t {
   kBackendUnavailable = 7,
 };
 
+// A request's priority class as the client writes it into its request slot. Normal is 0, so a
+// slot whose priority nobody wrote (memfd pages start zeroed) asks for nothing special.
+enum class WirePriority : std::uint32_t { kNormal = 0, kHigh = 1, kLow = 2 };
+inline constexpr std::uint32_t kWirePriorities = 3;  // any value from here on is a protocol violation
+
 // Request-slot notify bits: how the caller wants to learn of its completion.
 inline constexpr std::uint32_t kNotifyFutex = 1U << 0;
 inline constexpr std::uint32_t kNotifyEventfd = 1U << 1;
@@ -108,7 +113,9 @@ struct alignas(kCacheLine) RequestSlotHeader {
   std::uint32_t input_bytes;
   std::atomic<std::uint32_t> notify;       // kNotify* bits; the futex bit is set only while waiting
   std::atomic<std::uint32_t> cancel_generation;  // equal to the slot's generation: withdrawn
-  std::uint32_t reserved;
+  // WirePriority. Was `reserved`, which no client before it ever wrote (and the daemon zeroes each
+  // new segment), so an older client's requests read as normal: no layout version bump.
+  std::uint32_t priority;
   std::int64_t deadline_mono_ns;           // CLOCK_MONOTONIC; 0 means none
 };
 
@@ -137,6 +144,7 @@ static_assert(std::is_standard_layout_v<RingTail> && sizeof(RingTail) == kCacheL
 static_assert(std::is_standard_layout_v<FinishedTail> && sizeof(FinishedTail) == kCacheLine);
 static_assert(std::is_standard_layout_v<CompletionHeader> && sizeof(CompletionHeader) == kCacheLine);
 static_assert(std::is_standard_layout_v<RequestSlotHeader> && sizeof(RequestSlotHeader) == kCacheLine);
+static_assert(offsetof(RequestSlotHeader, priority) == 12, "where older clients left reserved zeroes");
 static_assert(offsetof(RequestSlotHeader, deadline_mono_ns) == 16);
 static_assert(std::is_standard_layout_v<CompletionSlotHeader> && sizeof(CompletionSlotHeader) == kCacheLine);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free && std::atomic<std::uint64_t>::is_always_lock_free,

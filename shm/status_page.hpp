@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "shm/layout.hpp"
+
 namespace batchd::shm {
 
 inline constexpr std::uint64_t kStatusMagic = 0x5354415442415431ULL;  // "1TABTATS"
@@ -69,6 +71,9 @@ struct alignas(64) DaemonStatusPage {
   std::atomic<std::uint64_t> arrivals_per_s;
   std::atomic<std::uint64_t> flushes[kFlushReasons];
   StatusCost cost[kStatusDevices];
+  // Appended in turn: requests taken, by the class their client asked for (index: WirePriority).
+  // An older daemon's page has zeroes here (the page starts zero-filled).
+  std::atomic<std::uint64_t> requests_taken_by_class[kWirePriorities];
 };
 
 static_assert(std::is_standard_layout_v<DaemonStatusPage>);

@@ -100,3 +100,12 @@ TEST_CASE("state words and ring entries round-trip") {
   CHECK(ring_entry_slot(e) == kMaxSlots - 1);
   CHECK(ring_entry_generation(e) == 12345);
 }
+
+TEST_CASE("a request slot's priority sits where older clients left reserved zeroes, and zero is normal") {
+  CHECK(offsetof(RequestSlotHeader, priority) == 12);
+  CHECK(sizeof(RequestSlotHeader::priority) == 4);
+  CHECK(static_cast<std::uint32_t>(WirePriority::kNormal) == 0);
+  CHECK(static_cast<std::uint32_t>(WirePriority::kHigh) == 1);
+  CHECK(static_cast<std::uint32_t>(WirePriority::kLow) == 2);
+  CHECK(kWirePriorities == 3);
+}

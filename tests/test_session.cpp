@@ -31,8 +31,12 @@ struct Fixture {
     producer = shm::RingProducer(v.ring_tail(), v.ring_entries(), v.completion_header(), v.slot_count());
   }
 
-  void submit(std::uint32_t slot, std::uint32_t generation, std::uint32_t bytes) {
-    if (slot < params.slot_count) session->view().request_slot(slot)->input_bytes = bytes;
+  void submit(std::uint32_t slot, std::uint32_t generation, std::uint32_t bytes,
+              std::uint32_t priority = 0) {
+    if (slot < params.slot_count) {
+      session->view().request_slot(slot)->input_bytes = bytes;
+      session->view().request_slot(slot)->priority = priority;
+    }
     REQUIRE(producer.try_push(shm::make_ring_entry(slot, generation)));
   }
 
@@ -55,6 +59,39 @@ TEST_CASE("a well-formed request is taken with its own slot's fields") {
   CHECK(t.input == f.session->view().request_input(3));
   f.session->pop();
   CHECK(f.take(t, why) == TakeResult::kEmpty);
+}
+
+TEST_CASE("each priority class is taken as the slot names it; a slot never written is normal") {
+  Fixture f;
+  f.submit(0, 1, 1, static_cast<std::uint32_t>(shm::WirePriority::kHigh));
+  f.submit(1, 1, 1, static_cast<std::uint32_t>(shm::WirePriority::kLow));
+  f.submit(2, 1, 1, static_cast<std::uint32_t>(shm::WirePriority::kNormal));
+  TakenRequest t;
+  std::string why;
+  for (const shm::WirePriority expected :
+       {shm::WirePriority::kHigh, shm::WirePriority::kLow, shm::WirePriority::kNormal}) {
+    REQUIRE(f.take(t, why) == TakeResult::kTaken);
+    CHECK(t.priority == expected);
+    f.session->pop();
+  }
+  // A fresh segment is zeroed, so a client that never writes the field asks for normal.
+  Fixture g;
+  REQUIRE(g.producer.try_push(shm::make_ring_entry(5, 1)));
+  REQUIRE(g.take(t, why) == TakeResult::kTaken);
+  CHECK(t.priority == shm::WirePriority::kNormal);
+}
+
+TEST_CASE("a priority outside the three classes is a violation naming the slot and the value") {
+  for (const std::uint32_t bad : {3U, 7U, 0xFFFFFFFFU}) {
+    CAPTURE(bad);
+    Fixture f;
+    f.submit(6, 1, 10, bad);
+    TakenRequest t;
+    std::string why;
+    CHECK(f.take(t, why) == TakeResult::kViolation);
+    CHECK(why.find("slot 6") != std::string::npos);
+    CHECK(why.find("priority " + std::to_string(bad)) != std::string::npos);
+  }
 }
 
 TEST_CASE("an out-of-range slot index is a violation") {

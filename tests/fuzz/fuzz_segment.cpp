@@ -59,9 +59,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (int k = 0; k < 256; ++k) {
     batchd::TakenRequest taken;
     if (session.take(taken, why) != batchd::TakeResult::kTaken) break;
-    // What take() hands out must lie inside the segment and within the limits.
+    // What take() hands out must lie inside the segment and within the limits, in a real class.
     if (taken.slot >= kParams.slot_count || taken.input_bytes > kParams.max_input_bytes ||
-        taken.input < region || taken.input + taken.input_bytes > region + region_bytes) {
+        taken.input < region || taken.input + taken.input_bytes > region + region_bytes ||
+        static_cast<std::uint32_t>(taken.priority) >= batchd::shm::kWirePriorities) {
       __builtin_trap();
     }
     copy.assign(reinterpret_cast<const char*>(taken.input),
