@@ -91,8 +91,9 @@ std::optional<Error> ClientImpl::write_locked(std::string_view input, Use use, R
   }
   const std::uint32_t slot = seg.free.back();
   seg.free.pop_back();
-  const std::uint32_t generation = seg.write_request(
-      slot, input.data(), static_cast<std::uint32_t>(input.size()), request.deadline_ns, use);
+  const std::uint32_t generation =
+      seg.write_request(slot, input.data(), static_cast<std::uint32_t>(input.size()), request.deadline_ns,
+                        request.priority, use);
   if (!seg.stage(slot)) {
     // Cannot happen while slots == ring capacity, but a full ring must never lose a request.
     seg.slots[slot].use = Use::kFree;
@@ -123,10 +124,11 @@ void ClientImpl::release_locked(const Location& at) noexcept {
   seg.abandoned.push_back(at.slot);
 }
 
-Result ClientImpl::submit(std::string_view input, std::chrono::milliseconds timeout) {
+Result ClientImpl::submit(std::string_view input, std::chrono::milliseconds timeout, Priority priority) {
   if (auto bad = check_input(input)) return Result::failure(bad->code, std::move(bad->message));
   Request request;
   request.deadline_ns = deadline_after(timeout);
+  request.priority = wire_priority(priority);
   {
     std::lock_guard lock(mu_);
     if (auto bad = write_locked(input, Use::kSync, request)) {
@@ -138,7 +140,7 @@ Result ClientImpl::submit(std::string_view input, std::chrono::milliseconds time
 }
 
 std::vector<Result> ClientImpl::submit_many(std::span<const std::string_view> inputs,
-                                            std::chrono::milliseconds timeout) {
+                                            std::chrono::milliseconds timeout, Priority priority) {
   std::vector<std::optional<Result>> refused(inputs.size());
   // Sized once: a reattach finds each request through its address.
   std::vector<Request> requests(inputs.size());
@@ -151,6 +153,7 @@ std::vector<Result> ClientImpl::submit_many(std::span<const std::string_view> in
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       if (refused[i]) continue;
       requests[i].deadline_ns = deadline_ns;
+      requests[i].priority = wire_priority(priority);
       if (auto bad = write_locked(inputs[i], Use::kSync, requests[i])) {
         refused[i] = Result::failure(bad->code, std::move(bad->message));
       }
@@ -287,6 +290,11 @@ DaemonStatus ClientImpl::daemon_status() const {
   for (std::size_t r = 1; r < shm::kFlushReasons; ++r) {  // a held batch is not a flush
     out.flushes.emplace_back(kFlushReasons[r], page.flushes[r].load(std::memory_order_relaxed));
   }
+  for (std::uint32_t wire = 0; wire < shm::kWirePriorities; ++wire) {
+    const Priority priority = priority_of(static_cast<shm::WirePriority>(wire));
+    out.requests_taken_by_class[static_cast<std::size_t>(priority)] =
+        page.requests_taken_by_class[wire].load(std::memory_order_relaxed);
+  }
   out.max_batch = page.max_batch.load(std::memory_order_relaxed);
   out.max_wait_ns = page.max_wait_ns.load(std::memory_order_relaxed);
   out.max_batch_bytes = page.max_batch_bytes.load(std::memory_order_relaxed);
@@ -335,12 +343,12 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options, Error* err
 Client::Client(std::unique_ptr<ClientImpl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
-Result Client::submit(std::string_view input, std::chrono::milliseconds timeout) {
-  return impl_->submit(input, timeout);
+Result Client::submit(std::string_view input, std::chrono::milliseconds timeout, Priority priority) {
+  return impl_->submit(input, timeout, priority);
 }
 std::vector<Result> Client::submit_many(std::span<const std::string_view> inputs,
-                                        std::chrono::milliseconds timeout) {
-  return impl_->submit_many(inputs, timeout);
+                                        std::chrono::milliseconds timeout, Priority priority) {
+  return impl_->submit_many(inputs, timeout, priority);
 }
 std::size_t Client::submit_many_async(std::span<AsyncSubmission> submissions,
                                       std::chrono::milliseconds timeout) {
@@ -348,7 +356,11 @@ std::size_t Client::submit_many_async(std::span<AsyncSubmission> submissions,
 }
 std::optional<Error> Client::submit_async(std::string_view input, std::chrono::milliseconds timeout,
                                           Callback done, std::uint64_t* id) {
-  return impl_->submit_async(input, timeout, std::move(done), id);
+  return impl_->submit_async(input, timeout, Priority::kNormal, std::move(done), id);
+}
+std::optional<Error> Client::submit_async(std::string_view input, std::chrono::milliseconds timeout,
+                                          Priority priority, Callback done, std::uint64_t* id) {
+  return impl_->submit_async(input, timeout, priority, std::move(done), id);
 }
 void Client::cancel(std::uint64_t id) { impl_->cancel(id); }
 std::size_t Client::poll() { return impl_->poll(); }

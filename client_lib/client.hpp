@@ -2,8 +2,10 @@
 // and returns each caller its own answer or a typed error.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,6 +35,16 @@ enum class ErrorCode {
 
 // A short stable name ("timeout", "overloaded", ...), for logs and metrics labels.
 const char* error_code_name(ErrorCode code) noexcept;
+
+// A request's priority class. Under load the daemon batches high before normal before low, and
+// sheds low first. A request that names none is normal.
+enum class Priority { kHigh, kNormal, kLow };
+inline constexpr std::size_t kPriorityClasses = 3;
+
+// "high", "normal" or "low": the names flags, HTTP headers and metrics labels use.
+std::string_view priority_name(Priority priority) noexcept;
+// The class with exactly this name (lower case), or nothing.
+std::optional<Priority> parse_priority(std::string_view name) noexcept;
 
 struct Error {
   ErrorCode code;
@@ -80,6 +92,8 @@ struct DaemonStatus {
   std::uint64_t requests_taken = 0, requests_ok = 0, requests_failed = 0, requests_rejected = 0;
   std::uint64_t in_flight = 0;  // taken by the daemon and not yet answered
   std::uint64_t requests_abandoned = 0;  // their client went before they were batched
+  // requests_taken by the class their client asked for; index: static_cast<std::size_t>(Priority).
+  std::array<std::uint64_t, kPriorityClasses> requests_taken_by_class{};
   // The batching policy in force: "adaptive" or "fixed". Either flushes at max_batch requests,
   // max_batch_bytes input bytes, or when the oldest has waited max_wait_ns; fixed waits for them,
   // adaptive flushes as soon as waiting no longer pays (at about target_batch requests now, for
@@ -127,15 +141,18 @@ class Client {
 
   // Sends one request and waits for its answer until `timeout` passes. Any thread. While no
   // daemon is attached the request waits for one; if its deadline passes before a daemon answers
-  // and its daemon is still gone, the error is kDaemonUnavailable (else kTimeout).
-  Result submit(std::string_view input, std::chrono::milliseconds timeout);
+  // and its daemon is still gone, the error is kDaemonUnavailable (else kTimeout). The request
+  // keeps its priority class across a daemon restart.
+  Result submit(std::string_view input, std::chrono::milliseconds timeout,
+                Priority priority = Priority::kNormal);
 
   // Sends several requests as one submission (one ring publication, at most one doorbell: the
   // cheap way for a caller that holds several inputs) and waits for all of them until `timeout`.
   // results[i] answers inputs[i]; an input refused at once (too large, not UTF-8, no free slot)
-  // has its error there and the others still go. Any thread.
+  // has its error there and the others still go. All of them are in class `priority`. Any thread.
   std::vector<Result> submit_many(std::span<const std::string_view> inputs,
-                                  std::chrono::milliseconds timeout);
+                                  std::chrono::milliseconds timeout,
+                                  Priority priority = Priority::kNormal);
 
   using Callback = std::function<void(Result&&)>;
 
@@ -144,11 +161,15 @@ class Client {
   // Any thread. A daemon restart is handled as for submit().
   std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
                                     Callback done, std::uint64_t* id = nullptr);
+  // The same, in priority class `priority` (the one above is normal).
+  std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
+                                    Priority priority, Callback done, std::uint64_t* id = nullptr);
 
-  // One input of submit_many_async: the input and its callback in; its id or refusal out.
+  // One input of submit_many_async: the input, its callback and its class in; its id or refusal out.
   struct AsyncSubmission {
     std::string_view input;
     Callback done;
+    Priority priority = Priority::kNormal;
     std::uint64_t id = 0;           // out: for cancel(), when admitted
     std::optional<Error> refused;   // out: why it was refused at once; `done` is then never called
   };

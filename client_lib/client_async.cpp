@@ -14,11 +14,12 @@
 namespace batchd {
 
 std::optional<Error> ClientImpl::submit_async(std::string_view input,
-                                              std::chrono::milliseconds timeout,
+                                              std::chrono::milliseconds timeout, Priority priority,
                                               Client::Callback done, std::uint64_t* id) {
   if (auto bad = check_input(input)) return bad;
   AsyncRequest request;
   request.deadline_ns = deadline_after(timeout);
+  request.priority = wire_priority(priority);
   request.done = std::move(done);
   std::lock_guard lock(mu_);
   if (event_fd_wanted_.load(std::memory_order_relaxed)) start_waker_locked();
@@ -41,6 +42,7 @@ std::size_t ClientImpl::submit_many_async(std::span<Client::AsyncSubmission> sub
     if (s.refused) continue;
     AsyncRequest request;
     request.deadline_ns = deadline_ns;
+    request.priority = wire_priority(s.priority);
     if ((s.refused = write_locked(s.input, Use::kAsync, request))) continue;
     request.done = std::move(s.done);
     request.id = ++next_async_id_;

@@ -50,10 +50,11 @@ class ClientImpl {
              std::string socket_path);
   ~ClientImpl();
 
-  Result submit(std::string_view input, std::chrono::milliseconds timeout);
-  std::vector<Result> submit_many(std::span<const std::string_view> inputs, std::chrono::milliseconds timeout);
+  Result submit(std::string_view input, std::chrono::milliseconds timeout, Priority priority);
+  std::vector<Result> submit_many(std::span<const std::string_view> inputs, std::chrono::milliseconds timeout,
+                                  Priority priority);
   std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
-                                    Client::Callback done, std::uint64_t* id);
+                                    Priority priority, Client::Callback done, std::uint64_t* id);
   std::size_t submit_many_async(std::span<Client::AsyncSubmission> submissions,
                                 std::chrono::milliseconds timeout);
   void cancel(std::uint64_t id);
@@ -70,8 +71,9 @@ class ClientImpl {
 
  private:
   std::optional<Error> check_input(std::string_view input) const;
-  // Claims a slot in the current segment, writes the request and stages it in the ring; the
-  // caller then publishes the current segment once for all it wrote. Fills `request.at`.
+  // Claims a slot in the current segment, writes the request (with request.deadline_ns and
+  // request.priority) and stages it in the ring; the caller then publishes the current segment
+  // once for all it wrote. Fills `request.at`.
   std::optional<Error> write_locked(std::string_view input, Use use, Request& request);
   // Gives the slot a request holds back: free at once if no daemon can still write it, else
   // withdrawn and reused once the daemon answers it.

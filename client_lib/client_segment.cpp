@@ -50,7 +50,8 @@ std::int64_t deadline_after(std::chrono::milliseconds timeout) noexcept {
 }
 
 std::uint32_t Segment::write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
-                                     std::int64_t deadline_ns, Use use) noexcept {
+                                     std::int64_t deadline_ns, shm::WirePriority priority,
+                                     Use use) noexcept {
   SlotState& state = slots[slot];
   state.generation = state.generation % shm::kGenerationMask + 1;
   state.use = use;
@@ -60,6 +61,7 @@ std::uint32_t Segment::write_request(std::uint32_t slot, const void* input, std:
   shm::RequestSlotHeader& header = *view.request_slot(slot);
   header.input_bytes = bytes;
   header.deadline_mono_ns = deadline_ns;
+  header.priority = static_cast<std::uint32_t>(priority);
   // A withdrawal mark left by an earlier generation of this slot would otherwise match again
   // once the 24-bit generation wraps, and withdraw this request.
   header.cancel_generation.store(0, std::memory_order_relaxed);

@@ -17,6 +17,7 @@
 #include "client_lib/attempt.hpp"
 #include "client_lib/client.hpp"
 #include "shm/fd.hpp"
+#include "shm/layout.hpp"
 #include "shm/ring.hpp"
 #include "shm/segment_view.hpp"
 #include "shm/status_page.hpp"
@@ -67,10 +68,11 @@ struct Segment {
            shm::make_state(generation, shm::SlotPhase::kDone);
   }
   [[nodiscard]] Result read_result(std::uint32_t slot) const;
-  // Starts the slot's next generation and writes a request into it (not yet published).
-  // Returns the new generation. Guarded by ClientImpl::mu_.
+  // Starts the slot's next generation and writes a request into it (not yet published): every
+  // field the daemon reads, so nothing of the slot's last request is left. Returns the new
+  // generation. Guarded by ClientImpl::mu_.
   std::uint32_t write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
-                              std::int64_t deadline_ns, Use use) noexcept;
+                              std::int64_t deadline_ns, shm::WirePriority priority, Use use) noexcept;
   // Queues a written slot for the daemon, unless the daemon is gone: then the request waits in
   // its slot for the reattach to move it. False only when the ring is full. Nothing is visible to
   // the daemon until publish(). Guarded by ClientImpl::mu_.
@@ -97,6 +99,7 @@ struct Location {
 struct Request {
   Location at;
   std::int64_t deadline_ns = 0;
+  shm::WirePriority priority = shm::WirePriority::kNormal;  // kept for a move to a new daemon
   std::optional<Error> failure;  // set when a reattach could not move it
 };
 
@@ -105,6 +108,9 @@ struct AsyncRequest : Request {
   std::uint64_t id = 0;  // for cancel()
 };
 
+// The class as the daemon reads it from a request slot, and back (client_lib/priority.cpp).
+shm::WirePriority wire_priority(Priority priority) noexcept;
+Priority priority_of(shm::WirePriority wire) noexcept;
 // CLOCK_MONOTONIC now plus timeout, saturated: a caller may ask to wait "forever".
 std::int64_t deadline_after(std::chrono::milliseconds timeout) noexcept;
 // The Result a completion slot's status and payload mean.

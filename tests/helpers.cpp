@@ -287,6 +287,12 @@ std::unique_ptr<Client> connect(const std::string& path) {
   return client;
 }
 
+ClassCounts taken_by_class(const Client& client, const ClassCounts& expected, std::chrono::milliseconds timeout) {
+  ClassCounts seen{};
+  eventually([&] { return (seen = client.daemon_status().requests_taken_by_class) == expected; }, timeout);
+  return seen;
+}
+
 shm::UniqueFd raw_connect(const std::string& socket) {
   shm::UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   REQUIRE(fd.valid());

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -147,6 +148,13 @@ class InProcessDaemon {
 
 // Connects a client to the daemon at path; fails the test (with the reason) if it cannot.
 std::unique_ptr<Client> connect(const std::string& path);
+
+// Requests taken by class (index: Priority), as the daemon publishes them.
+using ClassCounts = std::array<std::uint64_t, kPriorityClasses>;
+// The daemon's requests_taken_by_class as `client` reads it, once it equals `expected` or as it
+// stands when `timeout` ends (the daemon republishes its status page every few tens of ms).
+ClassCounts taken_by_class(const Client& client, const ClassCounts& expected,
+                           std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 // Connects to the control socket without saying anything; fails the test if it cannot.
 shm::UniqueFd raw_connect(const std::string& socket);

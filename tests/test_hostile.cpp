@@ -113,12 +113,15 @@ struct RawClient {
     return raw;
   }
 
-  // Writes and publishes a request in `slot` (notify: kNotify* bits); returns its generation.
+  // Writes and publishes a request in `slot` (notify: kNotify* bits; priority: the raw word, a
+  // WirePriority or garbage); returns its generation.
   std::uint32_t submit(std::uint32_t slot, std::string_view input, std::int64_t deadline_ns,
-                       std::uint32_t notify) {
-    const std::uint32_t generation = seg->write_request(
-        slot, input.data(), static_cast<std::uint32_t>(input.size()), deadline_ns, client_detail::Use::kAsync);
+                       std::uint32_t notify, std::uint32_t priority = 0) {
+    const std::uint32_t generation =
+        seg->write_request(slot, input.data(), static_cast<std::uint32_t>(input.size()), deadline_ns,
+                           shm::WirePriority::kNormal, client_detail::Use::kAsync);
     seg->view.request_slot(slot)->notify.store(notify);
+    seg->view.request_slot(slot)->priority = priority;
     REQUIRE(seg->producer.try_push(shm::make_ring_entry(slot, generation)));
     ring();
     return generation;
@@ -407,12 +410,50 @@ TEST_CASE("a withdrawal mark from an earlier generation of a slot never withdraw
   // Slot 2 was abandoned in generation 7; 2^24 - 1 reuses later its generation is 7 again.
   seg.slots[2].generation = 6;
   seg.view.request_slot(2)->cancel_generation.store(7);
-  const std::uint32_t generation = seg.write_request(2, "again", 5, 0, client_detail::Use::kSync);
+  const std::uint32_t generation =
+      seg.write_request(2, "again", 5, 0, shm::WirePriority::kNormal, client_detail::Use::kSync);
   REQUIRE(generation == 7);
   CHECK(seg.view.request_slot(2)->cancel_generation.load() != generation);
   // The wrap itself: the generation after the largest is 1, never 0 (which the daemon refuses).
   seg.slots[1].generation = shm::kGenerationMask;
-  CHECK(seg.write_request(1, "x", 1, 0, client_detail::Use::kSync) == 1);
+  CHECK(seg.write_request(1, "x", 1, 0, shm::WirePriority::kNormal, client_detail::Use::kSync) == 1);
+}
+
+TEST_CASE("every submission writes its slot's priority: a reused slot keeps nothing of the last class") {
+  const shm::SegmentParams params{4, 64, 256};
+  const shm::Geometry g = shm::compute_geometry(params);
+  std::vector<std::byte> request(g.request_region_bytes), completion(g.completion_region_bytes);
+  client_detail::Segment seg;
+  seg.view = shm::SegmentView(g, request.data(), completion.data());
+  seg.slots.resize(params.slot_count);
+  const auto written = [&] { return seg.view.request_slot(3)->priority; };
+  (void)seg.write_request(3, "a", 1, 0, shm::WirePriority::kLow, client_detail::Use::kSync);
+  CHECK(written() == static_cast<std::uint32_t>(shm::WirePriority::kLow));
+  (void)seg.write_request(3, "b", 1, 0, shm::WirePriority::kNormal, client_detail::Use::kAsync);
+  CHECK(written() == static_cast<std::uint32_t>(shm::WirePriority::kNormal));
+  seg.view.request_slot(3)->priority = 7;  // whatever a crashed writer left there
+  (void)seg.write_request(3, "c", 1, 0, shm::WirePriority::kHigh, client_detail::Use::kSync);
+  CHECK(written() == static_cast<std::uint32_t>(shm::WirePriority::kHigh));
+}
+
+TEST_CASE("a request whose priority is no class (7) drops only its client") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  NormalLoad load(socket);
+  const std::size_t fds_before = open_fds(daemon.pid());
+  RawClient hostile = RawClient::attach(socket);
+  // A well-formed request first, answered as any other; then one in "class 7".
+  const std::uint32_t fine = hostile.submit(0, "fine", shm::monotonic_ns() + 10'000'000'000, 0,
+                                            static_cast<std::uint32_t>(shm::WirePriority::kLow));
+  REQUIRE(test::eventually([&] { return hostile.answered(0, fine); }, 10s));
+  CHECK(hostile.seg->read_result(0).output() == reference_batchstring("fine", 1));
+  const std::uint32_t garbage = hostile.submit(1, "garbage", shm::monotonic_ns() + 10'000'000'000, 0, 7);
+  CHECK(test::eventually([&] { return hostile.dropped(); }, 5s));
+  CHECK_FALSE(hostile.answered(1, garbage));  // never taken, so never run
+  CHECK(load.progresses());
+  CHECK(test::eventually([&] { return open_fds(daemon.pid()) <= fds_before; }, 5s));
+  load.check_clean();
+  stop_within_bound(daemon);
 }
 
 TEST_CASE("batch byte budgets that 32-bit offsets cannot address are refused at start") {
