@@ -29,6 +29,14 @@ typedef enum batchd_status {
   BATCHD_TOO_MANY_CLIENTS = 12
 } batchd_status;
 
+/* A request's priority class: under load the daemon batches high first and sheds low first.
+ * batchd_submit and batchd_submit_many send normal. */
+typedef enum batchd_priority {
+  BATCHD_PRIORITY_NORMAL = 0,
+  BATCHD_PRIORITY_HIGH = 1,
+  BATCHD_PRIORITY_LOW = 2
+} batchd_priority;
+
 typedef struct batchd_client batchd_client;
 
 /* Connects to the daemon at socket_path (NULL: the default path), trying for up to
@@ -59,6 +67,18 @@ typedef struct batchd_request {
  * or an input is NULL with a non-zero length; otherwise BATCHD_OK. */
 batchd_status batchd_submit_many(batchd_client* client, batchd_request* requests, size_t count,
                                  uint32_t timeout_ms);
+
+/* batchd_submit in priority class `priority`. A priority that is not one of BATCHD_PRIORITY_*
+ * returns BATCHD_INVALID_ARGUMENT and touches nothing. */
+batchd_status batchd_submit_with_priority(batchd_client* client, const char* input, size_t input_len,
+                                          uint32_t timeout_ms, char** output, size_t* output_len,
+                                          batchd_priority priority);
+
+/* batchd_submit_many with every request in priority class `priority`; an unknown priority is
+ * BATCHD_INVALID_ARGUMENT, as for batchd_submit_with_priority. */
+batchd_status batchd_submit_many_with_priority(batchd_client* client, batchd_request* requests,
+                                               size_t count, uint32_t timeout_ms,
+                                               batchd_priority priority);
 
 void batchd_free(void* buffer);
 

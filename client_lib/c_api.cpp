@@ -1,6 +1,7 @@
 // The C ABI over batchd::Client.
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -28,6 +29,16 @@ batchd_status to_status(batchd::ErrorCode code) noexcept {
     case batchd::ErrorCode::kTooManyClients: return BATCHD_TOO_MANY_CLIENTS;
   }
   return BATCHD_PROTOCOL_ERROR;
+}
+
+// The class a C caller named, or nothing for a value outside the enum (C lets any int through).
+std::optional<batchd::Priority> from_c(batchd_priority priority) noexcept {
+  switch (priority) {
+    case BATCHD_PRIORITY_NORMAL: return batchd::Priority::kNormal;
+    case BATCHD_PRIORITY_HIGH: return batchd::Priority::kHigh;
+    case BATCHD_PRIORITY_LOW: return batchd::Priority::kLow;
+  }
+  return std::nullopt;
 }
 
 char* copy_out(const std::string& text, bool terminate) noexcept {
@@ -64,13 +75,21 @@ batchd_client* batchd_client_connect(const char* socket_path, uint32_t connect_t
 
 batchd_status batchd_submit(batchd_client* client, const char* input, size_t input_len,
                             uint32_t timeout_ms, char** output, size_t* output_len) {
+  return batchd_submit_with_priority(client, input, input_len, timeout_ms, output, output_len,
+                                     BATCHD_PRIORITY_NORMAL);
+}
+
+batchd_status batchd_submit_with_priority(batchd_client* client, const char* input, size_t input_len,
+                                          uint32_t timeout_ms, char** output, size_t* output_len,
+                                          batchd_priority priority) {
+  const std::optional<batchd::Priority> cls = from_c(priority);
   if (client == nullptr || (input == nullptr && input_len != 0) || output == nullptr ||
-      output_len == nullptr) {
+      output_len == nullptr || !cls) {
     return BATCHD_INVALID_ARGUMENT;
   }
   try {
     batchd::Result result = client->client->submit(std::string_view(input, input_len),
-                                                   std::chrono::milliseconds(timeout_ms));
+                                                   std::chrono::milliseconds(timeout_ms), *cls);
     const std::string& text = result.ok() ? result.output() : result.error().message;
     *output = copy_out(text, !result.ok());
     *output_len = text.size();
@@ -84,7 +103,14 @@ batchd_status batchd_submit(batchd_client* client, const char* input, size_t inp
 
 batchd_status batchd_submit_many(batchd_client* client, batchd_request* requests, size_t count,
                                  uint32_t timeout_ms) {
-  if (client == nullptr || (requests == nullptr && count != 0)) return BATCHD_INVALID_ARGUMENT;
+  return batchd_submit_many_with_priority(client, requests, count, timeout_ms, BATCHD_PRIORITY_NORMAL);
+}
+
+batchd_status batchd_submit_many_with_priority(batchd_client* client, batchd_request* requests,
+                                               size_t count, uint32_t timeout_ms,
+                                               batchd_priority priority) {
+  const std::optional<batchd::Priority> cls = from_c(priority);
+  if (client == nullptr || (requests == nullptr && count != 0) || !cls) return BATCHD_INVALID_ARGUMENT;
   for (size_t i = 0; i < count; ++i) {
     if (requests[i].input == nullptr && requests[i].input_len != 0) return BATCHD_INVALID_ARGUMENT;
   }
@@ -93,7 +119,7 @@ batchd_status batchd_submit_many(batchd_client* client, batchd_request* requests
     inputs.reserve(count);
     for (size_t i = 0; i < count; ++i) inputs.emplace_back(requests[i].input, requests[i].input_len);
     std::vector<batchd::Result> results =
-        client->client->submit_many(inputs, std::chrono::milliseconds(timeout_ms));
+        client->client->submit_many(inputs, std::chrono::milliseconds(timeout_ms), *cls);
     for (size_t i = 0; i < count; ++i) {
       const batchd::Result& result = results[i];
       const std::string& text = result.ok() ? result.output() : result.error().message;

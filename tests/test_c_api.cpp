@@ -192,3 +192,53 @@ TEST_CASE("the C ABI: batchd_submit_many answers each request with its own statu
   CHECK(batchd_submit_many(client.handle, &bad, 1, 10) == BATCHD_INVALID_ARGUMENT);
   CHECK(batchd_submit_many(client.handle, nullptr, 0, 10) == BATCHD_OK);
 }
+
+extern "C" int c_api_priority_round(const char* socket_path, batchd_priority priority, size_t count,
+                                    size_t* answered);
+
+TEST_CASE("the C ABI: batchd_submit_with_priority and batchd_submit_many_with_priority carry the class") {
+  const std::string path = batchd::test::temp_socket_path();
+  batchd::test::DaemonProcess daemon(path, {"--backend", "cpu", "--max-wait-ms", "1"});
+  auto watcher = batchd::test::connect(path);  // reads the daemon's counters
+  batchd::test::ClassCounts expected{};
+  const auto index = [](batchd::Priority p) { return static_cast<std::size_t>(p); };
+  struct Case {
+    batchd_priority c;
+    batchd::Priority cpp;
+    std::size_t many;
+  };
+  for (const Case c : {Case{BATCHD_PRIORITY_HIGH, batchd::Priority::kHigh, 2},
+                       Case{BATCHD_PRIORITY_NORMAL, batchd::Priority::kNormal, 4},
+                       Case{BATCHD_PRIORITY_LOW, batchd::Priority::kLow, 6}}) {
+    CAPTURE(batchd::priority_name(c.cpp));
+    size_t answered = 0;
+    CHECK(c_api_priority_round(path.c_str(), c.c, c.many, &answered) == BATCHD_OK);
+    CHECK(answered == c.many + 1);
+    expected[index(c.cpp)] += c.many + 1;
+    CHECK(batchd::test::taken_by_class(*watcher, expected) == expected);
+  }
+  // The plain calls send normal.
+  CClient client(path);
+  const Submitted plain = submit(client.handle, "plain", 5000);
+  CHECK(plain.status == BATCHD_OK);
+  CHECK(plain.text == batchd::reference_batchstring("plain", 1));
+  batchd_request one{"x", 1, BATCHD_PROTOCOL_ERROR, nullptr, 0};
+  REQUIRE(batchd_submit_many(client.handle, &one, 1, 5000) == BATCHD_OK);
+  CHECK(one.status == BATCHD_OK);
+  batchd_free(one.output);
+  expected[index(batchd::Priority::kNormal)] += 2;
+  CHECK(batchd::test::taken_by_class(*watcher, expected) == expected);
+
+  // A class outside the enum is refused at once, and nothing is touched or sent.
+  const auto bad = static_cast<batchd_priority>(3);
+  char* output = nullptr;
+  size_t len = 7;
+  CHECK(batchd_submit_with_priority(client.handle, "x", 1, 1000, &output, &len, bad) == BATCHD_INVALID_ARGUMENT);
+  CHECK(output == nullptr);
+  CHECK(len == 7);
+  batchd_request untouched{"x", 1, BATCHD_TIMEOUT, nullptr, 0};
+  CHECK(batchd_submit_many_with_priority(client.handle, &untouched, 1, 1000, bad) == BATCHD_INVALID_ARGUMENT);
+  CHECK(untouched.status == BATCHD_TIMEOUT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // two status publications
+  CHECK(watcher->daemon_status().requests_taken_by_class == expected);
+}
