@@ -32,7 +32,7 @@ test::ProcessOutput send(const std::vector<std::string>& args, std::string_view 
 }
 
 // A cpu daemon of kDevices devices that has answered kAnswered requests of one client, one at a
-// time (so in batches of one).
+// time (so in batches of one): a quarter high, a quarter low, the rest normal.
 struct AnsweredDaemon {
   std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon{socket, {"--backend", "cpu", "--cpu-threads", std::to_string(kDevices),
@@ -41,9 +41,16 @@ struct AnsweredDaemon {
   std::unique_ptr<Client> client = test::connect(socket);
 
   AnsweredDaemon() {
-    for (int i = 0; i < kAnswered; ++i) REQUIRE(client->submit("req " + std::to_string(i), 10s).ok());
+    for (int i = 0; i < kAnswered; ++i) {
+      const Priority priority = i % 4 == 0 ? Priority::kHigh : i % 4 == 1 ? Priority::kLow : Priority::kNormal;
+      REQUIRE(client->submit("req " + std::to_string(i), 10s, priority).ok());
+    }
     // The status page is published every 50 ms or so.
-    REQUIRE(test::eventually([&] { return client->daemon_status().requests_ok == kAnswered; }, 10s));
+    REQUIRE(test::eventually([&] {
+      const DaemonStatus status = client->daemon_status();
+      const auto& by_class = status.requests_taken_by_class;
+      return status.requests_ok == kAnswered && by_class[0] + by_class[1] + by_class[2] == kAnswered;
+    }, 10s));
   }
 };
 
@@ -72,6 +79,11 @@ TEST_CASE("batchctl --json: backend, pid, devices, clients, policy, and request 
   CHECK(uint_field(status, "clients") >= 1);
   CHECK(uint_field(status, "clients") <= 2);
   CHECK(uint_field(status, "requests_taken") == kAnswered);
+  simdjson::dom::element by_class;
+  REQUIRE(status["requests_taken_by_class"].get(by_class) == simdjson::SUCCESS);
+  CHECK(uint_field(by_class, "high") == kAnswered / 4);
+  CHECK(uint_field(by_class, "normal") == kAnswered / 2);
+  CHECK(uint_field(by_class, "low") == kAnswered / 4);
   CHECK(uint_field(status, "requests_ok") == kAnswered);
   CHECK(uint_field(status, "requests_failed") == 0);
   CHECK(uint_field(status, "requests_rejected") == 0);
@@ -138,6 +150,7 @@ TEST_CASE("batchctl's text report says the same in words") {
   CHECK(std::regex_search(run.out, std::regex("\nflushed: target:20\n")));
   CHECK(run.out.find("\nrequests: 20 taken, 20 ok, 0 failed (0 refused before running), 0 in flight, 0 "
                      "abandoned by their client\n") != std::string::npos);
+  CHECK(run.out.find("\ntaken by class: 5 high, 10 normal, 5 low\n") != std::string::npos);
   // Every batch held one request: the only bucket is [1..1], with all of them.
   CHECK(std::regex_search(run.out, std::regex("\nbatches: ([0-9]+) \\(0 failed\\); sizes: \\[1\\.\\.1\\]:\\1\n")));
   for (unsigned device = 0; device < kDevices; ++device) {

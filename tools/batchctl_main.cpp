@@ -10,21 +10,29 @@
 
 namespace {
 
+constexpr batchd::Priority kClasses[] = {batchd::Priority::kHigh, batchd::Priority::kNormal,
+                                         batchd::Priority::kLow};
+
+std::uint64_t taken(const batchd::DaemonStatus& s, batchd::Priority priority) {
+  return s.requests_taken_by_class[static_cast<std::size_t>(priority)];
+}
+
 std::string as_text(const batchd::DaemonStatus& s) {
   std::string out = fmt::format(
       "backend {} (pid {}), {} of {} devices healthy, {} clients\n"
       "policy: {}, batches of up to {} requests or {} bytes, waiting at most {:.3f} ms{}\n"
       "requests: {} taken, {} ok, {} failed ({} refused before running), {} in flight, {} "
       "abandoned by their client\n"
+      "taken by class: {} high, {} normal, {} low\n"
       "batches: {} ({} failed); sizes:",
       s.backend, s.daemon_pid, s.healthy_devices, s.devices.size(), s.clients, s.policy, s.max_batch,
       s.max_batch_bytes, static_cast<double>(s.max_wait_ns) / 1e6,
       s.policy == "adaptive" ? fmt::format("; now about {} requests per batch at {} arrivals/s",
                                            s.target_batch, s.arrivals_per_s)
                              : std::string(),
-      s.requests_taken, s.requests_ok,
-      s.requests_failed, s.requests_rejected, s.in_flight, s.requests_abandoned, s.batches,
-      s.batch_failures);
+      s.requests_taken, s.requests_ok, s.requests_failed, s.requests_rejected, s.in_flight,
+      s.requests_abandoned, taken(s, batchd::Priority::kHigh), taken(s, batchd::Priority::kNormal),
+      taken(s, batchd::Priority::kLow), s.batches, s.batch_failures);
   for (std::size_t b = 0; b < s.batch_sizes.size(); ++b) {
     if (s.batch_sizes[b] != 0) out += fmt::format(" [{}..{}]:{}", 1U << b, (2U << b) - 1, s.batch_sizes[b]);
   }
@@ -59,13 +67,19 @@ std::string as_json(const batchd::DaemonStatus& s) {
   for (const auto& [reason, count] : s.flushes) {
     flushes += fmt::format("{}\"{}\":{}", flushes.empty() ? "" : ",", reason, count);
   }
+  std::string by_class;
+  for (const batchd::Priority priority : kClasses) {
+    by_class += fmt::format("{}\"{}\":{}", by_class.empty() ? "" : ",", batchd::priority_name(priority),
+                            taken(s, priority));
+  }
   return fmt::format(
       "{{\"backend\":\"{}\",\"daemon_pid\":{},\"healthy_devices\":{},\"clients\":{},"
-      "\"requests_taken\":{},\"requests_ok\":{},\"requests_failed\":{},\"requests_rejected\":{},"
+      "\"requests_taken\":{},\"requests_taken_by_class\":{{{}}},\"requests_ok\":{},"
+      "\"requests_failed\":{},\"requests_rejected\":{},"
       "\"in_flight\":{},\"requests_abandoned\":{},\"policy\":\"{}\",\"target_batch\":{},"
       "\"arrivals_per_s\":{},\"flushes\":{{{}}},\"max_batch\":{},\"max_wait_ns\":{},"
       "\"max_batch_bytes\":{},\"batches\":{},\"batch_failures\":{},\"batch_sizes\":[{}],\"devices\":[{}]}}",
-      s.backend, s.daemon_pid, s.healthy_devices, s.clients, s.requests_taken, s.requests_ok,
+      s.backend, s.daemon_pid, s.healthy_devices, s.clients, s.requests_taken, by_class, s.requests_ok,
       s.requests_failed, s.requests_rejected, s.in_flight, s.requests_abandoned, s.policy,
       s.target_batch, s.arrivals_per_s, flushes, s.max_batch,
       s.max_wait_ns, s.max_batch_bytes, s.batches, s.batch_failures,
