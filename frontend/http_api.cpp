@@ -35,6 +35,14 @@ bool is_get(const Request& request) {
   return request.method() == beast_http::verb::get || request.method() == beast_http::verb::head;
 }
 
+Response bad_priority(std::string_view where, std::string_view value) {
+  std::string message(where);
+  message.append(" must be high, normal or low, not \"");
+  message.append(value.substr(0, 64));  // a long value is not echoed whole
+  message.append("\"");
+  return error_response(400, "bad_priority", message);
+}
+
 Response json_ok(std::string body) {
   Response response;
   response.body = std::move(body);
@@ -83,9 +91,14 @@ Action Api::batchstring(const Request& request) {
     }
     timeout = std::min(limits_.max_timeout, std::chrono::milliseconds(std::min<std::uint64_t>(ms, 1ULL << 40)));
   }
+  std::optional<Priority> priority;
+  if (const auto it = request.find("X-Priority"); it != request.end()) {
+    const std::string_view value = text::trim(std::string_view(it->value().data(), it->value().size()));
+    if (!(priority = parse_priority(value))) return bad_priority("X-Priority", value);
+  }
   const auto content_type = request[beast_http::field::content_type];
   if (!is_text_plain(std::string_view(content_type.data(), content_type.size()))) {
-    return parse_json_input(request, timeout);
+    return parse_json_input(request, timeout, priority);
   }
   const std::string& body = request.body();
   if (!simdjson::validate_utf8(body.data(), body.size())) {
@@ -96,10 +109,11 @@ Action Api::batchstring(const Request& request) {
     return error_response(413, "too_large", "the input exceeds the daemon's limit of " +
                                                 std::to_string(max_input) + " bytes");
   }
-  return SubmitAction{body, timeout, BodyFormat::kText};
+  return SubmitAction{body, timeout, BodyFormat::kText, priority.value_or(Priority::kNormal)};
 }
 
-Action Api::parse_json_input(const Request& request, std::chrono::milliseconds timeout) {
+Action Api::parse_json_input(const Request& request, std::chrono::milliseconds timeout,
+                             std::optional<Priority> header_priority) {
   simdjson::dom::element root;
   const simdjson::error_code parsed = json_.parse(request.body()).get(root);
   if (parsed == simdjson::UTF8_ERROR) {
@@ -120,12 +134,25 @@ Action Api::parse_json_input(const Request& request, std::chrono::milliseconds t
   if (field.get_string().get(input) != simdjson::SUCCESS) {
     return error_response(400, "bad_request", R"("input" must be a JSON string)");
   }
+  std::optional<Priority> priority = header_priority;
+  if (root.get_object().at_key("priority").get(field) == simdjson::SUCCESS) {
+    std::string_view name;
+    if (field.get_string().get(name) != simdjson::SUCCESS) {
+      return error_response(400, "bad_priority", R"("priority" must be a JSON string: high, normal or low)");
+    }
+    const std::optional<Priority> named = parse_priority(name);
+    if (!named) return bad_priority(R"("priority")", name);
+    if (header_priority && *header_priority != *named) {
+      return error_response(400, "bad_priority", "X-Priority and the JSON priority field disagree");
+    }
+    priority = named;
+  }
   const std::uint32_t max_input = context_.max_input_bytes();
   if (max_input != 0 && input.size() > max_input) {
     return error_response(413, "too_large", "the input exceeds the daemon's limit of " +
                                                 std::to_string(max_input) + " bytes");
   }
-  return SubmitAction{std::string(input), timeout, BodyFormat::kJson};
+  return SubmitAction{std::string(input), timeout, BodyFormat::kJson, priority.value_or(Priority::kNormal)};
 }
 
 Response response_for_error(const Error& error) {

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -28,6 +29,7 @@ struct SubmitAction {
   std::string input;
   std::chrono::milliseconds timeout;
   BodyFormat format;
+  Priority priority = Priority::kNormal;  // X-Priority, or the JSON body's "priority"
 };
 
 using Action = std::variant<Response, SubmitAction>;
@@ -64,7 +66,9 @@ class Api {
 
  private:
   Action batchstring(const Request& request);
-  Action parse_json_input(const Request& request, std::chrono::milliseconds timeout);
+  // The input and, if the body names one, its class; `header_priority` is X-Priority's, if any.
+  Action parse_json_input(const Request& request, std::chrono::milliseconds timeout,
+                          std::optional<Priority> header_priority);
   Response readyz();
 
   ApiLimits limits_;

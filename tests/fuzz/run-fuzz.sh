@@ -27,8 +27,9 @@ fi
 case $target in
   http)
     sources=("$src/tests/fuzz/fuzz_http.cpp" "$src/frontend/connection.cpp" "$src/frontend/http_api.cpp"
-             "$src/frontend/http_response.cpp" "$src/text/json_escape.cpp")
-    headers=("$src"/frontend/*.hpp "$src"/text/*.hpp "$src/client_lib/client.hpp")
+             "$src/frontend/http_response.cpp" "$src/text/json_escape.cpp" "$src/client_lib/priority.cpp")
+    headers=("$src"/frontend/*.hpp "$src"/text/*.hpp "$src/client_lib/client.hpp"
+             "$src/client_lib/client_segment.hpp")
     packages=(simdjson)
     seeds=$src/tests/fuzz/corpus ;;
   segment)

@@ -122,6 +122,47 @@ TEST_CASE("healthz, readyz, HEAD and metrics") {
   }
 }
 
+TEST_CASE("priority: X-Priority and the JSON field reach the daemon in their class; /metrics counts them") {
+  Stack stack("auto");
+  HttpClient client(stack.frontend.port());
+  const auto ok = [&](const std::string& request, const std::string& input) {
+    auto r = client.round_trip(request);
+    REQUIRE(r.has_value());
+    CHECK(r->status == 200);
+    CHECK(r->body == expected_json_output(input));
+  };
+  ok(batch_request("h1", {"X-Priority: high"}), "h1");
+  ok(make_request("POST", "/v1/batchstring", R"({"input":"h2","priority":"high"})"), "h2");
+  ok(make_request("POST", "/v1/batchstring", R"({"input":"h3","priority":"high"})", {"X-Priority: high"}), "h3");
+  ok(batch_request("l1", {"X-Priority: low"}), "l1");
+  ok(make_request("POST", "/v1/batchstring", R"({"input":"l2","priority":"low"})"), "l2");
+  ok(batch_request("n1"), "n1");
+  auto text = client.round_trip(make_request("POST", "/v1/batchstring", "t1", {"Content-Type: text/plain", "X-Priority: low"}));
+  REQUIRE(text.has_value());
+  CHECK(text->status == 200);
+  CHECK(text->body == reference_batchstring("t1", 1));
+  check_error(stack.call(make_request("POST", "/v1/batchstring", R"({"input":"x","priority":"low"})",
+                                      {"X-Priority: high"})),
+              400, "bad_priority");
+  check_error(stack.call(batch_request("x", {"X-Priority: urgent"})), 400, "bad_priority");
+  // Refused requests never reach the daemon: 3 high, 1 normal, 3 low.
+  const std::vector<std::string> series = {R"(batchd_requests_taken_total{class="high"} 3)",
+                                           R"(batchd_requests_taken_total{class="normal"} 1)",
+                                           R"(batchd_requests_taken_total{class="low"} 3)"};
+  std::string body;
+  const bool counted = eventually([&] {
+    body = stack.call(make_request("GET", "/metrics")).body;
+    for (const auto& line : series) {
+      if (body.find(line + "\n") == std::string::npos) return false;
+    }
+    return true;
+  }, 10s);
+  INFO(body);
+  CHECK(counted);
+  CHECK(body.find("# TYPE batchd_requests_taken_total counter\n") != std::string::npos);
+  CHECK(body.find("# HELP batchd_requests_taken_total ") != std::string::npos);
+}
+
 TEST_CASE("Expect: 100-continue, then the answer") {
   Stack stack("auto");
   HttpClient client(stack.frontend.port());

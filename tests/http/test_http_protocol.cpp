@@ -260,6 +260,53 @@ TEST_CASE("the API's checks and the error table") {
   CHECK(h.submitted[1].second.input == "plain");
 }
 
+TEST_CASE("priority: X-Priority and the JSON \"priority\" field, alone or agreeing; normal without either") {
+  Harness h;
+  h.feed(post(R"({"input":"a"})"));
+  h.feed(post(R"({"input":"b"})", "X-Priority: high\r\n"));
+  h.feed(post(R"({"input":"c","priority":"low"})"));
+  h.feed(post(R"({"priority":"high","input":"d"})", "X-Priority:  high \r\n"));
+  h.feed(post("e", "Content-Type: text/plain\r\nX-Priority: low\r\n"));
+  h.feed(post(R"({"input":"f","priority":"normal"})", "X-Priority: normal\r\n"));
+  REQUIRE(h.submitted.size() == 6);
+  const Priority expected[] = {Priority::kNormal, Priority::kHigh, Priority::kLow,
+                               Priority::kHigh,   Priority::kLow,  Priority::kNormal};
+  for (std::size_t i = 0; i < 6; ++i) {
+    CAPTURE(i);
+    CHECK(h.submitted[i].second.priority == expected[i]);
+  }
+  CHECK(h.submitted[4].second.format == BodyFormat::kText);
+  CHECK(h.submitted[4].second.input == "e");
+}
+
+TEST_CASE("priority: unknown classes, a non-string field and a disagreement are 400 bad_priority") {
+  Harness h;
+  auto one = [&](const std::string& request) {
+    h.feed(request);
+    return h.drain();
+  };
+  const std::string unknown_header = one(post(R"({"input":"a"})", "X-Priority: urgent\r\n"));
+  CHECK(unknown_header.find("HTTP/1.1 400") == 0);
+  CHECK(unknown_header.find(R"("code":"bad_priority")") != std::string::npos);
+  CHECK(unknown_header.find(R"(X-Priority must be high, normal or low, not \"urgent\")") != std::string::npos);
+  // Exact lower case, as the names are written everywhere else.
+  CHECK(one(post("t", "Content-Type: text/plain\r\nX-Priority: High\r\n")).find(R"("code":"bad_priority")") !=
+        std::string::npos);
+  CHECK(one(post(R"({"input":"a"})", "X-Priority:\r\n")).find(R"("code":"bad_priority")") != std::string::npos);
+  const std::string unknown_field = one(post(R"({"input":"a","priority":"urgent"})"));
+  CHECK(unknown_field.find(R"("code":"bad_priority")") != std::string::npos);
+  CHECK(unknown_field.find("must be high, normal or low") != std::string::npos);
+  CHECK(one(post(R"({"input":"a","priority":1})")).find(R"("code":"bad_priority")") != std::string::npos);
+  CHECK(one(post(R"({"input":"a","priority":null})")).find(R"("code":"bad_priority")") != std::string::npos);
+  const std::string disagree = one(post(R"({"input":"a","priority":"low"})", "X-Priority: high\r\n"));
+  CHECK(disagree.find("HTTP/1.1 400") == 0);
+  CHECK(disagree.find(R"("code":"bad_priority")") != std::string::npos);
+  CHECK(disagree.find("X-Priority and the JSON priority field disagree") != std::string::npos);
+  // A caller's long value is not echoed whole.
+  CHECK(one(post(R"({"input":"a"})", "X-Priority: " + std::string(1000, 'x') + "\r\n")).size() < 600);
+  CHECK(h.submitted.empty());
+}
+
 TEST_CASE("answers: JSON escaping, raw text, invalid UTF-8 output, and each error's status") {
   const Response json = response_for_result(Result::success("a\"b\\c\n\x01"), BodyFormat::kJson);
   CHECK(json.body == R"({"output":"a\"b\\c\u000a\u0001"})");
