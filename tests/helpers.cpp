@@ -191,20 +191,41 @@ ProcessOutput run_captured(const std::vector<std::string>& argv_storage, std::ch
   return result;
 }
 
-double StressRun::field(const std::string& key) const {
+namespace {
+
+// The summary: the last line of the run's standard output.
+std::string_view summary_line(const ProcessOutput& process) {
   std::string_view line = process.out;
   while (!line.empty() && line.back() == '\n') line.remove_suffix(1);
   if (const auto newline = line.rfind('\n'); newline != std::string_view::npos) {
     line.remove_prefix(newline + 1);
   }
-  simdjson::dom::parser parser;
+  return line;
+}
+
+simdjson::simdjson_result<simdjson::dom::element> summary_field(simdjson::dom::parser& parser,
+                                                                std::string_view line,
+                                                                const std::string& key) {
   simdjson::dom::element summary;
+  if (const auto error = parser.parse(line.data(), line.size()).get(summary)) return error;
+  return key.starts_with('/') ? summary.at_pointer(key) : summary[key];
+}
+
+}  // namespace
+
+double StressRun::field(const std::string& key) const {
+  const std::string_view line = summary_line(process);
+  simdjson::dom::parser parser;
   double value = 0;  // get_double takes integers too
-  const bool found = parser.parse(line.data(), line.size()).get(summary) == simdjson::SUCCESS &&
-                     summary[key].get_double().get(value) == simdjson::SUCCESS;
+  const bool found = summary_field(parser, line, key).get_double().get(value) == simdjson::SUCCESS;
   REQUIRE_MESSAGE(found, "no number '" << key << "' in the summary line: " << line
                                        << "\nstderr: " << process.err);
   return value;
+}
+
+bool StressRun::has(const std::string& key) const {
+  simdjson::dom::parser parser;
+  return summary_field(parser, summary_line(process), key).error() == simdjson::SUCCESS;
 }
 
 StressRun run_stress(const std::vector<std::string>& args, std::chrono::milliseconds timeout) {

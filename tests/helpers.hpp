@@ -89,8 +89,11 @@ ProcessOutput send_as(const std::string& socket, RunAs as, const std::string& in
 // output, and the numbers of its JSON summary (the last line of its standard output).
 struct StressRun {
   ProcessOutput process;
-  // A numeric field of the summary; fails the test if there is none.
+  // A numeric field of the summary: a top-level key, or a JSON pointer ("/by_class/high/sent");
+  // fails the test if there is none.
   [[nodiscard]] double field(const std::string& key) const;
+  // Whether the summary has that field (a number or not).
+  [[nodiscard]] bool has(const std::string& key) const;
 };
 StressRun run_stress(const std::vector<std::string>& args,
                      std::chrono::milliseconds timeout = std::chrono::minutes(5));

@@ -1,6 +1,7 @@
 // batchd-stress as the benchmarks use it: answers checked against the sim backend or SHA-256 of
 // the daemon's cost, wrong ones counted and reflected in the exit status, and an open loop whose
-// measured window excludes warm-up and cool-down load. (Over HTTP: tests/http.)
+// measured window excludes warm-up and cool-down load; priority classes, one or a mix, reported
+// per class. (Over HTTP: tests/http.)
 #include <doctest/doctest.h>
 
 #include <string>
@@ -77,4 +78,101 @@ TEST_CASE("--warmup and --cooldown load runs around the window but only the wind
   CHECK(out.field("ok") == out.field("sent"));
   CHECK(out.field("duration_s") == doctest::Approx(0.5));
   CHECK(out.field("rps") == doctest::Approx(out.field("sent") / out.field("duration_s")));
+}
+
+TEST_CASE("--priority and --priority-mix: bad classes and percentages are refused with a clear message") {
+  struct Bad {
+    std::vector<std::string> args;
+    const char* message;
+  };
+  const std::string socket = test::temp_socket_path("none.sock");  // parsing fails before connecting
+  for (const Bad& bad : {
+           Bad{{"--priority-mix", "high:10,normal:60"}, "the percentages add up to 70, not 100"},
+           Bad{{"--priority-mix", "high:50,normal:60"}, "the percentages add up to 110, not 100"},
+           Bad{{"--priority-mix", "urgent:100"}, "unknown class \"urgent\"; the classes are high, normal and low"},
+           Bad{{"--priority-mix", "high:ten,normal:90"}, "the percentage of high must be a whole number from 0 to 100"},
+           Bad{{"--priority-mix", "high:-5,normal:105"}, "the percentage of high must be a whole number"},
+           Bad{{"--priority-mix", "high:50,high:50"}, "high is named twice"},
+           Bad{{"--priority-mix", "high"}, "\"high\" is not CLASS:PERCENT"},
+           Bad{{"--priority-mix", "normal:100,"}, "\"\" is not CLASS:PERCENT"},
+           Bad{{"--priority", "urgent"}, "--priority: \"urgent\" is not a class"},
+           Bad{{"--priority", "high", "--priority-mix", "normal:100"}, "excludes"},
+       }) {
+    std::vector<std::string> args{"--socket", socket, "--requests", "1"};
+    args.insert(args.end(), bad.args.begin(), bad.args.end());
+    const test::StressRun run = test::run_stress(args, std::chrono::seconds(30));
+    INFO("args: ", bad.args.back(), "\nstderr: ", run.process.err);
+    CHECK(run.process.exit_code() == 64);
+    CHECK(run.process.err.find(bad.message) != std::string::npos);
+  }
+}
+
+namespace {
+
+// The daemon's per-class counters, read by a client of the test's own.
+test::ClassCounts counts_from(const test::StressRun& run) {
+  test::ClassCounts sent{};
+  for (const batchd::Priority p : {batchd::Priority::kHigh, batchd::Priority::kNormal, batchd::Priority::kLow}) {
+    const std::string key = "/by_class/" + std::string(batchd::priority_name(p)) + "/sent";
+    sent[static_cast<std::size_t>(p)] = run.has(key) ? static_cast<std::uint64_t>(run.field(key)) : 0;
+  }
+  return sent;
+}
+
+}  // namespace
+
+TEST_CASE("--priority-mix: each class gets its share, reported by_class and taken by the daemon as such") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  auto watcher = test::connect(socket);
+  const std::uint64_t requests = test::scaled(1000, 200);
+  const std::vector<std::string> args{"--socket", socket, "--threads", "2", "--requests", std::to_string(requests),
+                                      "--seed", "7", "--priority-mix", "high:20,normal:50,low:30"};
+  const test::StressRun run = test::run_stress(args);
+  INFO("stdout: ", run.process.out, "\nstderr: ", run.process.err);
+  REQUIRE(run.process.exit_code() == 0);
+  CHECK(run.field("sent") == static_cast<double>(requests));
+  const test::ClassCounts sent = counts_from(run);
+  CHECK(sent[0] + sent[1] + sent[2] == requests);
+  // Drawn per request: near the asked shares (a generous band; the draw is fixed by the seed).
+  CHECK(static_cast<double>(sent[0]) == doctest::Approx(0.2 * static_cast<double>(requests)).epsilon(0.35));
+  CHECK(static_cast<double>(sent[1]) == doctest::Approx(0.5 * static_cast<double>(requests)).epsilon(0.2));
+  CHECK(static_cast<double>(sent[2]) == doctest::Approx(0.3 * static_cast<double>(requests)).epsilon(0.3));
+  for (const char* cls : {"high", "normal", "low"}) {
+    CAPTURE(cls);
+    const std::string at = std::string("/by_class/") + cls;
+    CHECK(run.field(at + "/ok") == run.field(at + "/sent"));
+    CHECK(run.field(at + "/errors") == 0);
+    CHECK(run.field(at + "/wrong") == 0);
+    CHECK(run.field(at + "/errors_by_kind/timeout") == 0);
+    CHECK(run.field(at + "/latency_samples") == run.field(at + "/sent"));
+    CHECK(run.field(at + "/p50_us") > 0);
+    CHECK(run.field(at + "/p99_us") >= run.field(at + "/p50_us"));
+    CHECK(run.field(at + "/max_us") >= run.field(at + "/p99_us"));
+    CHECK(run.field(at + "/max_us") <= run.field("max_us"));
+  }
+  CHECK(run.process.out.find("\"priority_mix\":\"high:20,normal:50,low:30\"") != std::string::npos);
+  CHECK(run.process.out.find("  class high   sent ") != std::string::npos);  // the text report's rows
+  // Every request reached the daemon in the class the report says.
+  CHECK(test::taken_by_class(*watcher, sent) == sent);
+  // The same seed draws the same classes.
+  const test::StressRun again = test::run_stress(args);
+  CHECK(counts_from(again) == sent);
+}
+
+TEST_CASE("--priority: the open loop sends every request in that class, and only it is reported") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  auto watcher = test::connect(socket);
+  const std::uint64_t requests = test::scaled(400, 100);
+  const test::StressRun run = test::run_stress({"--socket", socket, "--rate", "2000", "--requests",
+                                                std::to_string(requests), "--priority", "low"});
+  INFO("stdout: ", run.process.out, "\nstderr: ", run.process.err);
+  REQUIRE(run.process.exit_code() == 0);
+  CHECK(run.field("/by_class/low/sent") == static_cast<double>(requests));
+  CHECK(run.field("/by_class/low/ok") == static_cast<double>(requests));
+  CHECK_FALSE(run.has("/by_class/high"));
+  CHECK_FALSE(run.has("/by_class/normal"));
+  const test::ClassCounts expected{0, 0, requests};
+  CHECK(test::taken_by_class(*watcher, expected) == expected);
 }

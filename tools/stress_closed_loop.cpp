@@ -24,13 +24,16 @@ std::int64_t run_end_ns(const Options& options, std::int64_t start_ns) {
 }
 
 void closed_worker(RunContext& ctx, const Transport& transport, Caller& caller,
-                   std::atomic<std::uint64_t>& next_id, Tally& tally) {
-  Recorder recorder(tally, ctx.live, ctx.options.cost, ctx.options.sim_repeat);
-  const std::uint64_t cap = ctx.options.requests.value_or(std::numeric_limits<std::uint64_t>::max());
-  const std::int64_t end_ns = run_end_ns(ctx.options, ctx.start_ns);
+                   std::atomic<std::uint64_t>& next_id, Tallies& tallies) {
+  const Options& o = ctx.options;
+  Recorder recorder(tallies, ctx.live, o.cost, o.sim_repeat);
+  const std::uint64_t cap = o.requests.value_or(std::numeric_limits<std::uint64_t>::max());
+  const std::int64_t end_ns = run_end_ns(o, ctx.start_ns);
   std::string input;
   input.reserve(ctx.inputs.max_bytes());
-  tally.latencies_ns.reserve(closed_samples_to_reserve(ctx.options));
+  for (const Priority p : kAllPriorities) {
+    tallies[p].latencies_ns.reserve(o.priority_mix.share(closed_samples_to_reserve(o), p));
+  }
   for (;;) {
     if (now_ns() >= end_ns || !transport.reachable() ||
         ctx.interrupted.load(std::memory_order_relaxed)) {
@@ -39,14 +42,15 @@ void closed_worker(RunContext& ctx, const Transport& transport, Caller& caller,
     const std::uint64_t id = next_id.fetch_add(1, std::memory_order_relaxed);
     if (id >= cap) break;
     ctx.inputs.build(id, input);
-    recorder.sent();
+    const Priority priority = o.priority_mix.pick(o.seed, id);
+    recorder.sent(priority);
     const std::int64_t sent_ns = now_ns();
-    const Outcome outcome = caller.call(input);
+    const Outcome outcome = caller.call(input, priority);
     const std::int64_t done_ns = now_ns();
     if (outcome.answered) {
-      recorder.answered(input, outcome.output, done_ns - sent_ns);
+      recorder.answered(priority, input, outcome.output, done_ns - sent_ns);
     } else {
-      recorder.failed_kind(outcome.error_kind);
+      recorder.failed_kind(priority, outcome.error_kind);
     }
   }
 }
@@ -58,7 +62,7 @@ RunResult run_closed_loop(RunContext& ctx, Transport& transport) {
   std::vector<std::unique_ptr<Caller>> callers;
   callers.reserve(threads);
   for (unsigned t = 0; t < threads; ++t) callers.push_back(transport.make_caller(t));
-  std::vector<Tally> tallies(threads);
+  std::vector<Tallies> tallies(threads);
   std::atomic<std::uint64_t> next_id{0};
   ctx.start_ns = now_ns();
   {
@@ -72,7 +76,7 @@ RunResult run_closed_loop(RunContext& ctx, Transport& transport) {
   }
   RunResult result;
   result.wall_s = static_cast<double>(now_ns() - ctx.start_ns) / 1e9;
-  for (Tally& tally : tallies) result.tally.merge(std::move(tally));
+  for (Tallies& thread_tallies : tallies) result.tallies.merge(std::move(thread_tallies));
   return result;
 }
 

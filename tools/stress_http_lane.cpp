@@ -49,7 +49,7 @@ class HttpLane final : public OpenLane {
   HttpLane(const HttpLane&) = delete;
   HttpLane& operator=(const HttpLane&) = delete;
 
-  std::optional<std::size_t> submit(std::uint64_t id, std::int64_t intended_ns) override;
+  std::optional<std::size_t> submit(const DueRequest& request) override;
   void pump(std::int64_t wake_ns, Completions& done) override;
   void end_of_sends() noexcept override { sends_ended_ = true; }
 
@@ -117,9 +117,9 @@ HttpLane::~HttpLane() {
   if (epoll_ >= 0) ::close(epoll_);
 }
 
-std::optional<std::size_t> HttpLane::submit(std::uint64_t id, std::int64_t intended_ns) {
+std::optional<std::size_t> HttpLane::submit(const DueRequest& request) {
   // Written out by the next pump(), all of them with one write per connection.
-  waiting_.push_back(Pending{id, intended_ns, 0});
+  waiting_.push_back(Pending{request.id, request.intended_ns, 0, request.priority});
   return std::nullopt;
 }
 
@@ -166,7 +166,7 @@ void HttpLane::dispatch() {
     Pending p = waiting_.front();
     waiting_.pop_front();
     target_.inputs.build(p.id, input_);
-    encoder_.append(c->out, input_);
+    encoder_.append(c->out, input_, p.priority);
     p.sent_ns = now_ns();
     c->inflight.push_back(p);
   }

@@ -7,6 +7,7 @@
 #include <deque>
 #include <string>
 
+#include "client_lib/client.hpp"
 #include "tools/stress_http_response.hpp"
 
 namespace batchd::stress::http {
@@ -15,6 +16,7 @@ struct Pending {
   std::uint64_t id = 0;
   std::int64_t intended_ns = 0;  // when the schedule meant it to go: latency counts from here
   std::int64_t sent_ns = 0;      // when it was written: the client-side deadline counts from here
+  Priority priority = Priority::kNormal;  // sent as X-Priority (again, if the request is re-sent)
 };
 
 enum class IoStatus { kOk, kClosed, kError };

@@ -77,16 +77,22 @@ Expected<Url> parse_url(std::string_view text) {
 RequestEncoder::RequestEncoder(const Url& url, std::chrono::milliseconds server_timeout) {
   head_ = "POST " + url.target + " HTTP/1.1\r\nHost: " + url.host_header +
           "\r\nContent-Type: application/json\r\nX-Timeout-Ms: " +
-          std::to_string(server_timeout.count()) + "\r\nContent-Length: ";
+          std::to_string(server_timeout.count()) + "\r\n";
 }
 
-void RequestEncoder::append(std::string& out, std::string_view input) {
+void RequestEncoder::append(std::string& out, std::string_view input, Priority priority) {
   body_.assign(R"({"input":")");
   text::append_json_escaped(input, body_);
   body_.append(R"("})");
   char length[24];
   const auto [end, ec] = std::to_chars(length, length + sizeof(length), body_.size());
   out.append(head_);
+  if (priority != Priority::kNormal) {
+    out.append("X-Priority: ");
+    out.append(priority_name(priority));
+    out.append("\r\n");
+  }
+  out.append("Content-Length: ");
   out.append(length, end);
   out.append("\r\n\r\n");
   out.append(body_);

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "base/expected.hpp"
+#include "client_lib/client.hpp"
 
 namespace batchd::stress::http {
 
@@ -25,11 +26,12 @@ Expected<Url> parse_url(std::string_view text);
 class RequestEncoder {
  public:
   RequestEncoder(const Url& url, std::chrono::milliseconds server_timeout);
-  // Appends one request whose body is {"input": input}.
-  void append(std::string& out, std::string_view input);
+  // Appends one request whose body is {"input": input}, with X-Priority unless it is normal
+  // (which a server assumes without one, so a server that knows no classes is loaded as before).
+  void append(std::string& out, std::string_view input, Priority priority);
 
  private:
-  std::string head_;  // request line and fixed headers, up to "Content-Length: "
+  std::string head_;  // request line and fixed headers, up to the priority and Content-Length
   std::string body_;
 };
 

@@ -24,7 +24,7 @@ struct RunContext {
 };
 
 struct RunResult {
-  Tally tally;
+  Tallies tallies;
   double wall_s = 0.0;  // from the first send until the last request finished
 };
 

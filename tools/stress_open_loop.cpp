@@ -93,10 +93,13 @@ class LaneDriver final : public Completions {
   void pace_and_pump();
   void finished(std::uint64_t id, std::int64_t done_ns, const Outcome& outcome) override;
   // The two tallies, once the threads are done.
-  void take_tallies(Tally& into);
+  void take_tallies(Tallies& into);
 
  private:
   [[nodiscard]] bool sending(std::uint64_t id) const noexcept;
+  [[nodiscard]] Priority priority_of(std::uint64_t id) const noexcept {
+    return ctx_.options.priority_mix.pick(ctx_.options.seed, id);
+  }
   // Sends the requests in burst_ at once and empties it.
   void send_burst();
   void end_of_sends() noexcept;
@@ -109,14 +112,14 @@ class LaneDriver final : public Completions {
   // What the pacing thread writes for every request, and (below) what the pumping thread does:
   // on cache lines of their own, so the two threads do not pass lines back and forth.
   alignas(shm::kCacheLine) std::uint64_t next_id_;
-  Tally send_tally_;
+  Tallies send_tallies_;
   Recorder send_recorder_;
   std::atomic<std::uint64_t> admitted_{0};  // submits the lane took
   std::atomic<bool> sending_done_{false};
   std::vector<DueRequest> burst_;
   std::vector<std::optional<std::size_t>> refused_;
   alignas(shm::kCacheLine) std::uint64_t completed_ = 0;  // finished() calls
-  Tally done_tally_;
+  Tallies done_tallies_;
   Recorder done_recorder_;
   std::string input_;
 };
@@ -124,8 +127,8 @@ class LaneDriver final : public Completions {
 LaneDriver::LaneDriver(RunContext& ctx, const Transport& transport, std::unique_ptr<OpenLane> lane,
                        unsigned index, unsigned stride)
     : ctx_(ctx), transport_(transport), lane_(std::move(lane)), stride_(stride), next_id_(index),
-      send_recorder_(send_tally_, ctx.live, ctx.options.cost, ctx.options.sim_repeat),
-      done_recorder_(done_tally_, ctx.live, ctx.options.cost, ctx.options.sim_repeat) {
+      send_recorder_(send_tallies_, ctx.live, ctx.options.cost, ctx.options.sim_repeat),
+      done_recorder_(done_tallies_, ctx.live, ctx.options.cost, ctx.options.sim_repeat) {
   static_assert(alignof(LaneDriver) == shm::kCacheLine);
   input_.reserve(ctx.inputs.max_bytes());
   burst_.reserve(kMaxBurst);
@@ -134,8 +137,11 @@ LaneDriver::LaneDriver(RunContext& ctx, const Transport& transport, std::unique_
   const Options& o = ctx.options;
   const double expected = o.duration_s ? o.rate * *o.duration_s
                                        : static_cast<double>(o.requests.value_or(0));
-  done_tally_.latencies_ns.reserve(
-      static_cast<std::size_t>(std::min(expected / stride * 1.01 + 1024.0, double{1U << 24})));
+  const auto samples =
+      static_cast<std::size_t>(std::min(expected / stride * 1.01 + 1024.0, double{1U << 24}));
+  for (const Priority p : kAllPriorities) {
+    done_tallies_[p].latencies_ns.reserve(o.priority_mix.share(samples, p));
+  }
 }
 
 bool LaneDriver::sending(std::uint64_t id) const noexcept {
@@ -154,10 +160,11 @@ void LaneDriver::send_burst() {
   std::uint64_t admitted = 0;
   for (std::size_t i = 0; i < burst_.size(); ++i) {
     const bool measured = schedule_->counted(burst_[i].id);
-    if (measured) send_recorder_.sent();
+    const Priority priority = burst_[i].priority;
+    if (measured) send_recorder_.sent(priority);
     if (refused_[i]) {
       // Refused before it was sent: no latency to speak of.
-      if (measured) send_recorder_.failed_kind(*refused_[i]);
+      if (measured) send_recorder_.failed_kind(priority, *refused_[i]);
     } else {
       ++admitted;
     }
@@ -175,7 +182,7 @@ void LaneDriver::pace() {
     for (; burst_.size() < kMaxBurst && sending(next_id_); next_id_ += stride_) {
       const std::int64_t due = schedule_->intended_ns(next_id_);
       if (due > now) break;
-      burst_.push_back(DueRequest{next_id_, due});
+      burst_.push_back(DueRequest{next_id_, due, priority_of(next_id_)});
     }
     send_burst();
   }
@@ -199,7 +206,7 @@ void LaneDriver::pace_and_pump() {
     for (; more && (more = sending(next_id_)); next_id_ += stride_) {
       const std::int64_t due = schedule_->intended_ns(next_id_);
       if (due > now) break;
-      burst_.push_back(DueRequest{next_id_, due});
+      burst_.push_back(DueRequest{next_id_, due, priority_of(next_id_)});
       if (burst_.size() == kMaxBurst) send_burst();
     }
     send_burst();
@@ -212,17 +219,18 @@ void LaneDriver::pace_and_pump() {
 void LaneDriver::finished(std::uint64_t id, std::int64_t done_ns, const Outcome& outcome) {
   ++completed_;
   if (!schedule_->counted(id)) return;
+  const Priority priority = priority_of(id);  // like the input, a pure function of the id
   if (outcome.answered) {
-    ctx_.inputs.build(id, input_);  // inputs are a pure function of the id
-    done_recorder_.answered(input_, outcome.output, done_ns - schedule_->intended_ns(id));
+    ctx_.inputs.build(id, input_);
+    done_recorder_.answered(priority, input_, outcome.output, done_ns - schedule_->intended_ns(id));
   } else {
-    done_recorder_.failed_kind(outcome.error_kind);
+    done_recorder_.failed_kind(priority, outcome.error_kind);
   }
 }
 
-void LaneDriver::take_tallies(Tally& into) {
-  into.merge(std::move(send_tally_));
-  into.merge(std::move(done_tally_));
+void LaneDriver::take_tallies(Tallies& into) {
+  into.merge(std::move(send_tallies_));
+  into.merge(std::move(done_tallies_));
 }
 
 }  // namespace
@@ -261,7 +269,7 @@ RunResult run_open_loop(RunContext& ctx, Transport& transport) {
   // exactly that long, and the cool-down load kept the server as busy while they finished.
   result.wall_s = schedule.windowed() ? *ctx.options.duration_s
                                       : static_cast<double>(now_ns() - ctx.start_ns) / 1e9;
-  for (auto& driver : drivers) driver->take_tallies(result.tally);
+  for (auto& driver : drivers) driver->take_tallies(result.tallies);
   return result;
 }
 

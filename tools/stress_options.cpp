@@ -93,6 +93,27 @@ void add_options(CLI::App& app, Options& o, std::string& input_bytes, std::int64
   app.add_flag("--quiet", o.quiet, "no live progress line on stderr");
 }
 
+void add_priority_options(CLI::App& app, std::string& priority, std::string& mix) {
+  auto* one = app.add_option("--priority", priority, "every request's class: high, normal or low")
+                  ->default_str("normal");
+  app.add_option("--priority-mix", mix,
+                 "each request's class drawn by percent from the seed, e.g. high:10,normal:60,low:30 "
+                 "(whole percentages adding up to 100)")
+      ->excludes(one);
+}
+
+// Either flag into the mix, or why it cannot be used.
+Expected<PriorityMix> parse_priority_flags(const CLI::App& app, const std::string& priority,
+                                           const std::string& mix) {
+  if (app.count("--priority-mix") > 0) return PriorityMix::parse(mix);
+  if (app.count("--priority") == 0) return PriorityMix{};
+  const std::optional<Priority> one = parse_priority(priority);
+  if (!one) {
+    return usage("--priority: \"" + priority + "\" is not a class; the classes are high, normal and low");
+  }
+  return PriorityMix::single(*one);
+}
+
 void add_http_options(CLI::App& app, Options& o, std::int64_t& http_timeout_ms) {
   app.add_option("--connections", o.connections,
                  "--http: keep-alive connections (default: --threads closed loop, 64 open loop)")
@@ -143,8 +164,10 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
   std::int64_t http_timeout_ms = 0;
   std::uint64_t requests = 0;
   double duration = 0.0;
+  std::string priority, priority_mix;
   CLI::App app{"batchd-stress: load a batchd daemon and check every answer"};
   add_options(app, o, input_bytes, timeout_ms, connect_ms, requests, duration);
+  add_priority_options(app, priority, priority_mix);
   add_http_options(app, o, http_timeout_ms);
   try {
     app.parse(argc, argv);
@@ -153,6 +176,9 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     if (!range) throw CLI::ValidationError("--input-bytes", range.error().message);
     o.min_input_bytes = range->min;
     o.max_input_bytes = range->max;
+    const Expected<PriorityMix> mix = parse_priority_flags(app, priority, priority_mix);
+    if (!mix) throw CLI::ValidationError(mix.error().message);
+    o.priority_mix = *mix;
     o.mode = app.count("--rate") > 0 ? Mode::kOpen : Mode::kClosed;
     o.timeout = std::chrono::milliseconds(timeout_ms);
     o.http_timeout = std::chrono::milliseconds(http_timeout_ms);

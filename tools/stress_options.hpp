@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "tools/stress_priority.hpp"
+
 namespace batchd::stress {
 
 enum class Mode { kClosed, kOpen };
@@ -35,6 +37,7 @@ struct Options {
   std::chrono::milliseconds timeout{5000};
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds http_timeout{5000};  // sent as X-Timeout-Ms (default: timeout)
+  PriorityMix priority_mix;         // --priority or --priority-mix: each request's class
   std::uint64_t seed = 0;
   bool json = false;
   bool quiet = false;

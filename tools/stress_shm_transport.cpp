@@ -19,8 +19,8 @@ Outcome outcome_of(const Result& result) noexcept {
 class ShmCaller final : public Caller {
  public:
   ShmCaller(Client& client, std::chrono::milliseconds timeout) : client_(client), timeout_(timeout) {}
-  Outcome call(std::string_view input) override {
-    result_ = client_.submit(input, timeout_);
+  Outcome call(std::string_view input, Priority priority) override {
+    result_ = client_.submit(input, timeout_, priority);
     return outcome_of(result_);  // result_ keeps the output until the next call
   }
 
@@ -39,10 +39,11 @@ class ShmLane final : public OpenLane {
     finished_.reserve(client.slot_count());
   }
 
-  std::optional<std::size_t> submit(std::uint64_t id, std::int64_t /*intended_ns*/) override {
+  std::optional<std::size_t> submit(const DueRequest& request) override {
+    const std::uint64_t id = request.id;
     inputs_.build(id, input_);
     // [this, id] fits std::function's small buffer, so the callback allocates nothing.
-    auto error = client_.submit_async(input_, timeout_, [this, id](Result&& r) {
+    auto error = client_.submit_async(input_, timeout_, request.priority, [this, id](Result&& r) {
       finished_.push_back(Finished{id, now_ns(), std::move(r)});
     });
     if (error) return error_kind(error->code);
@@ -58,6 +59,7 @@ class ShmLane final : public OpenLane {
       const std::uint64_t id = due[i].id;
       inputs_.build(id, inputs_burst_[i]);
       submissions_[i].input = inputs_burst_[i];
+      submissions_[i].priority = due[i].priority;
       submissions_[i].done = [this, id](Result&& r) {
         finished_.push_back(Finished{id, now_ns(), std::move(r)});
       };

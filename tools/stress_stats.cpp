@@ -74,12 +74,18 @@ std::uint64_t Tally::error_total() const noexcept {
   return std::accumulate(errors.begin(), errors.end(), std::uint64_t{0});
 }
 
-void Recorder::sent() noexcept {
-  ++tally_.sent;
+void Tallies::merge(Tallies&& other) {
+  for (std::size_t c = 0; c < by_class.size(); ++c) by_class[c].merge(std::move(other.by_class[c]));
+}
+
+void Recorder::sent(Priority priority) noexcept {
+  ++tallies_[priority].sent;
   live_.sent.fetch_add(1, std::memory_order_relaxed);
 }
 
-void Recorder::answered(std::string_view input, std::string_view output, std::int64_t latency_ns) {
+void Recorder::answered(Priority priority, std::string_view input, std::string_view output,
+                        std::int64_t latency_ns) {
+  Tally& tally = tallies_[priority];
   bool right = false;
   if (sim_repeat_ > 0) {
     right = output == sim_expected_output(input, sim_repeat_);
@@ -89,18 +95,18 @@ void Recorder::answered(std::string_view input, std::string_view output, std::in
     right = output == std::string_view(expected, sizeof(expected));
   }
   if (right) {
-    ++tally_.ok;
+    ++tally.ok;
   } else {
-    ++tally_.wrong;
+    ++tally.wrong;
     live_.wrong.fetch_add(1, std::memory_order_relaxed);
   }
-  tally_.latencies_ns.push_back(latency_ns);
+  tally.latencies_ns.push_back(latency_ns);
   live_.latency.add(latency_ns);
   live_.finished.fetch_add(1, std::memory_order_relaxed);
 }
 
-void Recorder::failed_kind(std::size_t kind) noexcept {
-  ++tally_.errors[kind];
+void Recorder::failed_kind(Priority priority, std::size_t kind) noexcept {
+  ++tallies_[priority].errors[kind];
   live_.errors.fetch_add(1, std::memory_order_relaxed);
   live_.finished.fetch_add(1, std::memory_order_relaxed);
 }

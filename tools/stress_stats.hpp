@@ -52,6 +52,7 @@ struct LiveStats {
   LiveHistogram latency;
 };
 
+// What the requests of one priority class came to (or, merged, those of a whole run).
 struct Tally {
   std::uint64_t sent = 0;
   std::uint64_t ok = 0;
@@ -63,23 +64,37 @@ struct Tally {
   [[nodiscard]] std::uint64_t error_total() const noexcept;
 };
 
-// Checks and counts outcomes for one thread. Not thread-safe; each recording thread owns one.
+// One Tally per priority class, so the summary can say how each class fared.
+struct Tallies {
+  std::array<Tally, kPriorityClasses> by_class;
+
+  [[nodiscard]] Tally& operator[](Priority priority) noexcept {
+    return by_class[static_cast<std::size_t>(priority)];
+  }
+  [[nodiscard]] const Tally& operator[](Priority priority) const noexcept {
+    return by_class[static_cast<std::size_t>(priority)];
+  }
+  void merge(Tallies&& other);
+};
+
+// Checks and counts outcomes for one thread, each in its request's class. Not thread-safe; each
+// recording thread owns one.
 class Recorder {
  public:
   // Answers are checked against SHA-256 iterated `cost` times, or, when sim_repeat > 0, against
   // the sim backend's answer.
-  Recorder(Tally& tally, LiveStats& live, unsigned cost, unsigned sim_repeat)
-      : tally_(tally), live_(live), cost_(cost), sim_repeat_(sim_repeat) {}
+  Recorder(Tallies& tallies, LiveStats& live, unsigned cost, unsigned sim_repeat)
+      : tallies_(tallies), live_(live), cost_(cost), sim_repeat_(sim_repeat) {}
 
-  void sent() noexcept;
+  void sent(Priority priority) noexcept;
   // An answer came back: compares it with the local reference and records its latency.
-  void answered(std::string_view input, std::string_view output, std::int64_t latency_ns);
+  void answered(Priority priority, std::string_view input, std::string_view output, std::int64_t latency_ns);
   // Failed without an answer; errors carry no latency sample.
-  void failed(ErrorCode code) noexcept { failed_kind(error_kind(code)); }
-  void failed_kind(std::size_t kind) noexcept;
+  void failed(Priority priority, ErrorCode code) noexcept { failed_kind(priority, error_kind(code)); }
+  void failed_kind(Priority priority, std::size_t kind) noexcept;
 
  private:
-  Tally& tally_;
+  Tallies& tallies_;
   LiveStats& live_;
   unsigned cost_;
   unsigned sim_repeat_;

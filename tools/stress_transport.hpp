@@ -13,6 +13,8 @@
 #include <span>
 #include <string_view>
 
+#include "client_lib/client.hpp"
+
 namespace batchd::stress {
 
 // What one request came to.
@@ -26,9 +28,9 @@ struct Outcome {
 class Caller {
  public:
   virtual ~Caller() = default;
-  // Sends input and waits until it is answered, fails or times out. The output stays valid
-  // until the next call.
-  virtual Outcome call(std::string_view input) = 0;
+  // Sends input in class `priority` and waits until it is answered, fails or times out. The
+  // output stays valid until the next call.
+  virtual Outcome call(std::string_view input, Priority priority) = 0;
 };
 
 // Where an open lane reports finished requests: implemented by the open loop.
@@ -46,21 +48,23 @@ class Completions {
 struct DueRequest {
   std::uint64_t id;
   std::int64_t intended_ns;
+  Priority priority;
 };
 
 // Open loop: one share of the schedule's requests, many in flight at once.
 class OpenLane {
  public:
   virtual ~OpenLane() = default;
-  // Sends request `id` (its input is InputPool::build(id)), which the schedule meant to go at
-  // intended_ns. Refused at once: returns the error kind, and the request never finishes.
-  // Otherwise exactly one Completions::finished() for it comes from a later pump().
-  [[nodiscard]] virtual std::optional<std::size_t> submit(std::uint64_t id, std::int64_t intended_ns) = 0;
+  // Sends request `request.id` (its input is InputPool::build(id)) in its class, which the
+  // schedule meant to go at request.intended_ns. Refused at once: returns the error kind, and the
+  // request never finishes. Otherwise exactly one Completions::finished() for it comes from a
+  // later pump().
+  [[nodiscard]] virtual std::optional<std::size_t> submit(const DueRequest& request) = 0;
   // Several requests that are all due now, as submit() would take them one by one; refused[i]
   // is what submit() would return for due[i]. A transport that can hand over many requests at
   // once (the shared-memory client: one ring publication) overrides it.
   virtual void submit_burst(std::span<const DueRequest> due, std::span<std::optional<std::size_t>> refused) {
-    for (std::size_t i = 0; i < due.size(); ++i) refused[i] = submit(due[i].id, due[i].intended_ns);
+    for (std::size_t i = 0; i < due.size(); ++i) refused[i] = submit(due[i]);
   }
   // Waits for the transport's I/O until wake_ns at the latest (sooner when something happens;
   // at once when nothing is in flight and wake_ns is never) and reports what finished.

@@ -1,6 +1,6 @@
 // batchd-stress over HTTP (--http) against batchd-http: a clean run exits 0 with every request
 // answered right, and answers of another SHA-256 cost are all counted wrong, with a failing exit;
-// the pipelined open loop, and its measured window. (Servers other than batchd-http:
+// the pipelined open loop, and its measured window; priority classes sent as X-Priority. (Servers other than batchd-http:
 // test_stress_third_party.cpp.)
 #include <doctest/doctest.h>
 
@@ -86,4 +86,39 @@ TEST_CASE("--http with --warmup and --cooldown: only the window's requests are c
   CHECK(run.field("sent") == doctest::Approx(200).epsilon(0.01));
   CHECK(run.field("ok") == run.field("sent"));
   CHECK(run.field("duration_s") == doctest::Approx(0.5));
+}
+
+TEST_CASE("--http with --priority-mix: X-Priority carries each request's class to the daemon") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  test::FrontendProcess frontend(socket, {"--workers", "1"});
+  auto watcher = test::connect(socket);
+  const std::uint64_t requests = test::scaled(400, 100);
+  for (const bool open_loop : {false, true}) {
+    CAPTURE(open_loop);
+    const test::ClassCounts before = watcher->daemon_status().requests_taken_by_class;
+    std::vector<std::string> args{"--http", "http://127.0.0.1:" + std::to_string(frontend.port()), "--requests",
+                                  std::to_string(requests), "--timeout-ms", "20000", "--priority-mix",
+                                  "high:25,normal:25,low:50"};
+    if (open_loop) {
+      args.insert(args.end(), {"--rate", "1000", "--connections", "2", "--pipeline-depth", "4"});
+    } else {
+      args.insert(args.end(), {"--threads", "2"});
+    }
+    const test::StressRun run = test::run_stress(args);
+    INFO("stdout: ", run.process.out, "\nstderr: ", run.process.err);
+    REQUIRE(run.process.exit_code() == 0);
+    test::ClassCounts expected = before;
+    std::uint64_t total = 0;
+    for (const Priority p : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
+      const std::string at = "/by_class/" + std::string(priority_name(p));
+      const auto sent = static_cast<std::uint64_t>(run.field(at + "/sent"));
+      CHECK(sent > 0);
+      CHECK(run.field(at + "/ok") == static_cast<double>(sent));
+      expected[static_cast<std::size_t>(p)] += sent;
+      total += sent;
+    }
+    CHECK(total == requests);
+    CHECK(test::taken_by_class(*watcher, expected) == expected);
+  }
 }
