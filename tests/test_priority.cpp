@@ -145,7 +145,8 @@ TEST_CASE("a re-attached client moves each pending request to the new daemon in 
   const std::string path = test::temp_socket_path();
   // A long batch window and room for all: everything stays in the first daemon's hands.
   auto daemon = std::make_unique<test::DaemonProcess>(
-      path, std::vector<std::string>{"--backend", "cpu", "--max-wait-ms", "5000", "--max-batch", "1024"});
+      path, std::vector<std::string>{"--backend", "cpu", "--policy", "fixed", "--max-wait-ms", "5000",
+                                     "--max-batch", "1024"});
   auto client = test::connect(path);
   test::ClassCounts expected{};
   AsyncAnswers answers;
