@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib  # noqa: E402
 from model import CostModel, predict  # noqa: E402
+from report_adaptive import adaptive_parts  # noqa: E402
 from sweep import model_entry  # noqa: E402
 
 DOCS = benchlib.ROOT / "docs"
@@ -364,10 +365,13 @@ def main():
         for p in sweep["points"]:
             p["model"] = model_entry(predict(cost, p["max_batch"], p["max_wait_ms"], p["rate"], spares(p)))
     service, openloop = load("service.json"), load("openloop.json")
-    sections = [("1", ipc), ("1b", openloop), ("2", gain), ("3", sweep), ("4", http), ("5", service)]
+    adaptive, closed, step = load("sweep-adaptive.json"), load("closed-loop.json"), load("load-step.json")
+    sections = [("1", ipc), ("1b", openloop), ("2", gain), ("3", sweep), ("3b", adaptive), ("3c", closed),
+                ("3d", step), ("4", http), ("5", service)]
     parts = {"MACHINE": machine_line(sections), "IPC": ipc_section(ipc), "GAIN": gain_section(gain),
              "HTTP": http_section(http), "SERVICE": service_section(service),
-             "OPENLOOP": openloop_section(openloop), **sweep_parts(sweep)}
+             "OPENLOOP": openloop_section(openloop), **sweep_parts(sweep),
+             **adaptive_parts(adaptive, closed, step, PLOTS)}
     if sweep:
         parts["SWEEP_SETUP"] = (f"{len(sweep['batches'])} max-batch values x {len(sweep['waits_ms'])} max-wait values x "
                                 f"{len(sweep['loads'])} loads, {sweep['point_s']} s per point, deadline "

@@ -294,6 +294,10 @@ DaemonStatus ClientImpl::daemon_status() const {
     const Priority priority = priority_of(static_cast<shm::WirePriority>(wire));
     out.requests_taken_by_class[static_cast<std::size_t>(priority)] =
         page.requests_taken_by_class[wire].load(std::memory_order_relaxed);
+    out.requests_shed_by_class[static_cast<std::size_t>(priority)] =
+        page.requests_shed_by_class[wire].load(std::memory_order_relaxed);
+    out.arrivals_per_s_by_class[static_cast<std::size_t>(priority)] =
+        page.arrivals_per_s_by_class[wire].load(std::memory_order_relaxed);
   }
   out.max_batch = page.max_batch.load(std::memory_order_relaxed);
   out.max_wait_ns = page.max_wait_ns.load(std::memory_order_relaxed);

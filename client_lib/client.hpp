@@ -94,6 +94,10 @@ struct DaemonStatus {
   std::uint64_t requests_abandoned = 0;  // their client went before they were batched
   // requests_taken by the class their client asked for; index: static_cast<std::size_t>(Priority).
   std::array<std::uint64_t, kPriorityClasses> requests_taken_by_class{};
+  // Refused at admission as overloaded (the backlog ahead of them would outlast their deadline),
+  // and the arrival rate (requests/s), by class; same index.
+  std::array<std::uint64_t, kPriorityClasses> requests_shed_by_class{};
+  std::array<std::uint64_t, kPriorityClasses> arrivals_per_s_by_class{};
   // The batching policy in force: "adaptive" or "fixed". Either flushes at max_batch requests,
   // max_batch_bytes input bytes, or when the oldest has waited max_wait_ns; fixed waits for them,
   // adaptive flushes as soon as waiting no longer pays (at about target_batch requests now, for

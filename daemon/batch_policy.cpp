@@ -57,6 +57,11 @@ FlushDecision BatchPolicy::decide_fixed(const OpenBatchState& batch, std::int64_
 
 FlushDecision BatchPolicy::decide_adaptive(const OpenBatchState& batch, const PolicyView& view,
                                            std::int64_t now_ns) const noexcept {
+  if (view.lanes == 0) return flush(FlushReason::kNoDevice);
+  // Every lane busy: flushed now, the batch would only queue behind a running one, fixed at its
+  // size and members; held, it keeps taking arrivals (in class order) until a lane frees, which
+  // wakes the drain loop. Neither the ceiling nor a deadline is helped by queueing it sooner.
+  if (view.idle_lanes == 0) return hold(now_ns + kHeldRecheckNs);
   std::int64_t recheck_ns = batch.oldest_ns + limits_.max_wait.count();
   if (now_ns >= recheck_ns) return flush(FlushReason::kMaxWait);
   if (batch.earliest_deadline_ns != 0) {
@@ -66,10 +71,6 @@ FlushDecision BatchPolicy::decide_adaptive(const OpenBatchState& batch, const Po
     if (now_ns >= latest_ns) return flush(FlushReason::kDeadline);
     recheck_ns = std::min(recheck_ns, latest_ns);
   }
-  if (view.lanes == 0) return flush(FlushReason::kNoDevice);
-  // Every lane busy: flushing now would only queue the batch behind a running one, while held it
-  // keeps taking arrivals until a lane frees (which wakes the drain loop).
-  if (view.idle_lanes == 0) return hold(recheck_ns);
   const std::uint32_t target = target_batch(view);
   if (batch.count >= target) return flush(FlushReason::kTarget);
   // target > 1 implies a positive rate. Past the time n* should have taken to arrive, the rate
@@ -91,7 +92,10 @@ std::uint32_t BatchPolicy::target_batch(const PolicyView& view) const noexcept {
     ceiling = std::min(ceiling, std::max(1.0, std::floor(static_cast<double>(limits_.max_batch_bytes) /
                                                          view.mean_input_bytes)));
   }
-  if (spare <= 0) return static_cast<std::uint32_t>(ceiling);  // no batch size is enough: the largest
+  // No batch size keeps the lanes below u: the load exceeds what they can carry, and a lane that
+  // waits for a batch to fill only loses capacity. Flush whenever a lane is idle; the batches are
+  // big anyway, since every lane stays busy and the held batch grows meanwhile.
+  if (spare <= 0) return 1;
   const double n = std::ceil(rate_per_ns * view.cost.fixed_ns / spare);
   return static_cast<std::uint32_t>(std::clamp(n, 1.0, ceiling));
 }

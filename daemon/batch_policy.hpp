@@ -5,15 +5,17 @@
 //   cost (CostModel), the arrival rate (RateMeter) and which device lanes are idle. The rule and
 //   its derivation are in docs/POLICY.md; in short, with L lanes, arrivals at rate r and a batch
 //   of n costing a + b n on a lane:
+//     - full (max_batch or the byte budget): flush;
 //     - no lane idle: hold the batch (it grows for free while it would only queue); it is
 //       reconsidered when a lane frees;
 //     - a lane idle: flush once the batch holds n* = ceil(r a / (u L - r b)) requests, the
 //       smallest batch that keeps the lanes below utilisation u = kTargetUtilization, or once the
 //       oldest request has waited the (n* - 1) / r that n* should have taken to arrive. n* <= 1
 //       (fewer than about one arrival per fixed cost) flushes at once: a lone request pays one
-//       batch time, not a timer;
-//     - always: flush when full, when the oldest request has waited max_wait (a ceiling), and no
-//       later than the earliest deadline in the batch minus its predicted run time and a margin.
+//       batch time, not a timer; so does u L <= r b (no batch size keeps up: every idle moment of
+//       a lane is lost capacity). And no later than max_wait after the oldest arrived (a ceiling
+//       on waiting for a batch to fill), or than the earliest deadline in the batch minus its
+//       predicted run time and a margin.
 // Pure functions of their arguments (time included), so tests hand-compute decisions.
 #pragma once
 
@@ -80,6 +82,9 @@ class BatchPolicy {
   static constexpr double kTargetUtilization = 0.9;
   // Kept free before a deadline besides the predicted run time: completion and wake-up costs.
   static constexpr std::int64_t kDeadlineMarginNs = 200'000;
+  // While every lane is busy the batch waits for a lane's worker to wake the drain loop; this is
+  // only a safety net for that wake-up.
+  static constexpr std::int64_t kHeldRecheckNs = 5'000'000;
 
   explicit BatchPolicy(const BatchLimits& limits) noexcept : limits_(limits) {}
   void set_limits(const BatchLimits& limits) noexcept { limits_ = limits; }

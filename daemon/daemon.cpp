@@ -176,6 +176,8 @@ void Daemon::publish_status() noexcept {
   }
   for (std::size_t c = 0; c < shm::kWirePriorities; ++c) {
     page.requests_taken_by_class[c].store(stats_.requests_taken_by_class[c].load(relaxed), relaxed);
+    page.requests_shed_by_class[c].store(stats_.requests_shed_by_class[c].load(relaxed), relaxed);
+    page.arrivals_per_s_by_class[c].store(stats_.arrivals_per_s_by_class[c].load(relaxed), relaxed);
   }
   page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
 }

@@ -111,9 +111,14 @@ class Daemon {
   bool fill_batches(std::int64_t now_ns);
   // The policy's verdict on the open batch now; remembers when to look again while it holds.
   FlushDecision decide_flush(std::int64_t now_ns);
+  // The adaptive rule holds the open batch until a lane frees (every lane is busy): requests
+  // then wait in pending_ rather than join it.
+  [[nodiscard]] bool holding_for_lane(std::int64_t now_ns) const noexcept;
   bool move_into_batch(PendingRequest& request, std::int64_t now_ns);
   void flush_open_batch(FlushReason reason);
   [[nodiscard]] PolicyView policy_view(std::int64_t now_ns) const noexcept;
+  // How close to its deadline a waiting request of a lower class jumps the queue.
+  [[nodiscard]] std::int64_t urgent_ns_before_deadline(std::int64_t now_ns) const noexcept;
   // Copies the policy's view (arrival rate, n*) into the stats every kPolicyStatsPeriodNs.
   void refresh_policy_stats(std::int64_t now_ns) noexcept;
   bool work_waiting();
@@ -168,7 +173,7 @@ class Daemon {
   PendingQueue pending_;  // admitted, waiting for a batch
   WaitOrFullBatcher batcher_;
   BatchPolicy policy_;
-  RateMeter arrivals_;          // requests taken from the rings
+  std::array<RateMeter, shm::kWirePriorities> arrivals_;  // taken from the rings, by WirePriority
   std::int64_t recheck_ns_ = 0;  // when the held open batch must be looked at again; 0: on events
   static constexpr std::int64_t kPolicyStatsPeriodNs = 10'000'000;
   std::int64_t next_policy_stats_ns_ = 0;

@@ -3,6 +3,7 @@
 // admitted into the open batch, and hand full or due batches to the router.
 #include <simdjson.h>
 
+#include <array>
 #include <cstring>
 
 #include "daemon/daemon.hpp"
@@ -43,16 +44,33 @@ bool Daemon::admit(std::shared_ptr<ClientSession> session, const TakenRequest& t
   PendingRequest request{std::move(session), taken, now_ns};
   if (rejected_as_gone(request, now_ns, "deadline passed before the daemon took the request")) return false;
   if (taken.deadline_mono_ns != 0) {
-    // Everything taken and not yet answered is ahead of this request. Rejecting now, when it
-    // cannot make its deadline anyway, keeps the backlog (and memory) bounded by what can be
-    // served in time, and tells the caller at once instead of at its deadline.
-    const std::uint64_t ahead = stats_.in_flight();
-    const std::int64_t delay_ns = router_->estimate_delay_ns(ahead, config_.batch.max_batch, now_ns);
+    // Everything taken and not yet answered is ahead of this request, but for the waiting
+    // requests of lower classes, which it will pass. Rejecting now, when it cannot make its
+    // deadline anyway, keeps the backlog (and memory) bounded by what can be served in time, and
+    // tells the caller at once instead of at its deadline. Under overload the lowest class sees
+    // the longest queue, so it is refused first, then normal; high sees only its own.
+    const std::size_t rank = rank_of(taken.priority);
+    std::uint64_t behind = 0;
+    for (std::size_t r = rank + 1; r < PendingQueue::kClasses; ++r) behind += pending_.size_of_rank(r);
+    const std::uint64_t not_waiting = behind + router_->dispatched_requests();
+    const std::uint64_t in_flight = stats_.in_flight();
+    const std::uint64_t waiting_ahead = in_flight > not_waiting ? in_flight - not_waiting : 0;
+    std::int64_t delay_ns = router_->estimate_delay_ns(waiting_ahead, config_.batch.max_batch, now_ns);
+    // Requests of higher classes that arrive while this one waits will pass it too.
+    double passing_per_ns = 0;
+    for (std::size_t c = 0; c < arrivals_.size(); ++c) {
+      if (rank_of(static_cast<shm::WirePriority>(c)) < rank) passing_per_ns += arrivals_[c].per_second(now_ns) / 1e9;
+    }
+    if (passing_per_ns > 0) {
+      const auto passing = static_cast<std::uint64_t>(passing_per_ns * static_cast<double>(delay_ns));
+      delay_ns = router_->estimate_delay_ns(waiting_ahead + passing, config_.batch.max_batch, now_ns);
+    }
     // A fifth of the budget is kept back for what the estimate cannot see: batch-time jitter,
     // and the completion reaching the caller. deadline > now here, so budget_ns cannot
     // overflow, and taking the fifth off by division keeps a far deadline from overflowing.
     const std::int64_t budget_ns = taken.deadline_mono_ns - now_ns;
     if (delay_ns > budget_ns - budget_ns / 5) {
+      stats_.requests_shed_by_class[static_cast<std::size_t>(taken.priority)].fetch_add(1, std::memory_order_relaxed);
       reject(request, shm::WireStatus::kOverloaded,
              "overloaded: the daemon's backlog would outlast this request's deadline; retry later");
       return false;
@@ -86,9 +104,14 @@ bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
 
 bool Daemon::fill_batches(std::int64_t now_ns) {
   bool progressed = false;
+  const std::int64_t urgent_ns = pending_.empty() ? 0 : urgent_ns_before_deadline(now_ns);
   while (!pending_.empty()) {
     if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) break;
-    PendingRequest& request = pending_.front();
+    // While the open batch is held for a lane, the rest wait here, in class order, until a lane
+    // frees: a batch filled now would fix its members in arrival order, and a high-priority
+    // request arriving meanwhile would wait behind them.
+    if (batcher_.count() > 0 && holding_for_lane(now_ns)) break;
+    PendingRequest& request = pending_.front(now_ns, urgent_ns);
     if (!batcher_.fits(request.taken.input_bytes)) {
       batcher_.mark_full();
       flush_open_batch(FlushReason::kFull);
@@ -105,14 +128,29 @@ bool Daemon::fill_batches(std::int64_t now_ns) {
   return progressed;
 }
 
+std::int64_t Daemon::urgent_ns_before_deadline(std::int64_t now_ns) const noexcept {
+  // A request this close to its deadline must join the next batch: that batch's run (at most a
+  // full one) and a margin. Admission already counted the higher classes that would pass it, so
+  // this is the exception (the estimate was wrong), not the way lower classes get served.
+  const Router::LaneView lanes = router_->lane_view(now_ns);
+  const double full_batch_ns =
+      lanes.cost.fitted ? lanes.cost.predict_ns(config_.batch.max_batch, 0) : 0;
+  return static_cast<std::int64_t>(full_batch_ns) + BatchPolicy::kDeadlineMarginNs;
+}
+
 PolicyView Daemon::policy_view(std::int64_t now_ns) const noexcept {
   const Router::LaneView lanes = router_->lane_view(now_ns);
   PolicyView view;
   view.lanes = lanes.lanes;
   view.idle_lanes = lanes.idle_lanes;
   view.cost = lanes.cost;
-  view.arrivals_per_s = arrivals_.per_second(now_ns);
-  view.mean_input_bytes = arrivals_.mean_bytes();
+  view.arrivals_per_s = 0;
+  double bytes_per_s = 0;
+  for (const RateMeter& meter : arrivals_) {
+    view.arrivals_per_s += meter.per_second(now_ns);
+    bytes_per_s += meter.bytes_per_second(now_ns);
+  }
+  view.mean_input_bytes = view.arrivals_per_s > 0 ? bytes_per_s / view.arrivals_per_s : 0;
   return view;
 }
 
@@ -121,9 +159,21 @@ void Daemon::refresh_policy_stats(std::int64_t now_ns) noexcept {
   next_policy_stats_ns_ = now_ns + kPolicyStatsPeriodNs;
   const PolicyView view = policy_view(now_ns);
   stats_.arrivals_per_s.store(static_cast<std::uint64_t>(view.arrivals_per_s), std::memory_order_relaxed);
+  for (std::size_t c = 0; c < arrivals_.size(); ++c) {
+    stats_.arrivals_per_s_by_class[c].store(static_cast<std::uint64_t>(arrivals_[c].per_second(now_ns)),
+                                            std::memory_order_relaxed);
+  }
   stats_.target_batch.store(config_.batch.policy == PolicyKind::kAdaptive ? policy_.target_batch(view)
                                                                           : config_.batch.max_batch,
                             std::memory_order_relaxed);
+}
+
+bool Daemon::holding_for_lane(std::int64_t now_ns) const noexcept {
+  if (config_.batch.policy != PolicyKind::kAdaptive || stop_requested_.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  const Router::LaneView lanes = router_->lane_view(now_ns);
+  return lanes.lanes > 0 && lanes.idle_lanes == 0;
 }
 
 FlushDecision Daemon::decide_flush(std::int64_t now_ns) {
@@ -149,8 +199,8 @@ void Daemon::flush_open_batch(FlushReason reason) {
 bool Daemon::drain_rings(std::int64_t now_ns) {
   bool progressed = false;
   std::string why;
-  std::uint64_t taken_count = 0;
-  std::uint64_t taken_bytes = 0;
+  std::array<std::uint64_t, shm::kWirePriorities> taken_count{};
+  std::array<std::uint64_t, shm::kWirePriorities> taken_bytes{};
   const std::size_t clients = drain_order_.size();
   for (std::size_t visited = 0; visited < clients && !drain_order_.empty(); ++visited) {
     if (drain_cursor_ >= drain_order_.size()) drain_cursor_ = 0;
@@ -167,14 +217,16 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
       session->pop();
       stats_.requests_taken.fetch_add(1, std::memory_order_relaxed);
       stats_.requests_taken_by_class[static_cast<std::size_t>(taken.priority)].fetch_add(1, std::memory_order_relaxed);
-      ++taken_count;
-      taken_bytes += taken.input_bytes;
+      ++taken_count[static_cast<std::size_t>(taken.priority)];
+      taken_bytes[static_cast<std::size_t>(taken.priority)] += taken.input_bytes;
       admit(session, taken, now_ns);
       progressed = true;
     }
     session->publish();
   }
-  if (taken_count > 0) arrivals_.add(taken_count, taken_bytes, now_ns);
+  for (std::size_t c = 0; c < arrivals_.size(); ++c) {
+    if (taken_count[c] > 0) arrivals_[c].add(taken_count[c], taken_bytes[c], now_ns);
+  }
   return progressed;
 }
 

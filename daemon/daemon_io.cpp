@@ -98,7 +98,11 @@ bool Daemon::work_waiting() {
                   [](const auto& s) { return s->has_pending(); })) {
     return true;  // rings are drained whether or not a batch object is free
   }
-  return !pending_.empty() && (open_ != nullptr || (open_ = router_->try_acquire()) != nullptr);
+  if (pending_.empty()) return false;
+  if (open_ != nullptr && batcher_.count() > 0 && holding_for_lane(shm::monotonic_ns())) {
+    return false;  // a lane's worker rings the doorbell when it frees
+  }
+  return open_ != nullptr || (open_ = router_->try_acquire()) != nullptr;
 }
 
 void Daemon::sleep_until_work() {

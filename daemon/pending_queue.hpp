@@ -1,10 +1,12 @@
-// Requests taken out of the clients' rings and admitted, waiting for a batch: one FIFO per client,
-// served round-robin one request at a time, so a client's flood queues behind its own requests
-// only, and while k clients wait each batch of n takes at most ceil(n / k) of any one client's.
-// Queues grow by doubling and never shrink while their client stays, so steady state allocates
-// nothing; their size is bounded by the clients' slots (each entry holds one). Drain thread only.
+// Requests taken out of the clients' rings and admitted, waiting for a batch. Per priority class
+// (high, then normal, then low) one FIFO per client, served round-robin one request at a time, so
+// a client's flood queues behind its own requests only, and while k clients wait each batch of n
+// takes at most ceil(n / k) of any one client's. Queues grow by doubling and never shrink while
+// their client stays, so steady state allocates nothing; their size is bounded by the clients'
+// slots (each entry holds one). Drain thread only.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -53,7 +55,8 @@ class Fifo {
   std::size_t size_ = 0;
 };
 
-class PendingQueue {
+// One class's requests, round-robin across clients.
+class ClassQueue {
  public:
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
@@ -112,6 +115,71 @@ class PendingQueue {
   std::unordered_map<std::uint64_t, ClientQueue> queues_;  // by session id
   Fifo<ClientQueue*> round_;  // clients with waiting requests, next to serve first
   std::size_t size_ = 0;
+};
+
+// The order classes are served in: 0 first.
+constexpr std::size_t rank_of(shm::WirePriority priority) noexcept {
+  switch (priority) {
+    case shm::WirePriority::kHigh: return 0;
+    case shm::WirePriority::kNormal: return 1;
+    case shm::WirePriority::kLow: return 2;
+  }
+  return 1;
+}
+
+// The classes together: high is batched first, then normal, then low; but a lower class's next
+// request goes first when its deadline is near (or, without a deadline, when it has waited
+// kMaxWaitBehindNs), so no class starves while its requests can still be answered in time.
+class PendingQueue {
+ public:
+  static constexpr std::size_t kClasses = 3;
+  static constexpr std::int64_t kMaxWaitBehindNs = 1'000'000'000;
+
+  [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  [[nodiscard]] std::size_t size() const noexcept {
+    return classes_[0].size() + classes_[1].size() + classes_[2].size();
+  }
+  // Waiting requests of the class served `rank`-th.
+  [[nodiscard]] std::size_t size_of_rank(std::size_t rank) const noexcept { return classes_[rank].size(); }
+
+  // Precondition: !empty(). Chooses the next request and returns it; the same one until
+  // pop_front() (pushes do not change it). `urgent_ns`: how long before its deadline a request
+  // must be batched to be answered in time (its batch's run and a margin).
+  [[nodiscard]] PendingRequest& front(std::int64_t now_ns, std::int64_t urgent_ns) noexcept {
+    chosen_ = pick(now_ns, urgent_ns);
+    return classes_[chosen_].front();
+  }
+  // Removes what front() returned.
+  void pop_front() noexcept { classes_[chosen_].pop_front(); }
+
+  void push_back(PendingRequest request) {
+    classes_[rank_of(request.taken.priority)].push_back(std::move(request));
+  }
+
+  // Forgets a client that has gone (see ClassQueue::forget). Returns how many were dropped.
+  std::size_t forget(std::uint64_t session_id) {
+    std::size_t dropped = 0;
+    for (ClassQueue& queue : classes_) dropped += queue.forget(session_id);
+    return dropped;
+  }
+
+ private:
+  [[nodiscard]] std::size_t pick(std::int64_t now_ns, std::int64_t urgent_ns) noexcept {
+    std::size_t top = 0;
+    while (classes_[top].empty()) ++top;
+    for (std::size_t rank = kClasses - 1; rank > top; --rank) {
+      if (classes_[rank].empty()) continue;
+      const PendingRequest& next = classes_[rank].front();
+      const std::int64_t deadline = next.taken.deadline_mono_ns;
+      if (deadline != 0 ? deadline - now_ns <= urgent_ns : now_ns - next.arrival_ns >= kMaxWaitBehindNs) {
+        return rank;
+      }
+    }
+    return top;
+  }
+
+  std::array<ClassQueue, kClasses> classes_;
+  std::size_t chosen_ = 0;  // the class front() last chose
 };
 
 }  // namespace batchd

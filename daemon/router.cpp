@@ -123,21 +123,60 @@ Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns) noexcep
   return nullptr;
 }
 
-std::int64_t Router::estimate_delay_ns(std::uint64_t requests_ahead, std::uint32_t max_batch,
+std::int64_t Router::lane_busy_for_ns(const Lane& lane, const CostFit& cost, std::int64_t now_ns) const noexcept {
+  const std::uint64_t batches = lane.outstanding.load(std::memory_order_relaxed);
+  if (batches == 0) return 0;
+  const std::uint64_t items = lane.outstanding_items.load(std::memory_order_relaxed);
+  const std::uint64_t running = std::min(items, lane.running_items.load(std::memory_order_relaxed));
+  const double running_ns = cost.predict_ns(static_cast<double>(running), 0);
+  double left_ns = std::max(0.0, static_cast<double>(lane.started_ns.load(std::memory_order_relaxed)) +
+                                     running_ns - static_cast<double>(now_ns));
+  if (batches > 1) {  // queued behind it: of the mean size of the rest
+    const double queued_items = static_cast<double>(items - running) / static_cast<double>(batches - 1);
+    left_ns += static_cast<double>(batches - 1) * cost.predict_ns(queued_items, 0);
+  }
+  return static_cast<std::int64_t>(left_ns);
+}
+
+std::int64_t Router::estimate_delay_ns(std::uint64_t waiting_ahead, std::uint32_t max_batch,
                                       std::int64_t now_ns) const noexcept {
-  const std::uint64_t streams = std::max(1U, backend_.streams_per_device());
-  std::uint64_t lanes = 0;
+  const LaneView view = lane_view(now_ns);
+  if (view.lanes == 0) return 0;
+  const std::uint64_t lanes = view.lanes;
+  if (view.cost.fitted) {
+    // The first lane to free takes the next batch; the waiting requests ahead and this one leave
+    // in batches as big as they fill, up to max_batch, spread over the lanes.
+    std::int64_t first_free_ns = INT64_MAX;
+    for (const auto& lane : lanes_) {
+      if (!health_[lane->id.device]->available(now_ns) || lane->stuck.load(std::memory_order_relaxed)) continue;
+      first_free_ns = std::min(first_free_ns, lane_busy_for_ns(*lane, view.cost, now_ns));
+    }
+    const std::uint64_t position = waiting_ahead + 1;
+    const std::uint64_t per_batch =
+        std::clamp<std::uint64_t>((position + lanes - 1) / lanes, 1, std::max<std::uint32_t>(1, max_batch));
+    const std::uint64_t rounds = (position + per_batch * lanes - 1) / (per_batch * lanes);
+    const double batch_ns = view.cost.predict_ns(static_cast<double>(per_batch), 0);
+    return first_free_ns + static_cast<std::int64_t>(static_cast<double>(rounds) * batch_ns);
+  }
+  // Unfitted: the measured batch time, in batches of max_batch, for everything taken.
+  std::uint64_t measured = 0;
   std::uint64_t batch_ns_sum = 0;
+  std::uint64_t dispatched = 0;
   for (const auto& h : health_) {
-    if (!h->available(now_ns)) continue;
-    lanes += streams;
+    dispatched += h->outstanding_items.load(std::memory_order_relaxed);
+    if (!h->available(now_ns) || h->batch_ns_estimate(now_ns) == 0) continue;
+    ++measured;
     batch_ns_sum += h->batch_ns_estimate(now_ns);
   }
-  if (lanes == 0 || batch_ns_sum == 0) return 0;
-  const std::uint64_t batch_ns = batch_ns_sum * streams / lanes;  // mean over available devices
-  // The batches ahead, plus this request's own.
-  const std::uint64_t batches = requests_ahead / std::max<std::uint32_t>(1, max_batch) + 2;
-  return static_cast<std::int64_t>(batches * batch_ns / lanes);
+  if (measured == 0) return 0;
+  const std::uint64_t batches = (waiting_ahead + dispatched) / std::max<std::uint32_t>(1, max_batch) + 2;
+  return static_cast<std::int64_t>(batches * (batch_ns_sum / measured) / lanes);
+}
+
+std::uint64_t Router::dispatched_requests() const noexcept {
+  std::uint64_t dispatched = 0;
+  for (const auto& h : health_) dispatched += h->outstanding_items.load(std::memory_order_relaxed);
+  return dispatched;
 }
 
 void Router::record_success(unsigned device, const Batch& batch, std::int64_t run_ns,
@@ -154,7 +193,7 @@ Router::LaneView Router::lane_view(std::int64_t now_ns) const noexcept {
     const DeviceHealth& h = *health_[lane->id.device];
     if (!h.available(now_ns) || lane->stuck.load(std::memory_order_relaxed)) continue;
     ++view.lanes;
-    if (lane->outstanding.load(std::memory_order_relaxed) == 0) ++view.idle_lanes;
+    if (lane->outstanding.load(std::memory_order_seq_cst) == 0) ++view.idle_lanes;
     if (lane->id.stream != 0) continue;  // one fit per device
     const CostFit fit = cost_[lane->id.device]->fit();
     samples += fit.samples;
@@ -207,6 +246,7 @@ void Router::dispatch(Batch* batch) noexcept {
     batch->run_token += 1;
     batch->run_state.store(make_run_state(batch->run_token, RunPhase::kQueued), std::memory_order_relaxed);
     lane->outstanding.fetch_add(1, std::memory_order_relaxed);
+    lane->outstanding_items.fetch_add(batch->size(), std::memory_order_relaxed);
     h.outstanding_items.fetch_add(batch->size(), std::memory_order_relaxed);
     h.outstanding_batches.fetch_add(1, std::memory_order_relaxed);
     handoff_release(batch);
@@ -266,6 +306,7 @@ void Router::worker(Lane& lane) noexcept {
     handoff_acquire(batch);
     const std::uint64_t token = batch->run_token;
     batch->run_state.store(make_run_state(token, RunPhase::kRunning), std::memory_order_release);
+    lane.running_items.store(batch->size(), std::memory_order_relaxed);
     lane.started_ns.store(shm::monotonic_ns(), std::memory_order_relaxed);
     lane.running_token.store(token, std::memory_order_relaxed);
     lane.running.store(batch, std::memory_order_release);
@@ -278,7 +319,10 @@ void Router::worker(Lane& lane) noexcept {
 void Router::finish(Lane& lane, Batch* batch, BackendStatus status) noexcept {
   const unsigned device = lane.id.device;
   DeviceHealth& h = *health_[device];
-  lane.outstanding.fetch_sub(1, std::memory_order_relaxed);
+  // seq_cst, as is lane_view()'s read: a drain loop that saw this lane busy and went to sleep is
+  // rung awake by release() (on_batch_freed), which follows this store.
+  lane.outstanding.fetch_sub(1, std::memory_order_seq_cst);
+  lane.outstanding_items.fetch_sub(batch->size(), std::memory_order_relaxed);
   h.outstanding_items.fetch_sub(batch->size(), std::memory_order_relaxed);
   h.outstanding_batches.fetch_sub(1, std::memory_order_relaxed);
   std::uint64_t running = make_run_state(batch->run_token, RunPhase::kRunning);
@@ -438,6 +482,7 @@ void Router::requeue_from_unavailable() noexcept {
       }
       handoff_acquire(batch);
       lane->outstanding.fetch_sub(1, std::memory_order_relaxed);
+      lane->outstanding_items.fetch_sub(batch->size(), std::memory_order_relaxed);
       health_[lane->id.device]->outstanding_items.fetch_sub(batch->size(), std::memory_order_relaxed);
       health_[lane->id.device]->outstanding_batches.fetch_sub(1, std::memory_order_relaxed);
       dispatch(batch);

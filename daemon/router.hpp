@@ -57,15 +57,20 @@ class Router {
     return in_use_.load(std::memory_order_acquire) == abandoned_.load(std::memory_order_acquire);
   }
 
-  // How long `requests_ahead` queued requests will take to clear at the measured batch times,
-  // in batches of max_batch spread over the available lanes; 0 while nothing is measured or no
-  // device is available (then dispatch answers at once anyway).
-  [[nodiscard]] std::int64_t estimate_delay_ns(std::uint64_t requests_ahead, std::uint32_t max_batch,
+  // How long until a request is answered that has `waiting_ahead` requests not yet dispatched
+  // before it: from the fitted batch cost, until the first lane frees (its running and queued
+  // batches' predicted times), then the requests ahead and this one leave in batches as big as
+  // they fill (up to max_batch) on every available lane. From the measured batch time while no
+  // fit is trusted; 0 while nothing is measured or no device is available (then dispatch answers
+  // at once anyway).
+  [[nodiscard]] std::int64_t estimate_delay_ns(std::uint64_t waiting_ahead, std::uint32_t max_batch,
                                                std::int64_t now_ns) const noexcept;
 
   [[nodiscard]] const std::vector<std::unique_ptr<DeviceHealth>>& devices() const noexcept {
     return health_;
   }
+  // Requests in batches handed to lanes (queued or running) and not finished.
+  [[nodiscard]] std::uint64_t dispatched_requests() const noexcept;
   // A device's fitted batch cost.
   [[nodiscard]] CostFit cost_fit(unsigned device) const noexcept { return cost_[device]->fit(); }
 
@@ -84,6 +89,8 @@ class Router {
     LaneId id;
     moodycamel::BlockingConcurrentQueue<Batch*> queue;  // nullptr tells the worker to exit
     std::atomic<std::uint64_t> outstanding{0};   // batches queued or running here
+    std::atomic<std::uint64_t> outstanding_items{0};  // their requests
+    std::atomic<std::uint64_t> running_items{0};      // requests in the running one
     std::atomic<Batch*> running{nullptr};        // what the watchdog checks
     std::atomic<std::uint64_t> running_token{0};
     std::atomic<std::int64_t> started_ns{0};
@@ -107,6 +114,8 @@ class Router {
   void check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept;
   void requeue_from_unavailable() noexcept;
   Lane* pick_lane(const Batch& batch, std::int64_t now_ns) noexcept;
+  // How long until the lane has run what it holds, at the fitted cost.
+  std::int64_t lane_busy_for_ns(const Lane& lane, const CostFit& cost, std::int64_t now_ns) const noexcept;
   bool any_available_outside(std::uint64_t mask, std::int64_t now_ns) const noexcept;
   Batch* acquire_extra();
   void fail_unavailable(Batch* batch) noexcept;

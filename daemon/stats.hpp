@@ -19,6 +19,8 @@ struct DaemonStats {
   std::atomic<std::uint64_t> requests_taken{0};
   // requests_taken by the class the client asked for; index: shm::WirePriority.
   std::array<std::atomic<std::uint64_t>, shm::kWirePriorities> requests_taken_by_class{};
+  // Refused at admission as overloaded (their deadline would pass in the backlog), by class.
+  std::array<std::atomic<std::uint64_t>, shm::kWirePriorities> requests_shed_by_class{};
   std::atomic<std::uint64_t> requests_ok{0};
   std::atomic<std::uint64_t> requests_failed{0};
   std::atomic<std::uint64_t> requests_rejected{0};  // invalid, expired or withdrawn before running
@@ -30,6 +32,7 @@ struct DaemonStats {
   // The adaptive policy's view, as the drain loop last refreshed it.
   std::atomic<std::uint64_t> arrivals_per_s{0};
   std::atomic<std::uint32_t> target_batch{0};
+  std::array<std::atomic<std::uint64_t>, shm::kWirePriorities> arrivals_per_s_by_class{};
 
   // Taken and neither answered nor abandoned yet: the backlog ahead of a new request.
   [[nodiscard]] std::uint64_t in_flight() const noexcept {

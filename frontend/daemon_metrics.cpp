@@ -129,12 +129,24 @@ void render_daemon_status(const DaemonStatus* status, std::string& out) {
         static_cast<double>(status->max_wait_ns) / 1e9);
   gauge("batchd_daemon_requests_taken_total", "counter", "Requests the daemon took from its clients.",
         status->requests_taken);
-  family(out, "batchd_requests_taken_total", "counter",
+  family(out, "batchd_daemon_class_requests_taken_total", "counter",
          "Requests the daemon took from its clients, by the priority class they asked for.");
   for (const Priority priority : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
-    fmt::format_to(std::back_inserter(out), "batchd_requests_taken_total{{class=\"{}\"}} {}\n",
+    fmt::format_to(std::back_inserter(out), "batchd_daemon_class_requests_taken_total{{class=\"{}\"}} {}\n",
                    priority_name(priority),
                    status->requests_taken_by_class[static_cast<std::size_t>(priority)]);
+  }
+  family(out, "batchd_daemon_class_requests_shed_total", "counter",
+         "Requests refused at admission as overloaded (the backlog ahead would outlast their deadline), "
+         "by priority class.");
+  for (const Priority priority : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
+    fmt::format_to(std::back_inserter(out), "batchd_daemon_class_requests_shed_total{{class=\"{}\"}} {}\n",
+                   priority_name(priority), status->requests_shed_by_class[static_cast<std::size_t>(priority)]);
+  }
+  family(out, "batchd_daemon_class_arrival_rate", "gauge", "Requests per second arriving (EWMA), by priority class.");
+  for (const Priority priority : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
+    fmt::format_to(std::back_inserter(out), "batchd_daemon_class_arrival_rate{{class=\"{}\"}} {}\n",
+                   priority_name(priority), status->arrivals_per_s_by_class[static_cast<std::size_t>(priority)]);
   }
   gauge("batchd_daemon_batches_total", "counter", "Batches the daemon ran.", status->batches);
   gauge("batchd_daemon_batch_failures_total", "counter", "Batches that failed.", status->batch_failures);

@@ -74,6 +74,9 @@ struct alignas(64) DaemonStatusPage {
   // Appended in turn: requests taken, by the class their client asked for (index: WirePriority).
   // An older daemon's page has zeroes here (the page starts zero-filled).
   std::atomic<std::uint64_t> requests_taken_by_class[kWirePriorities];
+  // By class (index: WirePriority): refused at admission as overloaded, and the arrival rate.
+  std::atomic<std::uint64_t> requests_shed_by_class[kWirePriorities];
+  std::atomic<std::uint64_t> arrivals_per_s_by_class[kWirePriorities];
 };
 
 static_assert(std::is_standard_layout_v<DaemonStatusPage>);

@@ -132,3 +132,33 @@ TEST_CASE("a load step 10% -> 90% -> 10%: every request answered, and the batch 
   CHECK(high >= 3 * low_before);
   CHECK(high >= 3 * low_after);
 }
+
+TEST_CASE("2x overload with 10% high priority: high is never refused and meets its deadline; low and normal are shed") {
+  const std::string socket = test::temp_socket_path();
+  // Batches of at most 64 on the slow model: 3,902 requests/s; offered twice that. Slots for every
+  // request the load generator may have in flight, so the daemon, not the client's slot count,
+  // decides who is refused.
+  test::DaemonProcess daemon(socket, plus(kSlowModel, {"--max-batch", "64", "--slots-per-client", "16384",
+                                                       "--max-input-bytes", "1024", "--max-output-bytes", "1024"}));
+  const test::StressRun out = test::run_stress({"--socket", socket, "--expect-sim", "1", "--rate",
+                                                std::to_string(2 * kSlowCapacity64), "--duration", "3", "--warmup",
+                                                "1", "--input-bytes", "16:64", "--timeout-ms", "1000",
+                                                "--priority-mix", "high:10,normal:60,low:30"});
+  INFO(out.process.out);
+  CHECK(out.field("wrong") == 0);
+  const double high_sent = out.field("/by_class/high/sent");
+  CHECK(high_sent > 0);
+  CHECK(out.field("/by_class/high/errors") == 0);
+  CHECK(out.field("/by_class/high/ok") == high_sent);
+  CHECK(out.field("/by_class/high/p99_us") < 1'000'000);
+  // The overload is shed, lowest class first.
+  const double low_shed = out.field("/by_class/low/errors") / out.field("/by_class/low/sent");
+  const double normal_shed = out.field("/by_class/normal/errors") / out.field("/by_class/normal/sent");
+  CHECK(low_shed > 0.5);
+  CHECK(low_shed >= normal_shed);
+  // And what was shed was refused at once, not left to time out.
+  auto client = test::connect(socket);
+  const DaemonStatus status = client->daemon_status();
+  CHECK(status.requests_shed_by_class[static_cast<std::size_t>(Priority::kHigh)] == 0);
+  CHECK(status.requests_shed_by_class[static_cast<std::size_t>(Priority::kLow)] > 0);
+}

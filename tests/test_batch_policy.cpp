@@ -71,10 +71,11 @@ TEST_CASE("adaptive: n* from the utilisation target") {
   CHECK(policy.target_batch(view(19'512)) == 28);
   // Fewer than one arrival per fixed cost: 100/s x 2 ms = 0.2 -> n* = 1, flush at once.
   CHECK(policy.target_batch(view(100)) == 1);
-  // No batch size keeps up (r b = 2 > u L = 1.8): the ceiling.
-  CHECK(policy.target_batch(view(100'000)) == 256);
-  // The ceiling is the byte budget where that is smaller: 8 MiB / 1 MiB inputs = 8.
-  PolicyView big = view(100'000);
+  // No batch size keeps up (r b = 2 > u L = 1.8): every moment a lane waits is lost capacity, so
+  // it waits for nothing (the batches are big anyway: they grow while every lane is busy).
+  CHECK(policy.target_batch(view(100'000)) == 1);
+  // n* is cut to the byte budget: 8 MiB / 1 MiB inputs = 8 < 28.
+  PolicyView big = view(19'512);
   big.mean_input_bytes = 1 << 20;
   CHECK(policy.target_batch(big) == 8);
   // Unmeasured devices: no known fixed cost, nothing to wait for.
@@ -102,28 +103,33 @@ TEST_CASE("adaptive: with a lane idle, wait for n* or for the time n* should tak
   CHECK(policy.decide(batch(28), view(19'512), kT0 + kMs / 2).reason == FlushReason::kTarget);
 }
 
-TEST_CASE("adaptive: every lane busy, the batch is held until a lane frees or a limit is reached") {
+TEST_CASE("adaptive: every lane busy, the batch is held until a lane frees, whatever its age") {
   const BatchPolicy policy(adaptive_limits());
-  FlushDecision d = policy.decide(batch(100), view(19'512, 0), kT0 + 10 * kMs);
+  // Flushed, it would only queue behind a running batch; the lane's worker wakes the drain loop
+  // when it frees, and the recheck is only a safety net.
+  const std::int64_t now = kT0 + 60 * kMs;  // past max_wait
+  FlushDecision d = policy.decide(batch(100, kT0 + 61 * kMs), view(19'512, 0), now);
   CHECK_FALSE(d.flush());
-  CHECK(d.recheck_ns == kT0 + 50 * kMs);  // the max_wait ceiling
-  CHECK(policy.decide(batch(100), view(19'512, 0), kT0 + 50 * kMs).reason == FlushReason::kMaxWait);
+  CHECK(d.recheck_ns == now + BatchPolicy::kHeldRecheckNs);
   CHECK(policy.decide(batch(256), view(19'512, 0), kT0).reason == FlushReason::kFull);
+  // The moment a lane is idle, the ceiling applies.
+  CHECK(policy.decide(batch(100), view(19'512, 1), now).reason == FlushReason::kMaxWait);
 }
 
-TEST_CASE("adaptive: no request waits past its deadline minus the predicted run and a margin") {
+TEST_CASE("adaptive: with a lane idle, no request waits past its deadline minus the predicted run and a margin") {
   const BatchPolicy policy(adaptive_limits());
   // 10 requests: predicted run 2.2 ms; reserved 2.2 + 2.2 / 4 + 0.2 = 2.95 ms before the
-  // earliest deadline (oldest + 5 ms): latest flush at oldest + 2.05 ms.
-  const std::int64_t deadline = kT0 + 5 * kMs;
+  // earliest deadline (oldest + 3 ms): latest flush at oldest + 0.05 ms, before the fill time
+  // (oldest + 1.38 ms).
+  const std::int64_t deadline = kT0 + 3 * kMs;
   const std::int64_t latest = deadline - 2'950'000;
-  FlushDecision d = policy.decide(batch(10, deadline), view(19'512, 0), kT0 + kMs);
+  FlushDecision d = policy.decide(batch(10, deadline), view(19'512), kT0);
   CHECK_FALSE(d.flush());
   CHECK(d.recheck_ns == latest);
-  CHECK(policy.decide(batch(10, deadline), view(19'512, 0), latest).reason == FlushReason::kDeadline);
-  // With a lane idle the deadline also cuts the fill wait short.
-  const std::int64_t tight = kT0 + 3 * kMs;  // latest flush at oldest + 0.05 ms, before the fill time
-  CHECK(policy.decide(batch(10, tight), view(19'512), kT0 + 100'000).reason == FlushReason::kDeadline);
+  CHECK(policy.decide(batch(10, deadline), view(19'512), latest).reason == FlushReason::kDeadline);
+  // A far deadline leaves the fill time in charge.
+  d = policy.decide(batch(10, kT0 + 1000 * kMs), view(19'512), kT0);
+  CHECK(d.recheck_ns == kT0 + static_cast<std::int64_t>(27 * 1e9 / 19'512));
 }
 
 TEST_CASE("adaptive: no available device flushes at once so the router answers") {

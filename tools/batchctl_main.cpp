@@ -23,7 +23,7 @@ std::string as_text(const batchd::DaemonStatus& s) {
       "policy: {}, batches of up to {} requests or {} bytes, waiting at most {:.3f} ms{}\n"
       "requests: {} taken, {} ok, {} failed ({} refused before running), {} in flight, {} "
       "abandoned by their client\n"
-      "taken by class: {} high, {} normal, {} low\n"
+      "by class (high, normal, low): taken {} / {} / {}, shed as overloaded {} / {} / {}, arriving {} / {} / {} per s\n"
       "batches: {} ({} failed); sizes:",
       s.backend, s.daemon_pid, s.healthy_devices, s.devices.size(), s.clients, s.policy, s.max_batch,
       s.max_batch_bytes, static_cast<double>(s.max_wait_ns) / 1e6,
@@ -32,7 +32,9 @@ std::string as_text(const batchd::DaemonStatus& s) {
                              : std::string(),
       s.requests_taken, s.requests_ok, s.requests_failed, s.requests_rejected, s.in_flight,
       s.requests_abandoned, taken(s, batchd::Priority::kHigh), taken(s, batchd::Priority::kNormal),
-      taken(s, batchd::Priority::kLow), s.batches, s.batch_failures);
+      taken(s, batchd::Priority::kLow), s.requests_shed_by_class[0], s.requests_shed_by_class[1],
+      s.requests_shed_by_class[2], s.arrivals_per_s_by_class[0], s.arrivals_per_s_by_class[1],
+      s.arrivals_per_s_by_class[2], s.batches, s.batch_failures);
   for (std::size_t b = 0; b < s.batch_sizes.size(); ++b) {
     if (s.batch_sizes[b] != 0) out += fmt::format(" [{}..{}]:{}", 1U << b, (2U << b) - 1, s.batch_sizes[b]);
   }

@@ -146,9 +146,9 @@ TEST_CASE("priority: X-Priority and the JSON field reach the daemon in their cla
               400, "bad_priority");
   check_error(stack.call(batch_request("x", {"X-Priority: urgent"})), 400, "bad_priority");
   // Refused requests never reach the daemon: 3 high, 1 normal, 3 low.
-  const std::vector<std::string> series = {R"(batchd_requests_taken_total{class="high"} 3)",
-                                           R"(batchd_requests_taken_total{class="normal"} 1)",
-                                           R"(batchd_requests_taken_total{class="low"} 3)"};
+  const std::vector<std::string> series = {R"(batchd_daemon_class_requests_taken_total{class="high"} 3)",
+                                           R"(batchd_daemon_class_requests_taken_total{class="normal"} 1)",
+                                           R"(batchd_daemon_class_requests_taken_total{class="low"} 3)"};
   std::string body;
   const bool counted = eventually([&] {
     body = stack.call(make_request("GET", "/metrics")).body;
@@ -159,8 +159,8 @@ TEST_CASE("priority: X-Priority and the JSON field reach the daemon in their cla
   }, 10s);
   INFO(body);
   CHECK(counted);
-  CHECK(body.find("# TYPE batchd_requests_taken_total counter\n") != std::string::npos);
-  CHECK(body.find("# HELP batchd_requests_taken_total ") != std::string::npos);
+  CHECK(body.find("# TYPE batchd_daemon_class_requests_taken_total counter\n") != std::string::npos);
+  CHECK(body.find("# HELP batchd_daemon_class_requests_taken_total ") != std::string::npos);
 }
 
 TEST_CASE("Expect: 100-continue, then the answer") {
