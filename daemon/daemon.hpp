@@ -103,7 +103,16 @@ class Daemon {
   bool drain_rings(std::int64_t now_ns);
   // Rejects what must not wait (withdrawn, expired, or bound to miss its deadline behind the
   // backlog) and queues the rest; returns whether it was queued.
-  bool admit(std::shared_ptr<ClientSession> session, const TakenRequest& taken, std::int64_t now_ns);
+  // What admission reads of the router and the arrival rates, once per drain pass.
+  struct AdmissionView {
+    bool taken = false;
+    Router::DelayView delays;
+    std::array<double, PendingQueue::kClasses> passing_per_ns{};  // by rank: higher classes' arrivals
+  };
+  bool admit(std::shared_ptr<ClientSession> session, const TakenRequest& taken, std::int64_t now_ns,
+             AdmissionView& view);
+  // Whether the request's predicted wait would use more than 80% of what its deadline leaves.
+  bool would_miss_deadline(const TakenRequest& taken, std::int64_t now_ns, AdmissionView& view);
   void reject(const PendingRequest& request, shm::WireStatus status, const char* why);
   // Rejects a request its client withdrew, or one past its deadline (saying late_why); returns
   // whether it did.

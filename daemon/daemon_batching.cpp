@@ -40,44 +40,54 @@ bool Daemon::rejected_as_gone(const PendingRequest& request, std::int64_t now_ns
 }
 
 bool Daemon::admit(std::shared_ptr<ClientSession> session, const TakenRequest& taken,
-                   std::int64_t now_ns) {
+                   std::int64_t now_ns, AdmissionView& view) {
   PendingRequest request{std::move(session), taken, now_ns};
   if (rejected_as_gone(request, now_ns, "deadline passed before the daemon took the request")) return false;
-  if (taken.deadline_mono_ns != 0) {
-    // Everything taken and not yet answered is ahead of this request, but for the waiting
-    // requests of lower classes, which it will pass. Rejecting now, when it cannot make its
-    // deadline anyway, keeps the backlog (and memory) bounded by what can be served in time, and
-    // tells the caller at once instead of at its deadline. Under overload the lowest class sees
-    // the longest queue, so it is refused first, then normal; high sees only its own.
-    const std::size_t rank = rank_of(taken.priority);
-    std::uint64_t behind = 0;
-    for (std::size_t r = rank + 1; r < PendingQueue::kClasses; ++r) behind += pending_.size_of_rank(r);
-    const std::uint64_t not_waiting = behind + router_->dispatched_requests();
-    const std::uint64_t in_flight = stats_.in_flight();
-    const std::uint64_t waiting_ahead = in_flight > not_waiting ? in_flight - not_waiting : 0;
-    std::int64_t delay_ns = router_->estimate_delay_ns(waiting_ahead, config_.batch.max_batch, now_ns);
-    // Requests of higher classes that arrive while this one waits will pass it too.
-    double passing_per_ns = 0;
-    for (std::size_t c = 0; c < arrivals_.size(); ++c) {
-      if (rank_of(static_cast<shm::WirePriority>(c)) < rank) passing_per_ns += arrivals_[c].per_second(now_ns) / 1e9;
-    }
-    if (passing_per_ns > 0) {
-      const auto passing = static_cast<std::uint64_t>(passing_per_ns * static_cast<double>(delay_ns));
-      delay_ns = router_->estimate_delay_ns(waiting_ahead + passing, config_.batch.max_batch, now_ns);
-    }
-    // A fifth of the budget is kept back for what the estimate cannot see: batch-time jitter,
-    // and the completion reaching the caller. deadline > now here, so budget_ns cannot
-    // overflow, and taking the fifth off by division keeps a far deadline from overflowing.
-    const std::int64_t budget_ns = taken.deadline_mono_ns - now_ns;
-    if (delay_ns > budget_ns - budget_ns / 5) {
-      stats_.requests_shed_by_class[static_cast<std::size_t>(taken.priority)].fetch_add(1, std::memory_order_relaxed);
-      reject(request, shm::WireStatus::kOverloaded,
-             "overloaded: the daemon's backlog would outlast this request's deadline; retry later");
-      return false;
-    }
+  if (taken.deadline_mono_ns != 0 && would_miss_deadline(taken, now_ns, view)) {
+    stats_.requests_shed_by_class[static_cast<std::size_t>(taken.priority)].fetch_add(1, std::memory_order_relaxed);
+    reject(request, shm::WireStatus::kOverloaded,
+           "overloaded: the daemon's backlog would outlast this request's deadline; retry later");
+    return false;
   }
   pending_.push_back(std::move(request));
   return true;
+}
+
+bool Daemon::would_miss_deadline(const TakenRequest& taken, std::int64_t now_ns, AdmissionView& view) {
+  if (!view.taken) {
+    view.delays = router_->delay_view(now_ns);
+    view.passing_per_ns.fill(0);
+    for (std::size_t c = 0; c < arrivals_.size(); ++c) {
+      const double per_ns = arrivals_[c].per_second(now_ns) / 1e9;
+      // Classes served before rank r pass a request of rank r.
+      for (std::size_t r = rank_of(static_cast<shm::WirePriority>(c)) + 1; r < PendingQueue::kClasses; ++r) {
+        view.passing_per_ns[r] += per_ns;
+      }
+    }
+    view.taken = true;
+  }
+  // Everything taken and not yet answered is ahead of this request, but for the waiting requests
+  // of lower classes, which it will pass. Rejecting now, when it cannot make its deadline anyway,
+  // keeps the backlog (and memory) bounded by what can be served in time, and tells the caller at
+  // once instead of at its deadline. Under overload the lowest class sees the longest queue, so
+  // it is refused first, then normal; high sees only its own.
+  const std::size_t rank = rank_of(taken.priority);
+  std::uint64_t behind = 0;
+  for (std::size_t r = rank + 1; r < PendingQueue::kClasses; ++r) behind += pending_.size_of_rank(r);
+  const std::uint64_t not_waiting = behind + view.delays.dispatched;
+  const std::uint64_t in_flight = stats_.in_flight();
+  const std::uint64_t waiting_ahead = in_flight > not_waiting ? in_flight - not_waiting : 0;
+  std::int64_t delay_ns = Router::estimate_delay_ns(view.delays, waiting_ahead, config_.batch.max_batch);
+  // Requests of higher classes that arrive while this one waits will pass it too.
+  if (view.passing_per_ns[rank] > 0) {
+    const auto passing = static_cast<std::uint64_t>(view.passing_per_ns[rank] * static_cast<double>(delay_ns));
+    delay_ns = Router::estimate_delay_ns(view.delays, waiting_ahead + passing, config_.batch.max_batch);
+  }
+  // A fifth of the budget is kept back for what the estimate cannot see: batch-time jitter, and
+  // the completion reaching the caller. deadline > now here, so budget_ns cannot overflow, and
+  // taking the fifth off by division keeps a far deadline from overflowing.
+  const std::int64_t budget_ns = taken.deadline_mono_ns - now_ns;
+  return delay_ns > budget_ns - budget_ns / 5;
 }
 
 bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
@@ -199,6 +209,7 @@ void Daemon::flush_open_batch(FlushReason reason) {
 bool Daemon::drain_rings(std::int64_t now_ns) {
   bool progressed = false;
   std::string why;
+  AdmissionView admission;
   std::array<std::uint64_t, shm::kWirePriorities> taken_count{};
   std::array<std::uint64_t, shm::kWirePriorities> taken_bytes{};
   const std::size_t clients = drain_order_.size();
@@ -219,7 +230,7 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
       stats_.requests_taken_by_class[static_cast<std::size_t>(taken.priority)].fetch_add(1, std::memory_order_relaxed);
       ++taken_count[static_cast<std::size_t>(taken.priority)];
       taken_bytes[static_cast<std::size_t>(taken.priority)] += taken.input_bytes;
-      admit(session, taken, now_ns);
+      admit(session, taken, now_ns, admission);
       progressed = true;
     }
     session->publish();

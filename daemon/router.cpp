@@ -138,39 +138,49 @@ std::int64_t Router::lane_busy_for_ns(const Lane& lane, const CostFit& cost, std
   return static_cast<std::int64_t>(left_ns);
 }
 
-std::int64_t Router::estimate_delay_ns(std::uint64_t waiting_ahead, std::uint32_t max_batch,
-                                      std::int64_t now_ns) const noexcept {
+Router::DelayView Router::delay_view(std::int64_t now_ns) const noexcept {
+  DelayView out;
   const LaneView view = lane_view(now_ns);
+  out.lanes = view.lanes;
+  out.cost = view.cost;
+  out.dispatched = dispatched_requests();
+  if (view.lanes == 0) return out;
+  if (view.cost.fitted) {
+    out.first_free_ns = INT64_MAX;
+    for (const auto& lane : lanes_) {
+      if (!health_[lane->id.device]->available(now_ns) || lane->stuck.load(std::memory_order_relaxed)) continue;
+      out.first_free_ns = std::min(out.first_free_ns, lane_busy_for_ns(*lane, view.cost, now_ns));
+    }
+    return out;
+  }
+  std::uint64_t measured = 0;
+  for (const auto& h : health_) {
+    if (!h->available(now_ns) || h->batch_ns_estimate(now_ns) == 0) continue;
+    ++measured;
+    out.measured_batch_ns += h->batch_ns_estimate(now_ns);
+  }
+  if (measured > 0) out.measured_batch_ns /= measured;
+  return out;
+}
+
+std::int64_t Router::estimate_delay_ns(const DelayView& view, std::uint64_t waiting_ahead,
+                                      std::uint32_t max_batch) noexcept {
   if (view.lanes == 0) return 0;
   const std::uint64_t lanes = view.lanes;
   if (view.cost.fitted) {
     // The first lane to free takes the next batch; the waiting requests ahead and this one leave
     // in batches as big as they fill, up to max_batch, spread over the lanes.
-    std::int64_t first_free_ns = INT64_MAX;
-    for (const auto& lane : lanes_) {
-      if (!health_[lane->id.device]->available(now_ns) || lane->stuck.load(std::memory_order_relaxed)) continue;
-      first_free_ns = std::min(first_free_ns, lane_busy_for_ns(*lane, view.cost, now_ns));
-    }
     const std::uint64_t position = waiting_ahead + 1;
     const std::uint64_t per_batch =
         std::clamp<std::uint64_t>((position + lanes - 1) / lanes, 1, std::max<std::uint32_t>(1, max_batch));
     const std::uint64_t rounds = (position + per_batch * lanes - 1) / (per_batch * lanes);
     const double batch_ns = view.cost.predict_ns(static_cast<double>(per_batch), 0);
-    return first_free_ns + static_cast<std::int64_t>(static_cast<double>(rounds) * batch_ns);
+    return view.first_free_ns + static_cast<std::int64_t>(static_cast<double>(rounds) * batch_ns);
   }
   // Unfitted: the measured batch time, in batches of max_batch, for everything taken.
-  std::uint64_t measured = 0;
-  std::uint64_t batch_ns_sum = 0;
-  std::uint64_t dispatched = 0;
-  for (const auto& h : health_) {
-    dispatched += h->outstanding_items.load(std::memory_order_relaxed);
-    if (!h->available(now_ns) || h->batch_ns_estimate(now_ns) == 0) continue;
-    ++measured;
-    batch_ns_sum += h->batch_ns_estimate(now_ns);
-  }
-  if (measured == 0) return 0;
-  const std::uint64_t batches = (waiting_ahead + dispatched) / std::max<std::uint32_t>(1, max_batch) + 2;
-  return static_cast<std::int64_t>(batches * (batch_ns_sum / measured) / lanes);
+  if (view.measured_batch_ns == 0) return 0;
+  const std::uint64_t batches = (waiting_ahead + view.dispatched) / std::max<std::uint32_t>(1, max_batch) + 2;
+  return static_cast<std::int64_t>(batches * view.measured_batch_ns / lanes);
 }
 
 std::uint64_t Router::dispatched_requests() const noexcept {

@@ -57,14 +57,23 @@ class Router {
     return in_use_.load(std::memory_order_acquire) == abandoned_.load(std::memory_order_acquire);
   }
 
+  // What admission needs to predict a request's wait, taken once per drain pass.
+  struct DelayView {
+    unsigned lanes = 0;                // available
+    CostFit cost;                      // their mean fit
+    std::int64_t first_free_ns = 0;    // until the first lane has run what it holds (fitted cost)
+    std::uint64_t dispatched = 0;      // requests handed to lanes and not finished
+    std::uint64_t measured_batch_ns = 0;  // mean measured batch time, for while nothing is fitted
+  };
+  [[nodiscard]] DelayView delay_view(std::int64_t now_ns) const noexcept;
   // How long until a request is answered that has `waiting_ahead` requests not yet dispatched
   // before it: from the fitted batch cost, until the first lane frees (its running and queued
   // batches' predicted times), then the requests ahead and this one leave in batches as big as
   // they fill (up to max_batch) on every available lane. From the measured batch time while no
   // fit is trusted; 0 while nothing is measured or no device is available (then dispatch answers
   // at once anyway).
-  [[nodiscard]] std::int64_t estimate_delay_ns(std::uint64_t waiting_ahead, std::uint32_t max_batch,
-                                               std::int64_t now_ns) const noexcept;
+  [[nodiscard]] static std::int64_t estimate_delay_ns(const DelayView& view, std::uint64_t waiting_ahead,
+                                                      std::uint32_t max_batch) noexcept;
 
   [[nodiscard]] const std::vector<std::unique_ptr<DeviceHealth>>& devices() const noexcept {
     return health_;

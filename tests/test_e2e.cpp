@@ -48,7 +48,11 @@ int client_process(const std::string& path, int index, int threads, std::uint64_
         }
         Result r = client->submit(input, 30s);
         if (!r.ok()) {
-          failed.fetch_add(1);
+          // The first failure of each process says what it was (a failed run must explain itself).
+          if (failed.fetch_add(1) == 0) {
+            std::fprintf(stderr, "client process %d: first failure: %s: %s\n", index,
+                         std::string(error_code_name(r.error().code)).c_str(), r.error().message.c_str());
+          }
         } else if (r.output() != reference_batchstring(input, 1)) {
           wrong.fetch_add(1);
         } else {
