@@ -52,7 +52,8 @@ SPARE0_SETTINGS = [(64, 0), (64, 1), (64, 5), (128, 0), (128, 1), (128, 5)]
 
 
 ADAPTIVE_LOADS = [0.1, 0.5, 0.9] if QUICK else [0.1, 0.25, 0.5, 0.75, 0.9, 1.1]
-CLOSED_S = float(os.environ.get("CLOSED_S", "5"))
+CLOSED_S = int(os.environ.get("CLOSED_S", "5"))
+ADAPTIVE_WARMUP_S = 1.0
 STEP_S = 5  # seconds per phase of the load step
 
 
@@ -143,11 +144,15 @@ def adaptive_vs_fixed(work: Path) -> dict:
     same run; the adaptive points are measured before and after the grid, and the worse of the
     two counts (the machine's drift over the grid's minutes would otherwise favour one side)."""
     def adaptive_pass():
+        # One daemon through the loads, as for each fixed setting, but with a warm-up of a second
+        # at each load rather than WARMUP_S: the arrival rate the policy sees is an EWMA that
+        # follows a step within about a second (the load step part measures that transient).
         out = []
         proc, sock = benchlib.start_daemon(work, *sim_flags())
         with proc:
             for load in ADAPTIVE_LOADS:
-                out.append(summary(benchlib.run_stress(sock, *stress_flags(round(load * REFERENCE_CAPACITY), POINT_S))))
+                out.append(summary(benchlib.run_stress(
+                    sock, *stress_flags(round(load * REFERENCE_CAPACITY), POINT_S, warmup_s=ADAPTIVE_WARMUP_S))))
         return out
     before = adaptive_pass()
     grid = sweep(work, [(b, w) for b in BATCHES for w in WAITS_MS], 2, ADAPTIVE_LOADS)
