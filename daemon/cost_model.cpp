@@ -21,6 +21,8 @@ void CostModel::reset_locked() noexcept {
     for (int j = 0; j < kDims; ++j) p_[i][j] = i == j ? kPriorVariance : 0;
   }
   scale_us_ = 0;
+  mean_x_[0] = 1;
+  mean_x_[1] = mean_x_[2] = 0;
   step_side_ = 0;
   step_run_ = 0;
   remembered_ = 0;
@@ -75,31 +77,73 @@ void CostModel::record(std::uint64_t items, std::uint64_t bytes, std::int64_t ru
     for (int j = 0; j < kDims; ++j) px[i] += p_[i][j] * x[j];
     denom += x[i] * px[i];
   }
+  if (!(denom > 0) || !std::isfinite(denom)) {
+    // Never with a positive definite covariance; rounding can take it there. Start over.
+    reset_locked();
+    samples_.fetch_add(1, std::memory_order_relaxed);
+    publish_locked();
+    return;
+  }
   double gain[kDims];
   for (int i = 0; i < kDims; ++i) {
     gain[i] = px[i] / denom;
     theta_[i] += gain[i] * residual;
   }
+  if (!std::isfinite(theta_[0]) || !std::isfinite(theta_[1]) || !std::isfinite(theta_[2])) {
+    reset_locked();
+    samples_.fetch_add(1, std::memory_order_relaxed);
+    publish_locked();
+    return;
+  }
   // P = (P - k x' P) / lambda, without the division where it would grow past the prior.
   double max_diag = 0;
+  double min_diag = kPriorVariance;
   for (int i = 0; i < kDims; ++i) {
     for (int j = 0; j < kDims; ++j) p_[i][j] -= gain[i] * px[j];
-    max_diag = std::max(max_diag, p_[i][i]);
   }
-  if (max_diag / kForgetting <= kPriorVariance) {
+  for (int i = 0; i < kDims; ++i) {
+    for (int j = 0; j < i; ++j) p_[i][j] = p_[j][i] = (p_[i][j] + p_[j][i]) / 2;  // rounding drifts apart
+    max_diag = std::max(max_diag, p_[i][i]);
+    min_diag = std::min(min_diag, p_[i][i]);
+  }
+  if (min_diag <= 0) {
+    // Rounding has cost the covariance its positive definiteness (inputs that never vary, such as
+    // bytes that always grow with the count, leave a direction it cannot learn): start the
+    // covariance over, keeping the coefficients.
+    for (int i = 0; i < kDims; ++i) {
+      for (int j = 0; j < kDims; ++j) p_[i][j] = i == j ? kPriorVariance : 0;
+    }
+  } else if (max_diag / kForgetting <= kPriorVariance) {
     for (auto& row : p_) {
       for (double& v : row) v /= kForgetting;
     }
   }
+  mean_x_[1] = remembered_ == 0 ? x[1] : 0.95 * mean_x_[1] + 0.05 * x[1];
+  mean_x_[2] = remembered_ == 0 ? x[2] : 0.95 * mean_x_[2] + 0.05 * x[2];
   ++remembered_;
   samples_.fetch_add(1, std::memory_order_relaxed);
   publish_locked();
 }
 
 void CostModel::publish_locked() noexcept {
-  fixed_ns_.store(std::max(theta_[0], 0.0) * 1000.0, std::memory_order_relaxed);
-  per_item_ns_.store(std::max(theta_[1], 0.0) * 1000.0 / kItemScale, std::memory_order_relaxed);
-  per_byte_ns_.store(std::max(theta_[2], 0.0) * 1000.0 / kByteScale, std::memory_order_relaxed);
+  // A negative per-request or per-byte cost is noise in a direction the batches barely explore
+  // (sizes in a narrow band, bytes that grow with the count): publish it as zero and move its
+  // part at the recent mean batch into the fixed cost, so that predictions near the batches the
+  // device really runs stay what the fit says.
+  double fixed = theta_[0];
+  double per_item = theta_[1];
+  double per_byte = theta_[2];
+  if (per_item < 0) {
+    fixed += per_item * mean_x_[1];
+    per_item = 0;
+  }
+  if (per_byte < 0) {
+    fixed += per_byte * mean_x_[2];
+    per_byte = 0;
+  }
+  fixed_ns_.store(std::max(fixed, 0.0) * 1000.0, std::memory_order_relaxed);
+  per_item_ns_.store(per_item * 1000.0 / kItemScale, std::memory_order_relaxed);
+  per_byte_ns_.store(per_byte * 1000.0 / kByteScale, std::memory_order_relaxed);
   fitted_.store(remembered_ >= kMinSamples, std::memory_order_release);
 }
 

@@ -69,6 +69,7 @@ class CostModel {
   double theta_[kDims]{};
   double p_[kDims][kDims]{};
   double scale_us_ = 0;          // running mean absolute residual: the Huber unit
+  double mean_x_[kDims]{1, 0, 0};  // recent mean features: where predictions must stay right
   int step_side_ = 0;            // sign of the current run of outliers
   unsigned step_run_ = 0;        // its length
   std::uint64_t remembered_ = 0;  // samples since the last reset

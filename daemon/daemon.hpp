@@ -184,6 +184,7 @@ class Daemon {
   BatchPolicy policy_;
   std::array<RateMeter, shm::kWirePriorities> arrivals_;  // taken from the rings, by WirePriority
   std::int64_t recheck_ns_ = 0;  // when the held open batch must be looked at again; 0: on events
+  bool held_for_lane_ = false;   // the last decision held the open batch because no lane was idle
   static constexpr std::int64_t kPolicyStatsPeriodNs = 10'000'000;
   std::int64_t next_policy_stats_ns_ = 0;
   Batch* open_ = nullptr;  // the batch being filled, from the router's pool

@@ -77,6 +77,9 @@ bool Daemon::would_miss_deadline(const TakenRequest& taken, std::int64_t now_ns,
   const std::uint64_t not_waiting = behind + view.delays.dispatched;
   const std::uint64_t in_flight = stats_.in_flight();
   const std::uint64_t waiting_ahead = in_flight > not_waiting ? in_flight - not_waiting : 0;
+  // Nothing ahead and a lane free: the request runs at once whatever the estimate says, and its
+  // batch is what corrects an estimate that went wrong.
+  if (waiting_ahead <= 1 && view.delays.first_free_ns == 0 && view.delays.lanes > 0) return false;
   std::int64_t delay_ns = Router::estimate_delay_ns(view.delays, waiting_ahead, config_.batch.max_batch);
   // Requests of higher classes that arrive while this one waits will pass it too.
   if (view.passing_per_ns[rank] > 0) {
@@ -188,12 +191,14 @@ bool Daemon::holding_for_lane(std::int64_t now_ns) const noexcept {
 
 FlushDecision Daemon::decide_flush(std::int64_t now_ns) {
   recheck_ns_ = 0;
+  held_for_lane_ = false;
   if (batcher_.count() == 0) return {};
   const OpenBatchState state{batcher_.count(), batcher_.bytes(), batcher_.full(), batcher_.oldest_ns(),
                              batcher_.earliest_deadline_ns()};
   const PolicyView view = config_.batch.policy == PolicyKind::kAdaptive ? policy_view(now_ns) : PolicyView{};
   const FlushDecision decision = policy_.decide(state, view, now_ns);
   if (!decision.flush()) recheck_ns_ = decision.recheck_ns;
+  held_for_lane_ = !decision.flush() && view.lanes > 0 && view.idle_lanes == 0;
   return decision;
 }
 

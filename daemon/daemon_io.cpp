@@ -98,6 +98,9 @@ bool Daemon::work_waiting() {
                   [](const auto& s) { return s->has_pending(); })) {
     return true;  // rings are drained whether or not a batch object is free
   }
+  // The open batch was held because every lane was busy, and one has freed since: its worker's
+  // doorbell may have come before this loop said it sleeps, so look rather than wait for it.
+  if (held_for_lane_ && !holding_for_lane(shm::monotonic_ns())) return true;
   if (pending_.empty()) return false;
   if (open_ != nullptr && batcher_.count() > 0 && holding_for_lane(shm::monotonic_ns())) {
     return false;  // a lane's worker rings the doorbell when it frees

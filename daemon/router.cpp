@@ -205,6 +205,9 @@ Router::LaneView Router::lane_view(std::int64_t now_ns) const noexcept {
     ++view.lanes;
     if (lane->outstanding.load(std::memory_order_seq_cst) == 0) ++view.idle_lanes;
     if (lane->id.stream != 0) continue;  // one fit per device
+    // A fit is trusted only while its device keeps running batches (DeviceHealth::kStaleNs): a
+    // fit that went wrong must not keep the work that would correct it away for good.
+    if (h.batch_ns_estimate(now_ns) == 0) continue;
     const CostFit fit = cost_[lane->id.device]->fit();
     samples += fit.samples;
     if (!fit.fitted) continue;

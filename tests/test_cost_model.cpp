@@ -123,3 +123,26 @@ TEST_CASE("coefficients never go negative, and reset forgets") {
   CHECK_FALSE(fit.fitted);
   CHECK(fit.fixed_ns == 0);
 }
+
+TEST_CASE("bytes that grow with the count, in a narrow band, for thousands of batches: the fit stays sane") {
+  // What a steady load looks like: every batch about 30 requests of about 40 bytes. Bytes and
+  // count cannot be told apart, and a fit that lets that direction drift (covariance windup,
+  // lost positive definiteness) ends with absurd coefficients; a daemon trusting them refused
+  // every request as overloaded.
+  CostModel model;
+  Device device;
+  device.per_byte_ns = 0;
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 20'000; ++i) {
+    const std::uint64_t items = std::uniform_int_distribution<std::uint64_t>(28, 32)(rng);
+    model.record(items, items * 40, device.run_ns(items, items * 40));
+  }
+  const CostFit fit = model.fit();
+  INFO("fixed " << fit.fixed_ns << " per item " << fit.per_item_ns << " per byte " << fit.per_byte_ns);
+  CHECK(fit.fixed_ns >= 0);
+  CHECK(fit.per_item_ns >= 0);
+  CHECK(fit.per_byte_ns >= 0);
+  CHECK(near(fit.predict_ns(30, 1200), 2'600'000, 0.03));
+  CHECK(near(fit.predict_ns(28, 1120), 2'560'000, 0.03));
+  CHECK(fit.fixed_ns < 3'000'000);
+}
