@@ -3,6 +3,7 @@
 // handling are written once against this.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -69,6 +70,16 @@ struct BatchCapacity {
   std::uint64_t max_bytes = UINT64_MAX;
 };
 
+// One device's memory, as the backend reports it. total_bytes 0: the backend does not report
+// memory (then nothing is held back for it). batch_bytes: of the memory in use, what batches of
+// this daemon that are running now hold (what batch_memory_bytes charged for them), so that the
+// router can tell them from what others use.
+struct DeviceMemory {
+  std::uint64_t total_bytes = 0;
+  std::uint64_t free_bytes = 0;
+  std::uint64_t batch_bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -92,6 +103,18 @@ class Backend {
   // output per input; the caller checks the count and treats a mismatch as a backend error. A
   // failure fails the whole batch; the router isolates a failing input by splitting.
   virtual BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) = 0;
+
+  // A device's memory now. Called from the router's watchdog thread (every few tens of
+  // milliseconds) while lanes run batches, so it must be safe against run() on any lane and must
+  // not block for long. Default: not reported.
+  [[nodiscard]] virtual DeviceMemory memory(unsigned /*device*/) const noexcept { return {}; }
+  // Device memory a batch of `inputs` inputs and `input_bytes` bytes needs while it runs, beyond
+  // what the backend holds anyway; non-decreasing in both. The router sends no batch whose need
+  // does not fit a device's room. Called from any thread. Default: 0 (nothing beyond its own).
+  [[nodiscard]] virtual std::uint64_t batch_memory_bytes(std::size_t /*inputs*/,
+                                                         std::uint64_t /*input_bytes*/) const noexcept {
+    return 0;
+  }
 
   // The daemon is shutting down: calls blocked in run() should return soon (with any status).
   virtual void shutdown() noexcept {}
