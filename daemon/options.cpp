@@ -20,6 +20,7 @@ struct RawOptions {
   std::int64_t device_timeout_ms = 2000;
   std::uint32_t inline_max_us = 50;
   std::vector<std::string> fail_every, slow;
+  std::string sim_memory_other;
 };
 
 // "D:V" pairs for the sim fault flags.
@@ -35,6 +36,19 @@ std::vector<std::pair<unsigned, V>> parse_pairs(const std::vector<std::string>& 
                      static_cast<V>(std::stod(item.substr(colon + 1))));
   }
   return out;
+}
+
+// The sim backend's memory (docs/POLICY.md, "Device memory").
+void define_memory_options(CLI::Option_group& sim, DaemonConfig& c, RawOptions& raw) {
+  sim.add_option("--sim-memory-mib", c.sim.memory_mib,
+                 "each device's memory; a batch that does not fit fails as out of memory (0: unlimited)")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 30));
+  sim.add_option("--sim-memory-per-byte", c.sim.memory_per_byte,
+                 "device bytes a batch needs per input byte while it runs")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 20));
+  sim.add_option("--sim-memory-other", raw.sim_memory_other,
+                 "PERCENT:MS,...: another tenant's share of each device's memory, a repeating cycle of "
+                 "linear ramps (to PERCENT over MS), e.g. 80:1000,80:1000,0:1000,0:1000");
 }
 
 void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
@@ -78,6 +92,7 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
                   "an input starting with this fails its whole batch");
   sim->add_option("--sim-outage-ms", c.sim.outage_ms,
                   "every device fails for this long after start")->capture_default_str();
+  define_memory_options(*sim, c, raw);
   app.add_option("--policy", raw.policy,
                  "adaptive: batch sizes and waits follow the measured batch cost and arrival rate, "
                  "within --max-batch and --max-wait-ms (docs/POLICY.md); fixed: flush at "
@@ -135,6 +150,9 @@ void finish(DaemonOptions& o, const RawOptions& raw) {
   c.routing.inline_run_max = std::chrono::microseconds(raw.inline_max_us);
   c.sim.fail_every = parse_pairs<unsigned>(raw.fail_every, "--sim-fail-every");
   c.sim.slow = parse_pairs<double>(raw.slow, "--sim-slow");
+  auto schedule = parse_memory_schedule(raw.sim_memory_other);
+  if (!schedule) throw CLI::ValidationError("--sim-memory-other", schedule.error().message);
+  c.sim.memory_other = std::move(*schedule);
 }
 
 // CLI11 parses a reversed vector.

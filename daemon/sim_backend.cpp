@@ -11,7 +11,16 @@ namespace batchd {
 
 SimBackend::SimBackend(SimOptions options)
     : options_(std::move(options)), started_ns_(shm::monotonic_ns()),
-      batches_run_(std::make_unique<std::atomic<std::uint64_t>[]>(std::max(1U, options_.devices))) {}
+      batches_run_(std::make_unique<std::atomic<std::uint64_t>[]>(std::max(1U, options_.devices))),
+      memory_(options_.devices, options_.memory_mib << 20, options_.memory_per_byte, options_.memory_other) {}
+
+DeviceMemory SimBackend::memory(unsigned device) const noexcept {
+  return memory_.reading(device, shm::monotonic_ns() - started_ns_);
+}
+
+std::uint64_t SimBackend::batch_memory_bytes(std::size_t /*inputs*/, std::uint64_t input_bytes) const noexcept {
+  return memory_.need(input_bytes);
+}
 
 void SimBackend::shutdown() noexcept {
   {
@@ -55,6 +64,26 @@ BackendStatus SimBackend::run(LaneId lane, const BatchInput& in, BatchOutput& ou
     sleep_for_ns(static_cast<std::int64_t>(options_.hang_ms) * 1'000'000);
     return BackendStatus::failure(fmt::format("simulated hang on device {}", device));
   }
+  const std::uint64_t need = memory_.need(in.size() == 0 ? 0 : in.offsets.back() - in.offsets.front());
+  DeviceMemory seen;
+  if (!memory_.try_charge(device, need, shm::monotonic_ns() - started_ns_, seen)) {
+    return BackendStatus::failure(fmt::format(
+        "out of memory: a batch of {} needs {:.1f} MiB on sim device {}, which has {:.1f} of {:.1f} MiB free",
+        in.size(), static_cast<double>(need) / (1 << 20), device,
+        static_cast<double>(seen.free_bytes) / (1 << 20), static_cast<double>(seen.total_bytes) / (1 << 20)));
+  }
+  // Given back however the run ends (the router turns a throw into a failed batch).
+  struct Charge {
+    SimMemory& memory;
+    unsigned device;
+    std::uint64_t bytes;
+    ~Charge() { memory.release(device, bytes); }
+  } charge{memory_, device, need};
+  return run_charged(device, in, out);
+}
+
+// run() once the batch's memory is charged.
+BackendStatus SimBackend::run_charged(unsigned device, const BatchInput& in, BatchOutput& out) {
   double factor = 1.0;
   for (const auto& [d, f] : options_.slow) {
     if (d == device) factor = f;

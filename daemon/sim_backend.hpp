@@ -1,7 +1,10 @@
 // The sim backend: N simulated GPUs for testing and benchmarking routing, policy and failures on
 // machines without one. A device runs one batch at a time and takes
 // fixed_us + per_item_us * n + per_byte_ns * bytes; its output for an input is the input's code
-// points reversed, repeated `repeat` times (so answers vary in length). Faults by option.
+// points reversed, repeated `repeat` times (so answers vary in length). Faults by option. With
+// memory_mib set, each device has that much memory, a batch needs memory_per_byte x its input
+// bytes while it runs (one that does not fit fails like a CUDA out-of-memory), and another tenant
+// may take a changing share of it (sim_memory.hpp).
 #pragma once
 
 #include <atomic>
@@ -16,6 +19,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/sim_reference.hpp"
+#include "daemon/sim_memory.hpp"
 
 namespace batchd {
 
@@ -31,6 +35,9 @@ struct SimOptions {
   std::uint32_t hang_ms = 600'000;                        // how long a hang lasts (or until shutdown)
   std::string poison_prefix;                              // an input starting with it fails its batch
   std::uint32_t outage_ms = 0;                            // every device fails for this long after start
+  std::uint64_t memory_mib = 0;                           // each device's memory; 0: unlimited
+  std::uint64_t memory_per_byte = 1024;                   // device bytes a batch needs per input byte
+  std::vector<MemoryRamp> memory_other;                   // another tenant's share over time
 };
 
 class SimBackend final : public Backend {
@@ -41,15 +48,19 @@ class SimBackend final : public Backend {
   [[nodiscard]] unsigned devices() const noexcept override { return options_.devices; }
   BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) override;
   void shutdown() noexcept override;
+  [[nodiscard]] DeviceMemory memory(unsigned device) const noexcept override;
+  [[nodiscard]] std::uint64_t batch_memory_bytes(std::size_t inputs, std::uint64_t input_bytes) const noexcept override;
 
  private:
   // Sleeps for ns unless shutdown() comes first; returns false if it did.
   bool sleep_for_ns(std::int64_t ns);
   std::string injected_fault(unsigned device, const BatchInput& in);
+  BackendStatus run_charged(unsigned device, const BatchInput& in, BatchOutput& out);
 
   SimOptions options_;
   std::int64_t started_ns_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> batches_run_;  // per device, for fail_every
+  SimMemory memory_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool shutting_down_ = false;  // guarded by mu_

@@ -47,6 +47,9 @@ class CudaBackend final : public Backend {
   }
   BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) override;
   void shutdown() noexcept override { shutting_down_.store(true, std::memory_order_release); }
+  // cudaMemGetInfo on the device. batch_memory_bytes stays the default 0: every buffer a batch
+  // uses is made at start, so a batch takes no device memory of its own.
+  [[nodiscard]] DeviceMemory memory(unsigned device) const noexcept override;
 
  private:
   BackendStatus check_batch(const BatchInput& in) const;
@@ -120,6 +123,19 @@ BackendStatus CudaBackend::run(LaneId id, const BatchInput& in, BatchOutput& out
   for (std::uint32_t i = 0; i <= count; ++i)
     out.offsets[i] = static_cast<std::uint32_t>(i * kHexBytes);
   return BackendStatus::success();
+}
+
+// Called on the router's watchdog thread, whose current device is its own to set. A device the
+// runtime cannot answer for reports nothing (its batches' failures will tell).
+DeviceMemory CudaBackend::memory(unsigned device) const noexcept {
+  if (device >= devices_.size()) return {};
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  if (cudaSetDevice(devices_[device]->ordinal()) != cudaSuccess ||
+      cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    return {};
+  }
+  return {total_bytes, free_bytes, 0};
 }
 
 // The batch must fit the buffers sized at start-up (allocating here would stall every lane of

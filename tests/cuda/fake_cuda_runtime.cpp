@@ -160,6 +160,15 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (g_control.memory_error != cudaSuccess) return g_control.memory_error;
+  const int device = fake_cuda::t_device;
+  const bool known = device >= 0 && device < fake_cuda::Control::kMaxDevices;
+  *free_bytes = known ? g_control.memory_free[device] : 0;
+  *total_bytes = known ? g_control.memory_total[device] : 0;
+  return fake_cuda::sticky();
+}
+
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* props, int /*device*/) {
   *props = cudaDeviceProp{};
   std::strcpy(props->name, "fake \"GPU\"");

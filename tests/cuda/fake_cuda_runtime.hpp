@@ -19,6 +19,11 @@ struct Control {
   bool corrupt_answers = false;            // the fake kernel writes wrong answers
   int last_launch_device = -1;             // the device current at the last kernel launch
   int launches = 0;
+  // What cudaMemGetInfo answers for the device current at the call.
+  static constexpr int kMaxDevices = 8;
+  size_t memory_free[kMaxDevices] = {};
+  size_t memory_total[kMaxDevices] = {};
+  cudaError_t memory_error = cudaSuccess;
 };
 
 // Resets the control to its defaults and returns it. Not thread-safe against running batches.

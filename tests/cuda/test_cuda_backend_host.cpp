@@ -220,3 +220,27 @@ TEST_CASE("start-up refuses missing devices, a broken kernel and no driver, sayi
   CHECK(none.error().code == std::errc::no_such_device);
   CHECK(none.error().message.find("no CUDA device is visible") != std::string::npos);
 }
+
+TEST_CASE("memory() is cudaMemGetInfo on the lane's device; a batch needs none of its own") {
+  fake_cuda::Control& control = fake_cuda::reset();
+  control.device_count = 3;
+  control.memory_total[0] = 80ULL << 30;
+  control.memory_free[0] = 50ULL << 30;
+  control.memory_total[2] = 141ULL << 30;
+  control.memory_free[2] = 7ULL << 30;
+  batchd::CudaBackendOptions options = small_options();
+  options.devices = {2, 0};
+  auto backend = make_backend(options);
+  const batchd::DeviceMemory first = backend->memory(0);  // ordinal 2
+  CHECK(first.total_bytes == 141ULL << 30);
+  CHECK(first.free_bytes == 7ULL << 30);
+  CHECK(first.batch_bytes == 0);
+  const batchd::DeviceMemory second = backend->memory(1);  // ordinal 0
+  CHECK(second.total_bytes == 80ULL << 30);
+  CHECK(second.free_bytes == 50ULL << 30);
+  CHECK(backend->memory(2).total_bytes == 0);  // no such device: not reported
+  CHECK(backend->batch_memory_bytes(64, 64 * 4096) == 0);  // buffers are made at start
+  // A runtime that cannot answer reports nothing rather than a made-up reading.
+  fake_cuda::control().memory_error = cudaErrorInvalidValue;
+  CHECK(backend->memory(0).total_bytes == 0);
+}
