@@ -317,6 +317,12 @@ DaemonStatus ClientImpl::daemon_status() const {
                            static_cast<double>(cost.per_item_ps.load(std::memory_order_relaxed)) / 1000,
                            static_cast<double>(cost.per_byte_ps.load(std::memory_order_relaxed)) / 1000,
                            cost.samples.load(std::memory_order_relaxed)});
+    DaemonStatus::Device& added = out.devices.back();
+    added.memory_free_bytes = dev.memory_free_bytes.load(std::memory_order_relaxed);
+    added.memory_total_bytes = dev.memory_total_bytes.load(std::memory_order_relaxed);
+    added.byte_budget = dev.byte_budget.load(std::memory_order_relaxed);
+    // A daemon from before memory feedback left the field 0 and held nothing back.
+    if (added.byte_budget == 0 && added.memory_total_bytes == 0) added.byte_budget = out.max_batch_bytes;
   }
   return out;
 }

@@ -83,6 +83,9 @@ struct DaemonStatus {
     // cost_samples batches.
     double fixed_ns = 0, per_item_ns = 0, per_byte_ns = 0;
     std::uint64_t cost_samples = 0;
+    // Device memory: free and total (total 0: the backend does not report it), and the largest
+    // batch in input bytes the device takes now (below max_batch_bytes while its memory is short).
+    std::uint64_t memory_free_bytes = 0, memory_total_bytes = 0, byte_budget = 0;
   };
   std::string backend;
   std::uint32_t daemon_pid = 0;

@@ -41,6 +41,10 @@ struct Batch {
   std::uint64_t failed_devices = 0;
   std::string last_error;
   std::uint64_t run_token = 0;  // bumped on every dispatch
+  // Device memory (router_memory.cpp): since when the router has held it back for want of room
+  // (0: not held), and whether it runs now whatever the memory says (it waited long enough).
+  std::int64_t held_since_ns = 0;
+  bool ignore_memory = false;
   std::atomic<std::uint64_t> run_state{0};
 
   [[nodiscard]] BatchInput input() const noexcept { return {input_bytes, input_offsets}; }
@@ -53,6 +57,8 @@ struct Batch {
     output.clear();
     failed_devices = 0;
     last_error.clear();
+    held_since_ns = 0;
+    ignore_memory = false;
   }
 
   // Moves the second half of this batch's requests into `other` (empty); both keep their order.
@@ -70,6 +76,7 @@ struct Batch {
     input_bytes.resize(cut);
     input_offsets.resize(keep + 1);
     requests.resize(keep);
+    ignore_memory = false;  // each half is smaller: it may fit now
   }
 
   // Makes `other` (empty) a copy of this batch's work, to run it again elsewhere.
@@ -80,6 +87,7 @@ struct Batch {
     other.opened_ns = opened_ns;
     other.failed_devices = failed_devices;
     other.last_error = last_error;
+    other.ignore_memory = ignore_memory;
   }
 };
 

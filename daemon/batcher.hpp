@@ -47,7 +47,7 @@ class WaitOrFullBatcher {
   // so a request larger than the byte budget still runs (alone).
   [[nodiscard]] bool fits(std::uint64_t bytes) const noexcept {
     if (count_ == 0) return true;
-    return count_ < limits_.max_batch && bytes_ + bytes <= limits_.max_batch_bytes;
+    return count_ < limits_.max_batch && bytes_ + bytes <= byte_limit();
   }
 
   // Adds a request (deadline_ns 0: none); the first one starts the wait clock.
@@ -70,7 +70,7 @@ class WaitOrFullBatcher {
   // Whether the open batch should be dispatched now.
   [[nodiscard]] bool due(TimePoint now) const noexcept {
     if (count_ == 0) return false;
-    return full_ || count_ >= limits_.max_batch || bytes_ >= limits_.max_batch_bytes ||
+    return full_ || count_ >= limits_.max_batch || bytes_ >= byte_limit() ||
            now - opened_at_ >= limits_.max_wait;
   }
 
@@ -95,9 +95,16 @@ class WaitOrFullBatcher {
   [[nodiscard]] std::uint64_t bytes() const noexcept { return bytes_; }
   [[nodiscard]] const BatchLimits& limits() const noexcept { return limits_; }
   void set_limits(const BatchLimits& limits) noexcept { limits_ = limits; }
+  // A lower byte limit for now than the policy's: the device-memory budget (Router::byte_budget),
+  // refreshed by the drain loop. kMaxBatchBytes: none.
+  void cap_bytes(std::uint64_t cap) noexcept { byte_cap_ = cap; }
+  [[nodiscard]] std::uint64_t byte_limit() const noexcept {
+    return byte_cap_ < limits_.max_batch_bytes ? byte_cap_ : limits_.max_batch_bytes;
+  }
 
  private:
   BatchLimits limits_;
+  std::uint64_t byte_cap_ = kMaxBatchBytes;  // cap_bytes
   std::uint32_t count_ = 0;     // requests in the open batch
   std::uint64_t bytes_ = 0;     // their input bytes
   bool full_ = false;           // a request was turned away for the byte budget

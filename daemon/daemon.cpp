@@ -148,6 +148,7 @@ void Daemon::publish_status() noexcept {
     out.timeouts.store(h.timeouts(), relaxed);
     out.outstanding_requests.store(h.outstanding_items.load(relaxed), relaxed);
     out.batch_ns.store(h.batch_ns_estimate(shm::monotonic_ns()), relaxed);
+    publish_memory(static_cast<unsigned>(d), out);
   }
   page.devices.store(static_cast<std::uint32_t>(devices.size()), relaxed);
   page.healthy_devices.store(healthy, relaxed);
@@ -180,6 +181,16 @@ void Daemon::publish_status() noexcept {
     page.arrivals_per_s_by_class[c].store(stats_.arrivals_per_s_by_class[c].load(relaxed), relaxed);
   }
   page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
+}
+
+void Daemon::publish_memory(unsigned device, shm::StatusDevice& out) noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const Router::MemoryView memory = router_->device_memory(device);
+  // The batch policy's own limit bounds the budget too (a reload changes it; the page has it).
+  const std::uint64_t budget = std::min(memory.byte_budget, status_->max_batch_bytes.load(relaxed));
+  out.byte_budget.store(static_cast<std::uint32_t>(std::min<std::uint64_t>(budget, UINT32_MAX)), relaxed);
+  out.memory_free_bytes.store(memory.reading.free_bytes, relaxed);
+  out.memory_total_bytes.store(memory.reading.total_bytes, relaxed);
 }
 
 void Daemon::publish_policy() noexcept {

@@ -150,6 +150,8 @@ class Daemon {
   void ring_doorbell() noexcept;
   // Copies stats and device health into the status page (watchdog thread).
   void publish_status() noexcept;
+  // A device's memory and byte budget into its status entry (watchdog thread).
+  void publish_memory(unsigned device, shm::StatusDevice& out) noexcept;
   // Writes the batching policy in force into the status page (drain loop: it owns config_.batch).
   void publish_policy() noexcept;
 

@@ -118,6 +118,7 @@ bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
 bool Daemon::fill_batches(std::int64_t now_ns) {
   bool progressed = false;
   const std::int64_t urgent_ns = pending_.empty() ? 0 : urgent_ns_before_deadline(now_ns);
+  batcher_.cap_bytes(router_->byte_budget(now_ns));  // device memory (router_memory.cpp)
   while (!pending_.empty()) {
     if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) break;
     // While the open batch is held for a lane, the rest wait here, in class order, until a lane

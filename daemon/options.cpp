@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <thread>
 
@@ -20,6 +21,7 @@ struct RawOptions {
   std::int64_t device_timeout_ms = 2000;
   std::uint32_t inline_max_us = 50;
   std::vector<std::string> fail_every, slow;
+  std::string memory_feedback = "on";
   std::string sim_memory_other;
 };
 
@@ -38,8 +40,8 @@ std::vector<std::pair<unsigned, V>> parse_pairs(const std::vector<std::string>& 
   return out;
 }
 
-// The sim backend's memory (docs/POLICY.md, "Device memory").
-void define_memory_options(CLI::Option_group& sim, DaemonConfig& c, RawOptions& raw) {
+// Device-memory feedback, and the sim backend's memory (docs/POLICY.md, "Device memory").
+void define_memory_options(CLI::App& app, CLI::Option_group& sim, DaemonConfig& c, RawOptions& raw) {
   sim.add_option("--sim-memory-mib", c.sim.memory_mib,
                  "each device's memory; a batch that does not fit fails as out of memory (0: unlimited)")
       ->capture_default_str()->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 30));
@@ -49,6 +51,16 @@ void define_memory_options(CLI::Option_group& sim, DaemonConfig& c, RawOptions& 
   sim.add_option("--sim-memory-other", raw.sim_memory_other,
                  "PERCENT:MS,...: another tenant's share of each device's memory, a repeating cycle of "
                  "linear ramps (to PERCENT over MS), e.g. 80:1000,80:1000,0:1000,0:1000");
+  app.add_option("--memory-feedback", raw.memory_feedback,
+                 "on: a device whose memory use passes --memory-high-water gets smaller batches, and "
+                 "none that would not fit; off: memory is only shown")
+      ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--memory-high-water", c.routing.memory.high_water,
+                 "fraction of a device's memory that batches may fill it to (0 < F <= 1)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0))->check(
+          [](const std::string& text) {
+            return std::strtod(text.c_str(), nullptr) > 0 ? std::string() : std::string("must be more than 0");
+          });
 }
 
 void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
@@ -92,7 +104,7 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
                   "an input starting with this fails its whole batch");
   sim->add_option("--sim-outage-ms", c.sim.outage_ms,
                   "every device fails for this long after start")->capture_default_str();
-  define_memory_options(*sim, c, raw);
+  define_memory_options(app, *sim, c, raw);
   app.add_option("--policy", raw.policy,
                  "adaptive: batch sizes and waits follow the measured batch cost and arrival rate, "
                  "within --max-batch and --max-wait-ms (docs/POLICY.md); fixed: flush at "
@@ -150,6 +162,7 @@ void finish(DaemonOptions& o, const RawOptions& raw) {
   c.routing.inline_run_max = std::chrono::microseconds(raw.inline_max_us);
   c.sim.fail_every = parse_pairs<unsigned>(raw.fail_every, "--sim-fail-every");
   c.sim.slow = parse_pairs<double>(raw.slow, "--sim-slow");
+  c.routing.memory.enabled = raw.memory_feedback == "on";
   auto schedule = parse_memory_schedule(raw.sim_memory_other);
   if (!schedule) throw CLI::ValidationError("--sim-memory-other", schedule.error().message);
   c.sim.memory_other = std::move(*schedule);

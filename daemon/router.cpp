@@ -27,6 +27,7 @@ Router::Router(Backend& backend, Completer& completer, RouterOptions options,
     health_.push_back(std::make_unique<DeviceHealth>());
     health_.back()->set_backoff(options_.backoff);
     cost_.push_back(std::make_unique<CostModel>());
+    memory_.push_back(std::make_unique<MemoryState>());
     for (unsigned s = 0; s < streams; ++s) {
       lanes_.push_back(std::make_unique<Lane>());
       lanes_.back()->id = LaneId{d, s};
@@ -37,6 +38,10 @@ Router::Router(Backend& backend, Completer& completer, RouterOptions options,
     batches_.push_back(std::make_unique<Batch>());
     free_.enqueue(batches_.back().get());
   }
+  held_.reserve(total);
+  held_retry_.reserve(total);
+  refresh_memory();  // the first batches, and the first status published, see the memory too
+  log_memory();
 }
 
 Router::~Router() { stop(); }
@@ -90,13 +95,14 @@ void Router::release(Batch* batch) noexcept {
   on_batch_freed_();
 }
 
-Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns) noexcept {
+Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns, bool* memory_short) noexcept {
   // Expected time until this batch would finish on each lane's device: (batches outstanding
   // there + 1) x its measured batch time. Lanes within 25% of the best count as equal and take
   // turns, so equally fast devices share the work and a slower one gets less.
   thread_local std::vector<std::uint64_t> scores;
   scores.assign(lanes_.size(), std::numeric_limits<std::uint64_t>::max());
   std::uint64_t best = std::numeric_limits<std::uint64_t>::max();
+  const std::uint64_t need = memory_need(batch);
   for (std::size_t i = 0; i < lanes_.size(); ++i) {
     const Lane& lane = *lanes_[i];
     const unsigned d = lane.id.device;
@@ -105,6 +111,10 @@ Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns) noexcep
     }
     const DeviceHealth& h = *health_[d];
     if (!h.available(now_ns)) continue;
+    if (!fits_memory(batch, need, d)) {
+      if (memory_short != nullptr) *memory_short = true;
+      continue;
+    }
     const std::uint64_t queued = h.outstanding_batches.load(std::memory_order_relaxed) +
                                  lane.outstanding.load(std::memory_order_relaxed);
     scores[i] = (queued + 1) * h.batch_ns_estimate(now_ns) + queued;
@@ -247,9 +257,10 @@ void Router::fail_unavailable(Batch* batch) noexcept {
 void Router::dispatch(Batch* batch) noexcept {
   const std::int64_t now_ns = shm::monotonic_ns();
   for (;;) {
-    Lane* lane = pick_lane(*batch, now_ns);
+    bool memory_short = false;
+    Lane* lane = pick_lane(*batch, now_ns, &memory_short);
     if (lane == nullptr) {
-      fail_unavailable(batch);
+      memory_short ? hold_for_memory(batch, now_ns) : fail_unavailable(batch);
       return;
     }
     DeviceHealth& h = *health_[lane->id.device];
@@ -450,6 +461,8 @@ void Router::watchdog() noexcept {
     const std::int64_t now_ns = shm::monotonic_ns();
     for (auto& lane : lanes_) check_lane_timeout(*lane, now_ns);
     requeue_from_unavailable();
+    refresh_memory();
+    retry_held(now_ns);
     on_tick_();
   }
 }

@@ -2,7 +2,9 @@
 // device fails: a batch goes to the available device with the least outstanding work; a device
 // that fails or times out is marked unhealthy, its work re-runs elsewhere, and it is probed again
 // after a back-off; a batch that fails is retried once on another device and then split, until
-// a failing input fails alone. Owns the pool of batch objects and one worker thread per lane.
+// a failing input fails alone. A device whose memory is short (memory_budget.hpp) gets only
+// batches that fit it; one that fits no device waits (router_memory.cpp). Owns the pool of batch
+// objects and one worker thread per lane.
 #pragma once
 
 #include <concurrentqueue/blockingconcurrentqueue.h>
@@ -22,6 +24,7 @@
 #include "daemon/completer.hpp"
 #include "daemon/cost_model.hpp"
 #include "daemon/device_health.hpp"
+#include "daemon/memory_budget.hpp"
 #include "daemon/router_options.hpp"
 
 namespace batchd {
@@ -93,6 +96,17 @@ class Router {
   };
   [[nodiscard]] LaneView lane_view(std::int64_t now_ns) const noexcept;
 
+  // Device memory (router_memory.cpp). The largest input bytes a batch may hold and still fit the
+  // memory of some available device (kMaxBatchBytes when no device limits it): the drain loop
+  // caps its batches by it. Any thread; reads atomics only.
+  [[nodiscard]] std::uint64_t byte_budget(std::int64_t now_ns) const noexcept;
+  // A device's last memory reading and byte budget (kMaxBatchBytes when unlimited). Any thread.
+  struct MemoryView {
+    DeviceMemory reading;
+    std::uint64_t byte_budget = 0;
+  };
+  [[nodiscard]] MemoryView device_memory(unsigned device) const noexcept;
+
  private:
   struct Lane {
     LaneId id;
@@ -109,6 +123,15 @@ class Router {
 
   enum class Verdict { kInputFails, kDeviceBroken, kUnknown };
 
+  // One device's memory as the watchdog last read it; atomics, as any thread reads them.
+  struct MemoryState {
+    std::atomic<std::uint64_t> total_bytes{0};
+    std::atomic<std::uint64_t> free_bytes{0};
+    std::atomic<std::uint64_t> batch_bytes{0};
+    std::atomic<std::int64_t> room{kUnlimitedRoom};  // memory_room_bytes
+    std::atomic<std::uint64_t> byte_budget{0};
+  };
+
   void worker(Lane& lane) noexcept;
   // The healthy lane whose device would run this batch within inline_run_max, or nullptr.
   Lane* inline_lane(const Batch& batch, std::int64_t now_ns) noexcept;
@@ -122,7 +145,9 @@ class Router {
   void watchdog() noexcept;
   void check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept;
   void requeue_from_unavailable() noexcept;
-  Lane* pick_lane(const Batch& batch, std::int64_t now_ns) noexcept;
+  // The lane to send this batch to, or nullptr; *memory_short, if given, is set when an available
+  // device was passed over because the batch does not fit its memory.
+  Lane* pick_lane(const Batch& batch, std::int64_t now_ns, bool* memory_short = nullptr) noexcept;
   // How long until the lane has run what it holds, at the fitted cost.
   std::int64_t lane_busy_for_ns(const Lane& lane, const CostFit& cost, std::int64_t now_ns) const noexcept;
   bool any_available_outside(std::uint64_t mask, std::int64_t now_ns) const noexcept;
@@ -130,6 +155,21 @@ class Router {
   void fail_unavailable(Batch* batch) noexcept;
   // A batch ran successfully on `device` in run_ns: health and the cost fit learn of it.
   void record_success(unsigned device, const Batch& batch, std::int64_t run_ns, std::int64_t now_ns) noexcept;
+
+  // Device memory (router_memory.cpp). Watchdog: reads every device's memory, keeps its room and
+  // byte budget.
+  void refresh_memory() noexcept;
+  // At start: what each device reports, and whether feedback acts on it.
+  void log_memory() const;
+  // Device memory `batch` needs, and whether that fits `device` now (always when memory is not
+  // limited or the batch ignores it).
+  [[nodiscard]] std::uint64_t memory_need(const Batch& batch) const noexcept;
+  [[nodiscard]] bool fits_memory(const Batch& batch, std::uint64_t need, unsigned device) const noexcept;
+  // A batch that fits no available device's memory: split it when smaller batches fit somewhere,
+  // run it anyway when it could never fit, else hold it until memory frees.
+  void hold_for_memory(Batch* batch, std::int64_t now_ns) noexcept;
+  // Watchdog: sends the held batches again; one held for device_timeout runs whatever the memory.
+  void retry_held(std::int64_t now_ns) noexcept;
 
   Backend& backend_;
   Completer& completer_;
@@ -153,6 +193,12 @@ class Router {
   std::mutex canary_mu_;
   std::string canary_;                      // guarded by canary_mu_
   std::atomic<bool> have_canary_{false};
+
+  std::vector<std::unique_ptr<MemoryState>> memory_;  // by device index
+  std::atomic<bool> memory_limited_{false};  // some device has a finite room: checks are due
+  std::mutex held_mu_;
+  std::vector<Batch*> held_;          // guarded by held_mu_: batches waiting for memory
+  std::vector<Batch*> held_retry_;    // watchdog only: those being sent again
 
   std::mutex watchdog_mu_;
   std::condition_variable watchdog_cv_;

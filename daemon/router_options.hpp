@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "daemon/device_health.hpp"
+#include "daemon/memory_budget.hpp"
 
 namespace batchd {
 
@@ -16,6 +17,7 @@ struct RouterOptions {
   // draining, and a lane worker's wake-up (tens of microseconds on a VM) no longer dominates.
   std::chrono::microseconds inline_run_max{50};
   BackoffPolicy backoff;
+  MemoryFeedbackOptions memory;  // --memory-feedback, --memory-high-water
 };
 
 }  // namespace batchd

@@ -62,6 +62,25 @@ void render_policy(const DaemonStatus& status, std::string& out) {
   }
 }
 
+// Device memory: free and total where the backend reports it, and the byte budget everywhere.
+void render_device_memory(const DaemonStatus& status, std::string& out) {
+  const auto per_device = [&](std::string_view name, std::string_view help, auto value, bool reported_only) {
+    family(out, name, "gauge", help);
+    for (std::size_t d = 0; d < status.devices.size(); ++d) {
+      if (reported_only && status.devices[d].memory_total_bytes == 0) continue;
+      fmt::format_to(std::back_inserter(out), "{}{{device=\"{}\"}} {}\n", name, d, value(status.devices[d]));
+    }
+  };
+  using Device = DaemonStatus::Device;
+  per_device("batchd_daemon_device_memory_free_bytes", "Each device's free memory.",
+             [](const Device& dev) { return dev.memory_free_bytes; }, true);
+  per_device("batchd_daemon_device_memory_total_bytes", "Each device's memory.",
+             [](const Device& dev) { return dev.memory_total_bytes; }, true);
+  per_device("batchd_daemon_device_byte_budget",
+             "The largest batch, in input bytes, each device's memory takes now.",
+             [](const Device& dev) { return dev.byte_budget; }, false);
+}
+
 void render_devices(const DaemonStatus& status, std::string& out) {
   static constexpr std::string_view kStates[] = {"healthy", "unhealthy", "probing"};
   family(out, "batchd_daemon_device_state", "gauge", "1 for each device's current state.");
@@ -96,6 +115,7 @@ void render_devices(const DaemonStatus& status, std::string& out) {
                    static_cast<double>(status.devices[d].batch_ns) / 1e9);
   }
   render_cost_fits(status, out);
+  render_device_memory(status, out);
 }
 
 }  // namespace

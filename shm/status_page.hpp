@@ -21,13 +21,19 @@ inline constexpr std::size_t kFlushReasons = 8;            // daemon's FlushReas
 
 struct alignas(64) StatusDevice {
   std::atomic<std::uint32_t> state;  // DeviceState: 0 healthy, 1 unhealthy, 2 probing
-  std::atomic<std::uint32_t> reserved;
+  // Device memory, in what was padding (0 from a daemon without it): the largest batch, in input
+  // bytes, the device's memory takes now (at most max_batch_bytes, so it fits 32 bits), and its
+  // free and total memory (total 0: the backend does not report memory).
+  std::atomic<std::uint32_t> byte_budget;
   std::atomic<std::uint64_t> batches_ok;
   std::atomic<std::uint64_t> batches_failed;
   std::atomic<std::uint64_t> timeouts;
   std::atomic<std::uint64_t> outstanding_requests;
   std::atomic<std::uint64_t> batch_ns;  // measured batch time (moving average)
+  std::atomic<std::uint64_t> memory_free_bytes;
+  std::atomic<std::uint64_t> memory_total_bytes;
 };
+static_assert(sizeof(StatusDevice) == 64, "device memory fills the padding; the table keeps its layout");
 
 // A device's fitted batch cost: fixed + per_item x requests + per_byte x bytes. Picoseconds keep
 // a cpu backend's sub-nanosecond per-byte cost visible.

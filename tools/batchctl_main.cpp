@@ -17,6 +17,19 @@ std::uint64_t taken(const batchd::DaemonStatus& s, batchd::Priority priority) {
   return s.requests_taken_by_class[static_cast<std::size_t>(priority)];
 }
 
+// A device's memory line: "" when the backend does not report memory and nothing is held back.
+std::string memory_text(const batchd::DaemonStatus::Device& dev, std::uint64_t max_batch_bytes) {
+  std::string out;
+  if (dev.memory_total_bytes != 0) {
+    out = fmt::format("{:.1f} of {:.1f} MiB free", static_cast<double>(dev.memory_free_bytes) / (1 << 20),
+                      static_cast<double>(dev.memory_total_bytes) / (1 << 20));
+  }
+  if (dev.byte_budget < max_batch_bytes) {
+    out += fmt::format("{}batches held to {} input bytes", out.empty() ? "" : ", ", dev.byte_budget);
+  }
+  return out.empty() ? out : "  memory: " + out + "\n";
+}
+
 std::string as_text(const batchd::DaemonStatus& s) {
   std::string out = fmt::format(
       "backend {} (pid {}), {} of {} devices healthy, {} clients\n"
@@ -51,6 +64,7 @@ std::string as_text(const batchd::DaemonStatus& s) {
                        d, dev.state, dev.batches_ok, dev.batches_failed, dev.timeouts,
                        dev.outstanding_requests, static_cast<double>(dev.batch_ns) / 1e6,
                        dev.fixed_ns / 1e6, dev.per_item_ns / 1e3, dev.per_byte_ns, dev.cost_samples);
+    out += memory_text(dev, s.max_batch_bytes);
   }
   return out;
 }
@@ -60,10 +74,12 @@ std::string as_json(const batchd::DaemonStatus& s) {
   for (const auto& dev : s.devices) {
     devices += fmt::format("{}{{\"state\":\"{}\",\"batches_ok\":{},\"batches_failed\":{},\"timeouts\":{},"
                            "\"outstanding_requests\":{},\"batch_ns\":{},\"cost\":{{\"fixed_ns\":{},"
-                           "\"per_item_ns\":{},\"per_byte_ns\":{},\"samples\":{}}}}}",
+                           "\"per_item_ns\":{},\"per_byte_ns\":{},\"samples\":{}}},\"memory_free_bytes\":{},"
+                           "\"memory_total_bytes\":{},\"byte_budget\":{}}}",
                            devices.empty() ? "" : ",", dev.state, dev.batches_ok, dev.batches_failed,
                            dev.timeouts, dev.outstanding_requests, dev.batch_ns, dev.fixed_ns,
-                           dev.per_item_ns, dev.per_byte_ns, dev.cost_samples);
+                           dev.per_item_ns, dev.per_byte_ns, dev.cost_samples, dev.memory_free_bytes,
+                           dev.memory_total_bytes, dev.byte_budget);
   }
   std::string flushes;
   for (const auto& [reason, count] : s.flushes) {
