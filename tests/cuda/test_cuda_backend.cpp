@@ -89,6 +89,20 @@ TEST_CASE("every visible device answers") {
   }
 }
 
+TEST_CASE("every device reports its memory (cudaMemGetInfo), from a thread that runs no lane") {
+  auto backend = make_backend(1);
+  std::thread watchdog([&] {
+    for (unsigned device = 0; device < backend->devices(); ++device) {
+      const batchd::DeviceMemory memory = backend->memory(device);
+      CHECK(memory.total_bytes > 0);
+      CHECK(memory.free_bytes > 0);
+      CHECK(memory.free_bytes <= memory.total_bytes);
+      CHECK(memory.batch_bytes == 0);
+    }
+  });
+  watchdog.join();
+}
+
 TEST_CASE("a window of a larger batch (first offset not 0) is hashed from its own bytes") {
   auto backend = make_backend(1);
   std::mt19937_64 rng(8);
