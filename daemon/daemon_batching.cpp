@@ -77,9 +77,8 @@ bool Daemon::would_miss_deadline(const TakenRequest& taken, std::int64_t now_ns,
   const std::uint64_t not_waiting = behind + view.delays.dispatched;
   const std::uint64_t in_flight = stats_.in_flight();
   const std::uint64_t waiting_ahead = in_flight > not_waiting ? in_flight - not_waiting : 0;
-  // Nothing ahead and a lane free: the request runs at once whatever the estimate says, and its
-  // batch is what corrects an estimate that went wrong.
-  if (waiting_ahead <= 1 && view.delays.first_free_ns == 0 && view.delays.lanes > 0) return false;
+  // No exception for an estimate that went wrong: a device's fit counts only while it keeps
+  // running batches (Router::lane_view), so refusing everything sets it aside within a second.
   std::int64_t delay_ns = Router::estimate_delay_ns(view.delays, waiting_ahead, config_.batch.max_batch);
   // Requests of higher classes that arrive while this one waits will pass it too.
   if (view.passing_per_ns[rank] > 0) {
