@@ -96,7 +96,10 @@ TEST_CASE("the cost fit the daemon publishes is the simulated device's cost") {
     CHECK(dev.fixed_ns < 2'600'000);
     const double batch_of_24 = dev.fixed_ns + 24 * dev.per_item_ns + 24 * 40 * dev.per_byte_ns;
     CHECK(batch_of_24 > 0.95 * 2'480'000);
-    CHECK(batch_of_24 < 1.25 * 2'480'000);
+    // The sim computes every answer as well as sleeping: under a sanitizer that work is several
+    // times slower and the fit rightly sees it (TSan: 760 ns/byte), so the allowance above the
+    // model's time is stretched by the build's slowdown.
+    CHECK(batch_of_24 < 2'480'000 + 0.25 * 2'480'000 * test::slowdown());
   }
 }
 
