@@ -53,7 +53,8 @@ class SimBackend final : public Backend {
 
  private:
   // Sleeps for ns unless shutdown() comes first; returns false if it did.
-  bool sleep_for_ns(std::int64_t ns);
+  // Until CLOCK_MONOTONIC reaches until_ns; false when shutting down.
+  bool sleep_until_ns(std::int64_t until_ns);
   std::string injected_fault(unsigned device, const BatchInput& in);
   BackendStatus run_charged(unsigned device, const BatchInput& in, BatchOutput& out);
 

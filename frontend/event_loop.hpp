@@ -27,6 +27,9 @@ struct LoopContext {
   int listen_fd = -1;               // owned by the loop from construction on
   int wake_fd = -1;                 // eventfd: stop requests and daemon hand-overs (not owned)
   const std::atomic<bool>* stop_requested = nullptr;
+  // Set on SIGTERM, --drain-delay-ms before stop_requested: /readyz fails while requests are still
+  // served, so a load balancer moves traffic away before the listener closes.
+  const std::atomic<bool>* leaving = nullptr;
   const FrontendOptions* options = nullptr;
   const UringFeatures* features = nullptr;
   MetricsRegistry* metrics = nullptr;

@@ -119,7 +119,9 @@ void EventLoop::poll_daemon() {
 }
 
 Readiness EventLoop::readiness() {
-  if (stopping_) return {false, "draining", "the server is shutting down"};
+  if (stopping_ || context_.leaving->load(std::memory_order_acquire)) {
+    return {false, "draining", "the server is shutting down"};
+  }
   Client* client = link_.client();
   if (client == nullptr || !client->connected()) {
     return {false, "daemon_unavailable", "not attached to the batchd daemon: " + link_.last_error()};

@@ -62,6 +62,10 @@ void add_flags(CLI::App& app, FrontendOptions& o, std::string& io_mode, std::str
   app.add_option("--drain-timeout-ms", o.drain_timeout_ms,
                  "on SIGTERM, wait at most this long for answers owed (0: --max-timeout-ms + 1 s)")
       ->capture_default_str();
+  app.add_option("--drain-delay-ms", o.drain_delay_ms,
+                 "on SIGTERM, keep serving this long with /readyz failing before closing the listener "
+                 "(a load balancer's health-check interval x its fall count; a second signal cuts it short)")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{0}, std::int64_t{600'000}));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
 }
 
@@ -81,6 +85,7 @@ int run_workers(const FrontendOptions& options, const batchd::http::UringFeature
                 const std::vector<int>& listeners, const sigset_t& signals) {
   batchd::http::MetricsRegistry metrics(options.workers);
   std::atomic<bool> stop{false};
+  std::atomic<bool> leaving{false};
   std::atomic<bool> failed{false};
   std::vector<int> wake_fds;
   for (unsigned i = 0; i < options.workers; ++i) wake_fds.push_back(::eventfd(0, EFD_CLOEXEC));
@@ -88,7 +93,7 @@ int run_workers(const FrontendOptions& options, const batchd::http::UringFeature
   for (unsigned i = 0; i < options.workers; ++i) {
     threads.emplace_back([&, i] {
       try {
-        batchd::http::EventLoop loop({i, listeners[i], wake_fds[i], &stop, &options, &features, &metrics});
+        batchd::http::EventLoop loop({i, listeners[i], wake_fds[i], &stop, &leaving, &options, &features, &metrics});
         loop.run();
       } catch (const std::exception& e) {
         spdlog::critical("batchd-http: worker {}: {}", i, e.what());
@@ -99,6 +104,14 @@ int run_workers(const FrontendOptions& options, const batchd::http::UringFeature
   }
   int sig = 0;
   sigwait(&signals, &sig);
+  leaving.store(true, std::memory_order_release);
+  if (options.drain_delay_ms > 0 && !failed.load()) {
+    spdlog::info("batchd-http: signal {}: /readyz fails from now; serving on for {} ms", sig, options.drain_delay_ms);
+    const timespec delay{static_cast<time_t>(options.drain_delay_ms / 1000),
+                         static_cast<long>(options.drain_delay_ms % 1000) * 1'000'000};
+    // A second signal (an impatient operator, systemd's stop timeout) ends the delay at once.
+    if (sigtimedwait(&signals, nullptr, &delay) > 0) spdlog::info("batchd-http: second signal: delay cut short");
+  }
   spdlog::info("batchd-http: signal {}: no new connections; finishing the requests in flight", sig);
   stop.store(true, std::memory_order_release);
   for (const int fd : wake_fds) {

@@ -29,6 +29,7 @@ struct FrontendOptions {
   std::int64_t max_timeout_ms = 60000;    // X-Timeout-Ms is capped to this
   std::uint64_t ready_max_queue = 65536;  // /readyz fails when the daemon's queue is this deep
   std::int64_t drain_timeout_ms = 0;      // SIGTERM: longest wait for answers; 0: max_timeout_ms + 1 s
+  std::int64_t drain_delay_ms = 0;        // SIGTERM: /readyz fails this long before the listener closes
 };
 
 }  // namespace batchd::http

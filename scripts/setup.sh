@@ -10,6 +10,7 @@ packages=(
   libcli11-dev libfmt-dev libspdlog-dev libsimdjson-dev libtomlplusplus-dev libsystemd-dev
   libasan8 libubsan1 libtsan2
   curl clang libclang-rt-14-dev systemd
+  haproxy
   "$@"
 )
 

@@ -1,9 +1,11 @@
 // batchd-stress as the benchmarks use it: answers checked against the sim backend or SHA-256 of
 // the daemon's cost, wrong ones counted and reflected in the exit status, and an open loop whose
 // measured window excludes warm-up and cool-down load; priority classes, one or a mix, reported
-// per class. (Over HTTP: tests/http.)
+// per class; --csv's per-second rows. (Over HTTP: tests/http.)
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -175,4 +177,52 @@ TEST_CASE("--priority: the open loop sends every request in that class, and only
   CHECK_FALSE(run.has("/by_class/normal"));
   const test::ClassCounts expected{0, 0, requests};
   CHECK(test::taken_by_class(*watcher, expected) == expected);
+}
+
+TEST_CASE("--csv: one row per second whose counts add up to the summary's, and a bad path refused") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "sim", "--sim-devices", "2", "--sim-fixed-us", "200",
+                                      "--sim-per-item-us", "5", "--max-wait-ms", "1"});
+  const std::string csv = test::temp_socket_path("run.csv");
+  const test::StressRun run = test::run_stress({"--socket", socket, "--expect-sim", "1", "--rate", "400",
+                                                "--duration", "2.5", "--csv", csv});
+  REQUIRE(run.process.exit_code() == 0);
+  std::ifstream in(csv);
+  std::string line;
+  REQUIRE(std::getline(in, line));
+  CHECK(line == "elapsed_s,sent,ok,errors,wrong,p50_us,p99_us");
+  std::vector<std::vector<double>> rows;
+  while (std::getline(in, line)) {
+    std::vector<double> row;
+    std::stringstream fields(line);
+    for (std::string field; std::getline(fields, field, ',');) row.push_back(std::stod(field));
+    REQUIRE(row.size() == 7);
+    rows.push_back(row);
+  }
+  // Whole seconds 1 and 2, then the last part-second (connecting and the wait for the last answers
+  // make the run a little longer than 2.5 s).
+  REQUIRE(rows.size() >= 3);
+  CHECK(rows[0][0] == doctest::Approx(1.0));
+  CHECK(rows[1][0] == doctest::Approx(2.0));
+  double sent = 0, ok = 0;
+  for (const auto& row : rows) {
+    sent += row[1];
+    ok += row[2];
+    CHECK(row[3] == 0);
+    CHECK(row[4] == 0);
+    if (row[2] > 0) {
+      CHECK(row[5] > 0);
+      CHECK(row[6] >= row[5]);
+    }
+  }
+  CHECK(sent == run.field("sent"));
+  CHECK(ok == run.field("ok"));
+  // About 400 a second while the load runs.
+  CHECK(rows[1][1] == doctest::Approx(400).epsilon(0.2));
+
+  const test::StressRun bad = test::run_stress({"--socket", socket, "--requests", "1", "--csv", "/nonexistent/dir/x.csv"},
+                                               std::chrono::seconds(30));
+  INFO("stderr: ", bad.process.err);
+  CHECK(bad.process.exit_code() == 64);
+  CHECK(bad.process.err.find("/nonexistent/dir/x.csv") != std::string::npos);
 }

@@ -17,6 +17,7 @@
 #include "tools/stress_inputs.hpp"
 #include "tools/stress_loops.hpp"
 #include "tools/stress_options.hpp"
+#include "tools/stress_csv.hpp"
 #include "tools/stress_progress.hpp"
 #include "tools/stress_report.hpp"
 #include "tools/stress_shm_transport.hpp"
@@ -71,18 +72,29 @@ std::unique_ptr<batchd::Client> connect(const batchd::stress::Options& options) 
 
 // Runs the loop the options ask for over `transport`, with the live progress line on stderr
 // when a person is watching.
-batchd::stress::RunResult run_loop(const batchd::stress::Options& options,
+std::optional<batchd::stress::RunResult> run_loop(const batchd::stress::Options& options,
                                    const batchd::stress::InputPool& inputs,
                                    batchd::stress::LiveStats& live,
                                    batchd::stress::Transport& transport) {
   using namespace batchd::stress;
   const bool show_progress = !options.quiet && ::isatty(STDERR_FILENO) == 1;
   std::optional<Progress> progress;
-  if (show_progress) progress.emplace(live, now_ns());
+  const std::int64_t start_ns = now_ns();
+  if (show_progress) progress.emplace(live, start_ns);
+  std::unique_ptr<CsvLog> csv;
+  if (!options.csv_path.empty()) {
+    batchd::Expected<std::unique_ptr<CsvLog>> opened = CsvLog::open(options.csv_path, live, start_ns);
+    if (!opened) {
+      fmt::print(stderr, "batchd-stress: {}\n", opened.error().message);
+      return std::nullopt;
+    }
+    csv = std::move(*opened);
+  }
   RunContext ctx{options, inputs, live, g_interrupted};
   RunResult result = options.mode == Mode::kOpen ? run_open_loop(ctx, transport)
                                                  : run_closed_loop(ctx, transport);
   if (progress) progress->stop();
+  if (csv) csv->stop();
   return result;
 }
 

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <random>
 
 #include "base/expected.hpp"
@@ -91,6 +92,8 @@ void add_options(CLI::App& app, Options& o, std::string& input_bytes, std::int64
   app.add_option("--seed", o.seed, "seed for the inputs (default: random, printed in the summary)");
   app.add_flag("--json", o.json, "also print the summary as one JSON object on the last stdout line");
   app.add_flag("--quiet", o.quiet, "no live progress line on stderr");
+  app.add_option("--csv", o.csv_path,
+                 "write one row per second (elapsed_s, sent, ok, errors, wrong, p50_us, p99_us) to this file");
 }
 
 void add_priority_options(CLI::App& app, std::string& priority, std::string& mix) {
@@ -183,6 +186,12 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     o.timeout = std::chrono::milliseconds(timeout_ms);
     o.http_timeout = std::chrono::milliseconds(http_timeout_ms);
     if (auto http = finish_http(app, o); !http) throw CLI::ValidationError(http.error().message);
+    // Found out now rather than after connecting ("a": the run truncates it when it starts).
+    if (!o.csv_path.empty()) {
+      std::FILE* probe = std::fopen(o.csv_path.c_str(), "a");
+      if (probe == nullptr) throw CLI::ValidationError("--csv", errno_failure(o.csv_path).message);
+      std::fclose(probe);
+    }
   } catch (const CLI::ParseError& e) {
     exit_code = app.exit(e) == 0 ? 0 : kExitUsage;
     return std::nullopt;

@@ -41,6 +41,7 @@ struct Options {
   std::uint64_t seed = 0;
   bool json = false;
   bool quiet = false;
+  std::string csv_path;             // --csv: per-second rows (empty: none)
 };
 
 const char* mode_name(Mode mode) noexcept;

@@ -40,18 +40,20 @@ void LiveHistogram::add(std::int64_t latency_ns) noexcept {
   counts_[bucket_of(us)].fetch_add(1, std::memory_order_relaxed);
 }
 
-std::uint64_t LiveHistogram::quantile_us(double q) const noexcept {
-  std::array<std::uint64_t, kBuckets> snapshot{};
+LiveHistogram::Counts LiveHistogram::counts() const noexcept {
+  Counts out{};
+  for (std::size_t i = 0; i < kBuckets; ++i) out[i] = counts_[i].load(std::memory_order_relaxed);
+  return out;
+}
+
+std::uint64_t LiveHistogram::quantile_us(const Counts& counts, double q) noexcept {
   std::uint64_t total = 0;
-  for (std::size_t i = 0; i < kBuckets; ++i) {
-    snapshot[i] = counts_[i].load(std::memory_order_relaxed);
-    total += snapshot[i];
-  }
+  for (const std::uint64_t n : counts) total += n;
   if (total == 0) return 0;
   const auto rank = static_cast<std::uint64_t>(q * static_cast<double>(total - 1)) + 1;
   std::uint64_t seen = 0;
   for (std::size_t i = 0; i < kBuckets; ++i) {
-    seen += snapshot[i];
+    seen += counts[i];
     if (seen >= rank) return bucket_floor(i);
   }
   return bucket_floor(kBuckets - 1);

@@ -33,12 +33,17 @@ std::size_t error_kind_by_name(std::string_view name) noexcept;
 // updated with relaxed atomics: good enough for a progress line, never used for the summary.
 class LiveHistogram {
  public:
+  static constexpr std::size_t kBuckets = 16 + 60 * 8;
+  using Counts = std::array<std::uint64_t, kBuckets>;
+
   void add(std::int64_t latency_ns) noexcept;
   // The approximate q-quantile (0..1) so far, in microseconds; 0 when empty.
-  [[nodiscard]] std::uint64_t quantile_us(double q) const noexcept;
+  [[nodiscard]] std::uint64_t quantile_us(double q) const noexcept { return quantile_us(counts(), q); }
+  // The counts so far; two snapshots' difference is the histogram of the time between them.
+  [[nodiscard]] Counts counts() const noexcept;
+  [[nodiscard]] static std::uint64_t quantile_us(const Counts& counts, double q) noexcept;
 
  private:
-  static constexpr std::size_t kBuckets = 16 + 60 * 8;
   static std::size_t bucket_of(std::uint64_t us) noexcept;
   static std::uint64_t bucket_floor(std::size_t bucket) noexcept;
   std::array<std::atomic<std::uint64_t>, kBuckets> counts_{};
