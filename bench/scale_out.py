@@ -6,12 +6,14 @@ ones), on the sim backend so that the devices, not this 2-core machine, are the 
    10 ms + 1 ms per request, batches of at most 16: 16 / 26 ms = 615 requests/s per node), with
    enough callers to keep every node's device busy; it should grow nearly linearly;
 2. overhead: the same open-loop load (a node with room to spare) straight to a node's batchd-http
-   and through HAProxy, in the same run: the latency the balancer adds.
+   and through HAProxy, in the same run: the latency the balancer adds;
+3. kill: 5,000 requests/s through HAProxy to 3 nodes for 15 s, one node's batchd-http and batchd
+   killed with SIGKILL at 5 s and restarted at 10 s: sent, ok, failed, wrong, and the worst
+   per-second p99 before, during and after (batchd-stress --csv).
 
 Writes bench/results/scale-out.json. Needs haproxy (scripts/setup.sh installs it) and a release
 build (BATCHD_BENCH_BUILD, default build-release)."""
 
-import json
 import shutil
 import socket
 import subprocess
@@ -63,6 +65,17 @@ class Node:
     def stop(self):
         self.http.stop()
         self.daemon.stop()
+
+    def kill(self):
+        for proc in (self.http, self.daemon):
+            proc.proc.kill()
+            proc.proc.wait()
+
+    def restart(self, daemon_flags: list):
+        self.daemon, sock = benchlib.start_daemon(self.dir, *daemon_flags)
+        self.http = benchlib.Process([benchlib.binary("frontend/batchd-http"), "--listen", f"127.0.0.1:{self.port}",
+                                      "--socket", str(sock), "--workers", "1", "--log-level", "warn"], "http-again")
+        wait_port(self.port, self.http, "restarted batchd-http")
 
 
 class Haproxy:
@@ -142,8 +155,41 @@ def overhead(work: Path) -> dict:
     return out
 
 
+def node_kill(work: Path) -> dict:
+    flags = ["--backend", "sim", "--sim-devices", "2", "--sim-fixed-us", "2000", "--sim-per-item-us", "20"]
+    nodes = [Node(work, f"kill-{i}", flags) for i in range(3)]
+    proxy = Haproxy(work, [n.port for n in nodes])
+    csv = work / "kill.csv"
+    try:
+        time.sleep(1.5)
+        args = [benchlib.binary("tools/batchd-stress"), "--http", f"http://127.0.0.1:{proxy.port}", "--json", "--quiet",
+                "--expect-sim", "1", "--input-bytes", "16:64", "--rate", "5000", "--duration", "15",
+                "--connections", "128", "--pipeline-depth", "1", "--csv", str(csv)]
+        start = time.monotonic()
+        load = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(max(0.0, start + 5 - time.monotonic()))
+        nodes[1].kill()
+        time.sleep(max(0.0, start + 10 - time.monotonic()))
+        nodes[1].restart(flags)
+        out, _ = load.communicate(timeout=120)
+        summary = benchlib.last_json_line(out, "batchd-stress (node kill)")
+    finally:
+        proxy.stop()
+        for n in nodes:
+            n.stop()
+    rows = [line.split(",") for line in csv.read_text().splitlines()[1:]]
+    seconds = [{"t": float(r[0]), "sent": int(r[1]), "ok": int(r[2]), "errors": int(r[3]), "p99_us": int(r[6])} for r in rows]
+    phase = lambda lo, hi: max((x["p99_us"] for x in seconds if lo < x["t"] <= hi), default=0)
+    result = {k: summary[k] for k in ("sent", "ok", "errors", "wrong", "p50_us", "p99_us")}
+    result.update(per_second=seconds, worst_p99_us={"before": phase(0, 5), "during": phase(5, 10), "after": phase(10, 99)})
+    print(f"scale-out: node kill: sent {result['sent']}, ok {result['ok']}, failed {result['errors']}, wrong "
+          f"{result['wrong']}; worst per-second p99 before {result['worst_p99_us']['before'] / 1e3:.1f} ms, during "
+          f"{result['worst_p99_us']['during'] / 1e3:.1f} ms, after {result['worst_p99_us']['after'] / 1e3:.1f} ms")
+    return result
+
+
 def main():
-    parts = sys.argv[1:] or ["nodes", "overhead"]
+    parts = sys.argv[1:] or ["nodes", "overhead", "kill"]
     with tempfile.TemporaryDirectory(prefix="batchd-scale-") as tmp:
         work = Path(tmp)
         result = {"node_cost": NODE_COST, "node_capacity_rps": NODE_CAPACITY, "seconds": SECONDS}
@@ -151,8 +197,9 @@ def main():
             result["nodes"] = node_scaling(work)
         if "overhead" in parts:
             result["overhead"] = overhead(work)
+        if "kill" in parts:
+            result["kill"] = node_kill(work)
         benchlib.write_result("scale-out.json", result)
-        print(json.dumps({k: v for k, v in result.items() if k != "overhead"}, indent=1)[:2000])
 
 
 if __name__ == "__main__":
