@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib  # noqa: E402
 from model import CostModel, predict  # noqa: E402
 from report_adaptive import adaptive_parts  # noqa: E402
+from report_scale import scale_out_section  # noqa: E402
 from sweep import model_entry  # noqa: E402
 
 DOCS = benchlib.ROOT / "docs"
@@ -366,10 +367,11 @@ def main():
             p["model"] = model_entry(predict(cost, p["max_batch"], p["max_wait_ms"], p["rate"], spares(p)))
     service, openloop = load("service.json"), load("openloop.json")
     adaptive, closed, step = load("sweep-adaptive.json"), load("closed-loop.json"), load("load-step.json")
+    scale = load("scale-out.json")
     sections = [("1", ipc), ("1b", openloop), ("2", gain), ("3", sweep), ("3b", adaptive), ("3c", closed),
-                ("3d", step), ("4", http), ("5", service)]
+                ("3d", step), ("4", http), ("4b", scale), ("5", service)]
     parts = {"MACHINE": machine_line(sections), "IPC": ipc_section(ipc), "GAIN": gain_section(gain),
-             "HTTP": http_section(http), "SERVICE": service_section(service),
+             "HTTP": http_section(http), "SERVICE": service_section(service), "SCALE_OUT": scale_out_section(scale),
              "OPENLOOP": openloop_section(openloop), **sweep_parts(sweep),
              **adaptive_parts(adaptive, closed, step, PLOTS)}
     if sweep:
