@@ -141,7 +141,15 @@ void CostModel::publish_locked() noexcept {
     fixed += per_byte * mean_x_[2];
     per_byte = 0;
   }
-  fixed_ns_.store(std::max(fixed, 0.0) * 1000.0, std::memory_order_relaxed);
+  // Likewise a negative fixed cost (batches all of about one size cannot tell a fixed cost from a
+  // per-request one): its part goes into the per-request cost at the recent mean batch, so a batch
+  // of that size is still predicted right rather than a fixed cost's worth too slow.
+  if (fixed < 0) {
+    if (mean_x_[1] > 0) per_item += fixed / mean_x_[1];
+    fixed = 0;
+    per_item = std::max(per_item, 0.0);
+  }
+  fixed_ns_.store(fixed * 1000.0, std::memory_order_relaxed);
   per_item_ns_.store(per_item * 1000.0 / kItemScale, std::memory_order_relaxed);
   per_byte_ns_.store(per_byte * 1000.0 / kByteScale, std::memory_order_relaxed);
   fitted_.store(remembered_ >= kMinSamples, std::memory_order_release);

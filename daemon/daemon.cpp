@@ -168,7 +168,9 @@ void Daemon::publish_status() noexcept {
   page.arrivals_per_s.store(stats_.arrivals_per_s.load(relaxed), relaxed);
   page.target_batch.store(stats_.target_batch.load(relaxed), relaxed);
   for (std::size_t d = 0; d < std::min(devices.size(), shm::kStatusDevices); ++d) {
-    const CostFit fit = router_->cost_fit(static_cast<unsigned>(d));
+    // Until it is trusted the policy uses the prior ("no cost"), so that is what is shown.
+    CostFit fit = router_->cost_fit(static_cast<unsigned>(d));
+    if (!fit.fitted) fit.fixed_ns = fit.per_item_ns = fit.per_byte_ns = 0;
     shm::StatusCost& out = page.cost[d];
     out.fixed_ns.store(static_cast<std::uint64_t>(fit.fixed_ns), relaxed);
     out.per_item_ps.store(static_cast<std::uint64_t>(fit.per_item_ns * 1000), relaxed);

@@ -146,3 +146,22 @@ TEST_CASE("bytes that grow with the count, in a narrow band, for thousands of ba
   CHECK(near(fit.predict_ns(28, 1120), 2'560'000, 0.03));
   CHECK(fit.fixed_ns < 3'000'000);
 }
+
+TEST_CASE("a band of sizes whose times fit a negative fixed cost: published as 0, the mean batch still right") {
+  // Batch times over 22..26 requests that a line meets below zero at n = 0 (time growing faster
+  // than the count in this band). Clamping the fixed cost to 0 alone would predict every batch
+  // 2 ms too slow; moving it into the per-request cost keeps the batches the device runs right.
+  CostModel model;
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 2'000; ++i) {
+    const std::uint64_t items = std::uniform_int_distribution<std::uint64_t>(22, 26)(rng);
+    const double us = -2000.0 + 600.0 * static_cast<double>(items);
+    model.record(items, items * 40, static_cast<std::int64_t>(us * 1000));
+  }
+  const CostFit fit = model.fit();
+  INFO("fixed " << fit.fixed_ns << " per item " << fit.per_item_ns << " per byte " << fit.per_byte_ns);
+  CHECK(fit.fixed_ns >= 0);
+  CHECK(fit.per_item_ns >= 0);
+  CHECK(fit.per_byte_ns >= 0);
+  CHECK(near(fit.predict_ns(24, 960), 12'400'000, 0.03));
+}

@@ -10,6 +10,14 @@
 
 namespace {
 
+// A duration in the unit that shows it: a cpu batch takes microseconds, a GPU's milliseconds, and
+// "0.000 ms" told a reader nothing.
+std::string duration_text(double ns) {
+  if (ns >= 1e6) return fmt::format("{:.3f} ms", ns / 1e6);
+  if (ns >= 1e3) return fmt::format("{:.1f} us", ns / 1e3);
+  return fmt::format("{:.0f} ns", ns);
+}
+
 constexpr batchd::Priority kClasses[] = {batchd::Priority::kHigh, batchd::Priority::kNormal,
                                          batchd::Priority::kLow};
 
@@ -58,12 +66,15 @@ std::string as_text(const batchd::DaemonStatus& s) {
   out += "\n";
   for (std::size_t d = 0; d < s.devices.size(); ++d) {
     const auto& dev = s.devices[d];
+    const bool fitted = dev.fixed_ns > 0 || dev.per_item_ns > 0 || dev.per_byte_ns > 0;
     out += fmt::format("device {}: {:9} {} batches ok, {} failed, {} timeouts, {} requests "
-                       "outstanding, batch time {:.3f} ms; fitted cost {:.3f} ms + {:.3f} us/request "
-                       "+ {:.3f} ns/byte ({} batches)\n",
+                       "outstanding, batch time {}; {} ({} batches)\n",
                        d, dev.state, dev.batches_ok, dev.batches_failed, dev.timeouts,
-                       dev.outstanding_requests, static_cast<double>(dev.batch_ns) / 1e6,
-                       dev.fixed_ns / 1e6, dev.per_item_ns / 1e3, dev.per_byte_ns, dev.cost_samples);
+                       dev.outstanding_requests, duration_text(static_cast<double>(dev.batch_ns)),
+                       fitted ? fmt::format("fitted cost {} + {}/request + {:.3f} ns/byte", duration_text(dev.fixed_ns),
+                                            duration_text(dev.per_item_ns), dev.per_byte_ns)
+                              : std::string("cost not fitted yet"),
+                       dev.cost_samples);
     out += memory_text(dev, s.max_batch_bytes);
   }
   return out;
