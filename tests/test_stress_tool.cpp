@@ -226,3 +226,39 @@ TEST_CASE("--csv: one row per second whose counts add up to the summary's, and a
   CHECK(bad.process.exit_code() == 64);
   CHECK(bad.process.err.find("/nonexistent/dir/x.csv") != std::string::npos);
 }
+
+TEST_CASE("--input-file replays real inputs, plain or JSON lines, every answer checked; a bad file is refused") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  const std::string inputs = test::temp_socket_path("inputs.txt");
+  // A plain line, a JSON line with escapes and a newline inside, an empty input, a line that
+  // would be JSON if it were not given as a JSON string, and one written on Windows.
+  std::ofstream(inputs) << "hello\n"
+                        << "{\"input\": \"w\\u00f6rld \\\"quoted\\\"\\nsecond line\"}\n"
+                        << "\n"
+                        << "{\"input\": \"{not json}\"}\n"
+                        << "plain 🙂\r\n";
+  const std::uint64_t requests = test::scaled(50, 10);
+  const test::StressRun run = test::run_stress({"--socket", socket, "--threads", "2", "--requests",
+                                                std::to_string(requests), "--input-file", inputs});
+  INFO("stderr: ", run.process.err);
+  REQUIRE(run.process.exit_code() == 0);
+  CHECK(run.field("ok") == static_cast<double>(requests));
+  CHECK(run.field("wrong") == 0);
+
+  struct Bad {
+    std::string text;
+    std::string message;
+  };
+  for (const Bad& bad : {Bad{"fine\n{\"inputs\": [\"x\"]}\n", ":2: a line starting with '{' must be a JSON object"},
+                         Bad{"fine\nalso fine\n\xff\xfe\n", ":3: not valid UTF-8"},
+                         Bad{"", "no inputs in the file"}}) {
+    const std::string path = test::temp_socket_path("bad.txt");
+    std::ofstream(path) << bad.text;
+    const test::StressRun refused = test::run_stress({"--socket", socket, "--requests", "1", "--input-file", path},
+                                                     std::chrono::seconds(30));
+    INFO("stderr: ", refused.process.err);
+    CHECK(refused.process.exit_code() == 64);
+    CHECK(refused.process.err.find(bad.message) != std::string::npos);
+  }
+}

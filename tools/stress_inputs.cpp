@@ -79,9 +79,14 @@ InputPool::InputPool(std::uint32_t min_bytes, std::uint32_t max_bytes, std::uint
   for (std::size_t i = 0; i < kPoolBodies; ++i) bodies_.push_back(random_body(length_dist(rng), rng));
 }
 
+InputPool::InputPool(std::vector<std::string> replay) : bodies_(std::move(replay)), max_bytes_(0), verbatim_(true) {
+  for (const std::string& body : bodies_) max_bytes_ = std::max(max_bytes_, static_cast<std::uint32_t>(body.size()));
+}
+
 void InputPool::build(std::uint64_t id, std::string& out) const {
   static constexpr char kHex[] = "0123456789abcdef";
   out.assign(bodies_[id % bodies_.size()]);
+  if (verbatim_) return;
   const std::size_t digits = id_digits(out.size());
   // Lowest digits last, so a prefix shortened by a short input still varies from id to id.
   std::uint64_t rest = id;

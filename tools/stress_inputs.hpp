@@ -14,6 +14,9 @@ class InputPool {
   // Bodies have lengths drawn uniformly from [min_bytes, max_bytes]; the same seed gives the
   // same input for the same request id.
   InputPool(std::uint32_t min_bytes, std::uint32_t max_bytes, std::uint64_t seed);
+  // Replays these inputs verbatim, in turn (--input-file). They carry no id, so a cross-wired
+  // answer shows only where the two inputs differ: real inputs are rarely all alike.
+  explicit InputPool(std::vector<std::string> replay);
 
   // Writes request `id`'s input into `out`. Allocates nothing once out has capacity max_bytes().
   void build(std::uint64_t id, std::string& out) const;
@@ -23,6 +26,7 @@ class InputPool {
  private:
   std::vector<std::string> bodies_;
   std::uint32_t max_bytes_;
+  bool verbatim_ = false;
 };
 
 }  // namespace batchd::stress

@@ -98,6 +98,11 @@ std::optional<batchd::stress::RunResult> run_loop(const batchd::stress::Options&
   return result;
 }
 
+batchd::stress::InputPool make_inputs(const batchd::stress::Options& options) {
+  if (!options.replay.empty()) return batchd::stress::InputPool(options.replay);
+  return batchd::stress::InputPool(options.min_input_bytes, options.max_input_bytes, options.seed);
+}
+
 // Over shared memory; nothing when the daemon cannot be reached.
 std::optional<batchd::stress::RunResult> run_shm(const batchd::stress::Options& options,
                                                  batchd::stress::LiveStats& live) {
@@ -105,7 +110,7 @@ std::optional<batchd::stress::RunResult> run_shm(const batchd::stress::Options& 
   const std::unique_ptr<batchd::Client> client = connect(options);
   if (!client) return std::nullopt;
   warn_about_limits(*client, options);
-  const InputPool inputs(options.min_input_bytes, options.max_input_bytes, options.seed);
+  const InputPool inputs = make_inputs(options);
   const std::unique_ptr<Transport> transport = make_shm_transport(*client, options, inputs);
   return run_loop(options, inputs, live, *transport);
 }
@@ -125,7 +130,7 @@ std::optional<batchd::stress::RunResult> run_http(const batchd::stress::Options&
   batchd::Expected<std::vector<int>> fds =
       http::connect_all(*endpoint, options.connections, options.connect_timeout);
   if (!fds) return unreachable(fds.error());
-  const InputPool inputs(options.min_input_bytes, options.max_input_bytes, options.seed);
+  const InputPool inputs = make_inputs(options);
   const std::unique_ptr<Transport> transport =
       make_http_transport(HttpTarget{url, *endpoint, options, inputs}, std::move(*fds));
   return run_loop(options, inputs, live, *transport);

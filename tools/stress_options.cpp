@@ -8,6 +8,7 @@
 
 #include "base/expected.hpp"
 #include "tools/stress_http_proto.hpp"
+#include "tools/stress_input_file.hpp"
 
 namespace batchd::stress {
 
@@ -74,8 +75,11 @@ void add_options(CLI::App& app, Options& o, std::string& input_bytes, std::int64
       ->check(CLI::Range(0.0, 3600.0))->needs("--rate")->needs("--duration");
   app.add_option("--requests", requests, "total requests at most (either limit may end the run)")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 62));
-  app.add_option("--input-bytes", input_bytes, "random input length range in bytes, MIN:MAX")
-      ->capture_default_str();
+  auto* bytes = app.add_option("--input-bytes", input_bytes, "random input length range in bytes, MIN:MAX")
+                    ->capture_default_str();
+  app.add_option("--input-file", o.input_file,
+                 "replay the inputs in this file, in turn: one per line, or JSON lines {\"input\": ...}")
+      ->excludes(bytes);
   auto* cost = app.add_option("--cost", o.cost, "SHA-256 rounds; must match the daemon's --cost")
                    ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
   app.add_option("--expect-sim", o.sim_repeat,
@@ -179,6 +183,15 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     if (!range) throw CLI::ValidationError("--input-bytes", range.error().message);
     o.min_input_bytes = range->min;
     o.max_input_bytes = range->max;
+    if (!o.input_file.empty()) {
+      Expected<std::vector<std::string>> replay = read_input_file(o.input_file);
+      if (!replay) throw CLI::ValidationError("--input-file", replay.error().message);
+      o.replay = std::move(*replay);
+      const auto [shortest, longest] = std::minmax_element(
+          o.replay.begin(), o.replay.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
+      o.min_input_bytes = static_cast<std::uint32_t>(shortest->size());
+      o.max_input_bytes = static_cast<std::uint32_t>(longest->size());
+    }
     const Expected<PriorityMix> mix = parse_priority_flags(app, priority, priority_mix);
     if (!mix) throw CLI::ValidationError(mix.error().message);
     o.priority_mix = *mix;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tools/stress_priority.hpp"
 
@@ -41,7 +42,9 @@ struct Options {
   std::uint64_t seed = 0;
   bool json = false;
   bool quiet = false;
+  std::string input_file;           // --input-file (read into replay by parse_options)
   std::string csv_path;             // --csv: per-second rows (empty: none)
+  std::vector<std::string> replay;  // --input-file: inputs sent verbatim in turn (empty: random)
 };
 
 const char* mode_name(Mode mode) noexcept;
