@@ -2,7 +2,8 @@
 // under a connect and a command timeout, so a stuck Redis costs that thread a bounded wait and the
 // event loops nothing: they only append to a bounded queue and get each reply through their inbox.
 // The thread sends whatever has queued as one pipeline, which is what keeps the rate up with a
-// single connection. A failed connection fails what it carried; the next batch reconnects, and
+// single connection. A failed connection fails what it carried and what queued behind it, so a
+// hung Redis costs a caller at most a connect and a command timeout; the next batch reconnects, and
 // after failed connects the thread waits a growing pause (50 ms doubling to 2 s), answering
 // kUnavailable at once meanwhile, so recovery needs nothing from an operator.
 #include <hiredis/hiredis.h>
@@ -125,12 +126,24 @@ class RedisJobsStore final : public JobsStore {
       if (redisGetReply(context_, &raw) != REDIS_OK) {
         drop_connection(context_->errstr);
         for (; i < batch.size(); ++i) deliver(batch[i], unavailable(last_error_));
+        fail_queued();
         return;
       }
       auto* reply = static_cast<redisReply*>(raw);
       deliver(batch[i], interpret(batch[i].kind, *reply));
       freeReplyObject(reply);
     }
+  }
+
+  // After a connection failed (a timeout, say), what queued behind it is failed too: a Redis that
+  // hangs would otherwise cost every queued batch its own command timeout, one after the other.
+  void fail_queued() {
+    std::deque<Command> queued;
+    {
+      std::lock_guard lock(mu_);
+      queued.swap(queue_);
+    }
+    for (Command& c : queued) deliver(c, unavailable(last_error_));
   }
 
   void append(const Command& c) {

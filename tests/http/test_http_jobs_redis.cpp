@@ -72,7 +72,8 @@ class RedisServer {
 
   void start() {
     const char* bin = std::getenv("BATCHD_REDIS_SERVER");
-    REQUIRE_MESSAGE(bin != nullptr && *bin != '\0', "redis-server is not installed (scripts/setup.sh installs it)");
+    const bool installed = bin != nullptr && *bin != '\0';
+    REQUIRE_MESSAGE(installed, "redis-server is not installed (scripts/setup.sh installs it)");
     pid_ = spawn({bin, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                   "--dir", dir_, "--protected-mode", "no", "--loglevel", "warning", "--daemonize", "no"});
     REQUIRE_MESSAGE(eventually([&] { return redis_answers(port_); }, 10s), "redis-server did not start");
