@@ -187,7 +187,7 @@ TEST_CASE("10,000 jobs submitted through node A, polled through node B, every an
   CHECK_MESSAGE(tally.ok == total, tally.first_surprise);
   CHECK(tally.wrong == 0);
   CHECK(tally.transport == 0);
-  MESSAGE(total << " jobs: submitted through A at " << static_cast<int>(total / submit_s) << "/s, " << polls
+  MESSAGE(total << " jobs: submitted through A at " << static_cast<int>(total / submit_s) << "/s, " << polls.load()
                 << " polls through B at " << static_cast<int>(polls / poll_s) << "/s (" << kThreads
                 << " keep-alive connections each)");
 }
@@ -271,8 +271,9 @@ TEST_CASE("Redis stopped mid-run: typed 503s, no crash, recovery when it returns
   for (auto& t : callers) t.join();
   CHECK_MESSAGE(tally.wrong + tally.other + tally.transport == 0, tally.first_surprise);
   CHECK(tally.unavailable > 0);
-  MESSAGE("outage run: " << tally.ok << " right answers, " << tally.unavailable << " typed 503s, " << tally.lost
-                         << " jobs lost with Redis's data, " << ok_after_restart << " right after the restart");
+  MESSAGE("outage run: " << tally.ok.load() << " right answers, " << tally.unavailable.load() << " typed 503s, "
+                         << tally.lost.load() << " jobs lost with Redis's data, " << ok_after_restart.load()
+                         << " right after the restart");
 
   // A Redis that hangs (SIGSTOP) answers nothing: each call waits at most the 1 s command timeout.
   redis.pause();
