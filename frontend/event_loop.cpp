@@ -40,7 +40,7 @@ int init_ring(io_uring& ring, bool single_issuer) {
 
 EventLoop::EventLoop(const LoopContext& context)
     : context_(context), options_(*context.options), metrics_(context.metrics->worker(context.index)),
-      link_(client_options(*context.options), context.wake_fd) {
+      link_(client_options(*context.options), context.wake_fd), jobs_(*context.jobs) {
   limits_.max_header_bytes = options_.max_header_bytes;
   limits_.max_body_bytes = options_.max_body_bytes;
   limits_.max_pending = options_.max_pipelined;
@@ -63,6 +63,7 @@ EventLoop::EventLoop(const LoopContext& context)
   api_limits.max_timeout = std::chrono::milliseconds(options_.max_timeout_ms);
   api_limits.max_body_bytes = options_.max_body_bytes;
   api_ = std::make_unique<Api>(api_limits, static_cast<ApiContext&>(*this));
+  jobs_api_ = std::make_unique<JobsApi>(api_limits, jobs_.options().max_inputs, static_cast<ApiContext&>(*this));
   now_ns_ = shm::monotonic_ns();
   last_sweep_ns_ = now_ns_;
   date_second_ = static_cast<std::int64_t>(::time(nullptr));
@@ -183,6 +184,7 @@ void EventLoop::on_timer() {
 
 void EventLoop::on_wake() {
   post_wake_read();
+  take_jobs_mail();
   if (link_.adopt()) {
     metrics_.set_attached(true);
     post_daemon_event();
@@ -231,7 +233,10 @@ void EventLoop::begin_stopping() {
 }
 
 bool EventLoop::finished() const noexcept {
-  return stopping_ && context_.listen_fd < 0 && live_connections_ == 0;
+  // Jobs still running have no connection to keep the loop going: they get until the drain
+  // deadline to finish and store their results.
+  return stopping_ && context_.listen_fd < 0 && live_connections_ == 0 &&
+         (running_jobs_.empty() || now_ns_ >= drain_deadline_ns_);
 }
 
 }  // namespace batchd::http

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "frontend/buffer_ring.hpp"
@@ -16,6 +17,8 @@
 #include "frontend/daemon_link.hpp"
 #include "frontend/http_api.hpp"
 #include "frontend/io_uring_probe.hpp"
+#include "frontend/jobs_api.hpp"
+#include "frontend/jobs_service.hpp"
 #include "frontend/metrics.hpp"
 #include "frontend/options.hpp"
 
@@ -33,6 +36,7 @@ struct LoopContext {
   const FrontendOptions* options = nullptr;
   const UringFeatures* features = nullptr;
   MetricsRegistry* metrics = nullptr;
+  JobsService* jobs = nullptr;      // the asynchronous jobs' store and mailboxes, shared by the loops
 };
 
 class EventLoop final : private ApiContext {
@@ -52,6 +56,8 @@ class EventLoop final : private ApiContext {
   struct Conn;
   class Dispatcher;
   struct Answer;
+  struct Caller;
+  struct RunningJob;
 
   // ring plumbing (event_loop.cpp)
   io_uring_sqe* sqe();
@@ -90,6 +96,21 @@ class EventLoop final : private ApiContext {
   void post_daemon_event();
   void on_daemon_event(int res);
   void poll_daemon();
+  // asynchronous jobs (loop_jobs.cpp)
+  void on_jobs_request(Conn& conn, std::uint64_t seq, Request&& request);
+  void submit_job(const Caller& caller, JobSubmit&& job);
+  void on_job_stored(const Caller& caller, const std::string& id, const JobSubmit& job, StoreReply&& reply);
+  void on_job_answer(std::uint64_t serial, std::size_t index, Result&& result);
+  void finish_job(RunningJob& job);
+  void poll_job(const Caller& caller, const std::string& id);
+  void delete_job(const Caller& caller, const std::string& id);
+  // A deleted pending job's requests are withdrawn by the loop that submitted them.
+  void withdraw_job(const std::string& id);
+  void cancel_job(const std::string& id);
+  void take_jobs_mail();
+  void answer_caller(const Caller& caller, const Response& response);
+  Response store_failure(const StoreReply& reply, const std::string& id);
+
   Readiness readiness() override;
   std::string metrics_text() override;
   std::uint32_t max_input_bytes() override;
@@ -129,6 +150,14 @@ class EventLoop final : private ApiContext {
   bool daemon_event_by_poll_ = false;  // the eventfd read returned EAGAIN: watch it with poll instead
   std::uint64_t daemon_event_value_ = 0;
   std::int64_t answers_owed_ = 0;      // submitted requests whose callback has not run
+
+  JobsService& jobs_;
+  std::unique_ptr<JobsApi> jobs_api_;
+  // Jobs this loop submitted whose inputs are not all answered, by a loop-local serial (which
+  // the daemon callbacks carry: cheaper than the id), and the serial of each job id.
+  std::unordered_map<std::uint64_t, std::unique_ptr<RunningJob>> running_jobs_;
+  std::unordered_map<std::string, std::uint64_t> running_job_serials_;
+  std::uint64_t next_job_serial_ = 0;
 };
 
 }  // namespace batchd::http

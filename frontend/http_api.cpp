@@ -81,21 +81,10 @@ Response Api::readyz() {
 }
 
 Action Api::batchstring(const Request& request) {
-  std::chrono::milliseconds timeout = limits_.default_timeout;
-  if (const auto it = request.find("X-Timeout-Ms"); it != request.end()) {
-    const std::string_view value = text::trim(std::string_view(it->value().data(), it->value().size()));
-    std::uint64_t ms = 0;
-    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
-    if (ec != std::errc() || end != value.data() + value.size() || ms == 0) {
-      return error_response(400, "bad_timeout", "X-Timeout-Ms must be a positive whole number of milliseconds");
-    }
-    timeout = std::min(limits_.max_timeout, std::chrono::milliseconds(std::min<std::uint64_t>(ms, 1ULL << 40)));
-  }
+  std::chrono::milliseconds timeout{};
+  if (auto refused = read_timeout(request, limits_, timeout)) return std::move(*refused);
   std::optional<Priority> priority;
-  if (const auto it = request.find("X-Priority"); it != request.end()) {
-    const std::string_view value = text::trim(std::string_view(it->value().data(), it->value().size()));
-    if (!(priority = parse_priority(value))) return bad_priority("X-Priority", value);
-  }
+  if (auto refused = read_header_priority(request, priority)) return std::move(*refused);
   const auto content_type = request[beast_http::field::content_type];
   if (!is_text_plain(std::string_view(content_type.data(), content_type.size()))) {
     return parse_json_input(request, timeout, priority);
@@ -114,20 +103,12 @@ Action Api::batchstring(const Request& request) {
 
 Action Api::parse_json_input(const Request& request, std::chrono::milliseconds timeout,
                              std::optional<Priority> header_priority) {
-  simdjson::dom::element root;
-  const simdjson::error_code parsed = json_.parse(request.body()).get(root);
-  if (parsed == simdjson::UTF8_ERROR) {
-    return error_response(400, "invalid_utf8", "the request body is not valid UTF-8");
-  }
-  if (parsed != simdjson::SUCCESS) {
-    return error_response(400, "invalid_json",
-                          std::string("the body is not valid JSON: ") + simdjson::error_message(parsed));
-  }
-  if (!root.is_object()) {
-    return error_response(400, "bad_request", R"(the body must be a JSON object {"input": "..."})");
+  simdjson::dom::object root;
+  if (auto refused = read_json_object(json_, request.body(), R"({"input": "..."})", root)) {
+    return std::move(*refused);
   }
   simdjson::dom::element field;
-  if (root.get_object().at_key("input").get(field) != simdjson::SUCCESS) {
+  if (root.at_key("input").get(field) != simdjson::SUCCESS) {
     return error_response(400, "missing_field", R"(the JSON object has no "input" field)");
   }
   std::string_view input;
@@ -135,24 +116,69 @@ Action Api::parse_json_input(const Request& request, std::chrono::milliseconds t
     return error_response(400, "bad_request", R"("input" must be a JSON string)");
   }
   std::optional<Priority> priority = header_priority;
-  if (root.get_object().at_key("priority").get(field) == simdjson::SUCCESS) {
-    std::string_view name;
-    if (field.get_string().get(name) != simdjson::SUCCESS) {
-      return error_response(400, "bad_priority", R"("priority" must be a JSON string: high, normal or low)");
-    }
-    const std::optional<Priority> named = parse_priority(name);
-    if (!named) return bad_priority(R"("priority")", name);
-    if (header_priority && *header_priority != *named) {
-      return error_response(400, "bad_priority", "X-Priority and the JSON priority field disagree");
-    }
-    priority = named;
-  }
+  if (auto refused = read_json_priority(root, priority)) return std::move(*refused);
   const std::uint32_t max_input = context_.max_input_bytes();
   if (max_input != 0 && input.size() > max_input) {
     return error_response(413, "too_large", "the input exceeds the daemon's limit of " +
                                                 std::to_string(max_input) + " bytes");
   }
   return SubmitAction{std::string(input), timeout, BodyFormat::kJson, priority.value_or(Priority::kNormal)};
+}
+
+std::optional<Response> read_timeout(const Request& request, const ApiLimits& limits,
+                                     std::chrono::milliseconds& timeout) {
+  timeout = limits.default_timeout;
+  const auto it = request.find("X-Timeout-Ms");
+  if (it == request.end()) return std::nullopt;
+  const std::string_view value = text::trim(std::string_view(it->value().data(), it->value().size()));
+  std::uint64_t ms = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
+  if (ec != std::errc() || end != value.data() + value.size() || ms == 0) {
+    return error_response(400, "bad_timeout", "X-Timeout-Ms must be a positive whole number of milliseconds");
+  }
+  timeout = std::min(limits.max_timeout, std::chrono::milliseconds(std::min<std::uint64_t>(ms, 1ULL << 40)));
+  return std::nullopt;
+}
+
+std::optional<Response> read_header_priority(const Request& request, std::optional<Priority>& priority) {
+  const auto it = request.find("X-Priority");
+  if (it == request.end()) return std::nullopt;
+  const std::string_view value = text::trim(std::string_view(it->value().data(), it->value().size()));
+  if (!(priority = parse_priority(value))) return bad_priority("X-Priority", value);
+  return std::nullopt;
+}
+
+std::optional<Response> read_json_priority(simdjson::dom::object root, std::optional<Priority>& priority) {
+  simdjson::dom::element field;
+  if (root.at_key("priority").get(field) != simdjson::SUCCESS) return std::nullopt;
+  std::string_view name;
+  if (field.get_string().get(name) != simdjson::SUCCESS) {
+    return error_response(400, "bad_priority", R"("priority" must be a JSON string: high, normal or low)");
+  }
+  const std::optional<Priority> named = parse_priority(name);
+  if (!named) return bad_priority(R"("priority")", name);
+  if (priority && *priority != *named) {
+    return error_response(400, "bad_priority", "X-Priority and the JSON priority field disagree");
+  }
+  priority = named;
+  return std::nullopt;
+}
+
+std::optional<Response> read_json_object(simdjson::dom::parser& parser, const std::string& body,
+                                         std::string_view expected, simdjson::dom::object& root) {
+  simdjson::dom::element element;
+  const simdjson::error_code parsed = parser.parse(body).get(element);
+  if (parsed == simdjson::UTF8_ERROR) {
+    return error_response(400, "invalid_utf8", "the request body is not valid UTF-8");
+  }
+  if (parsed != simdjson::SUCCESS) {
+    return error_response(400, "invalid_json",
+                          std::string("the body is not valid JSON: ") + simdjson::error_message(parsed));
+  }
+  if (element.get_object().get(root) != simdjson::SUCCESS) {
+    return error_response(400, "bad_request", "the body must be a JSON object " + std::string(expected));
+  }
+  return std::nullopt;
 }
 
 Response response_for_error(const Error& error) {

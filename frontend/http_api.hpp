@@ -76,6 +76,20 @@ class Api {
   simdjson::dom::parser json_;
 };
 
+// The checks the batchstring and jobs endpoints share. Each returns the 400 answer when the
+// request fails it, and nothing (having filled its out-parameter) when it passes.
+// X-Timeout-Ms, capped at limits.max_timeout; limits.default_timeout without it.
+std::optional<Response> read_timeout(const Request& request, const ApiLimits& limits,
+                                     std::chrono::milliseconds& timeout);
+// X-Priority, if any.
+std::optional<Response> read_header_priority(const Request& request, std::optional<Priority>& priority);
+// The JSON body's "priority", if any; it must agree with `priority` when that is already set.
+std::optional<Response> read_json_priority(simdjson::dom::object root, std::optional<Priority>& priority);
+// The body parsed as a JSON object into `root` (the 400 for anything else: invalid_json,
+// invalid_utf8, bad_request naming `expected`).
+std::optional<Response> read_json_object(simdjson::dom::parser& parser, const std::string& body,
+                                         std::string_view expected, simdjson::dom::object& root);
+
 // The response for an answered request: 200 with the output, or the error's mapping.
 Response response_for_result(Result&& result, BodyFormat format);
 

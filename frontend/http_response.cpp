@@ -12,6 +12,7 @@ std::string_view reason_phrase(unsigned status) noexcept {
   switch (status) {
     case 100: return "Continue";
     case 200: return "OK";
+    case 202: return "Accepted";
     case 400: return "Bad Request";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
@@ -45,6 +46,10 @@ void serialize(const Response& response, const Framing& framing, std::string& ou
   if (!response.allow.empty()) {
     out.append("\r\nAllow: ");
     out.append(response.allow);
+  }
+  if (!response.location.empty()) {
+    out.append("\r\nLocation: ");
+    out.append(response.location);
   }
   if (framing.close) out.append("\r\nConnection: close");
   out.append("\r\n\r\n");

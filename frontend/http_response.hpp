@@ -18,6 +18,7 @@ struct Response {
   std::string body;
   unsigned retry_after_s = 0;   // 0: no Retry-After header
   std::string_view allow;       // non-empty: an Allow header (405)
+  std::string location;         // non-empty: a Location header (202 for a new job)
 };
 
 // How the connection wants the response framed.

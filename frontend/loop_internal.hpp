@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <ctime>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -66,6 +68,23 @@ struct EventLoop::Conn {
   [[nodiscard]] std::uint64_t user_data(Op op) const noexcept {
     return pack_user_data(static_cast<std::uint8_t>(op), index, generation);
   }
+};
+
+// A request answered later (a jobs store reply): its connection, which may be gone by then.
+struct EventLoop::Caller {
+  std::uint32_t index;
+  std::uint32_t generation;
+  std::uint64_t seq;
+  std::int64_t started_ns;
+};
+
+// A job whose inputs are with the daemon.
+struct EventLoop::RunningJob {
+  std::string id;
+  bool many = false;                         // answered with "outputs"
+  std::vector<std::optional<Result>> results;  // by input
+  std::size_t remaining = 0;                 // results still to come
+  std::vector<std::uint64_t> request_ids;    // for Client::cancel, when the job is deleted
 };
 
 // Hands the requests a connection parses to the loop, with the connection they came on.

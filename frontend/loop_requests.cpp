@@ -29,6 +29,10 @@ struct EventLoop::Answer {
 };
 
 void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
+  if (is_jobs_target(std::string_view(request.target().data(), request.target().size()))) {
+    on_jobs_request(conn, seq, std::move(request));
+    return;
+  }
   Action action = api_->route(request);
   if (const Response* response = std::get_if<Response>(&action)) {
     answer(conn, seq, *response, now_ns_);
@@ -118,6 +122,10 @@ void EventLoop::poll_daemon() {
   post_daemon_event();
 }
 
+// The jobs store has no say here, even when Redis is down: a node whose Redis is gone still
+// answers /v1/batchstring, and every node shares the one Redis, so failing readiness on it would
+// take the whole fleet out of the balancer for what only the jobs calls need (they answer 503
+// jobs_store_unavailable by themselves).
 Readiness EventLoop::readiness() {
   if (stopping_ || context_.leaving->load(std::memory_order_acquire)) {
     return {false, "draining", "the server is shutting down"};
@@ -153,9 +161,15 @@ Readiness EventLoop::readiness() {
 
 std::string EventLoop::metrics_text() {
   Client* client = link_.client();
-  if (client == nullptr || !client->connected()) return context_.metrics->render(nullptr);
-  const DaemonStatus status = client->daemon_status();
-  return context_.metrics->render(&status);
+  std::string text;
+  if (client == nullptr || !client->connected()) {
+    text = context_.metrics->render(nullptr);
+  } else {
+    const DaemonStatus status = client->daemon_status();
+    text = context_.metrics->render(&status);
+  }
+  jobs_.render_metrics(text);
+  return text;
 }
 
 std::uint32_t EventLoop::max_input_bytes() {

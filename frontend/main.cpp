@@ -20,6 +20,7 @@
 
 #include "frontend/event_loop.hpp"
 #include "frontend/io_uring_probe.hpp"
+#include "frontend/jobs_service.hpp"
 #include "frontend/listener.hpp"
 #include "frontend/metrics.hpp"
 #include "frontend/options.hpp"
@@ -66,6 +67,17 @@ void add_flags(CLI::App& app, FrontendOptions& o, std::string& io_mode, std::str
                  "on SIGTERM, keep serving this long with /readyz failing before closing the listener "
                  "(a load balancer's health-check interval x its fall count; a second signal cuts it short)")
       ->capture_default_str()->check(CLI::Range(std::int64_t{0}, std::int64_t{600'000}));
+  app.add_option("--jobs-ttl-s", o.jobs_ttl_s, "keep a finished job's result this long (seconds)")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{30} * 86'400));
+  app.add_option("--jobs-max", o.jobs_max,
+                 "jobs the embedded store holds at most (with --jobs-redis: jobs running on this node)")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 32));
+  app.add_option("--jobs-max-bytes", o.jobs_max_bytes, "bytes of job records the embedded store holds at most")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{1} << 10, std::uint64_t{1} << 40));
+  app.add_option("--jobs-max-inputs", o.jobs_max_inputs, "inputs one job may hold")
+      ->capture_default_str()->check(CLI::Range(1U, 65536U));
+  app.add_option("--jobs-redis", o.jobs_redis,
+                 "keep jobs in Redis (redis://HOST[:PORT][/DB]) so any node can answer a poll");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
 }
 
@@ -80,6 +92,16 @@ void write_port_file(const std::string& path, std::uint16_t port) {
   if (std::rename(temp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + temp);
 }
 
+batchd::http::JobsOptions jobs_options(const FrontendOptions& options) {
+  batchd::http::JobsOptions jobs;
+  jobs.ttl = std::chrono::seconds(options.jobs_ttl_s);
+  jobs.limits.max_jobs = options.jobs_max;
+  jobs.limits.max_bytes = options.jobs_max_bytes;
+  jobs.max_inputs = options.jobs_max_inputs;
+  jobs.redis_url = options.jobs_redis;
+  return jobs;
+}
+
 // Runs one loop per listener until a signal; returns the exit code.
 int run_workers(const FrontendOptions& options, const batchd::http::UringFeatures& features,
                 const std::vector<int>& listeners, const sigset_t& signals) {
@@ -89,11 +111,14 @@ int run_workers(const FrontendOptions& options, const batchd::http::UringFeature
   std::atomic<bool> failed{false};
   std::vector<int> wake_fds;
   for (unsigned i = 0; i < options.workers; ++i) wake_fds.push_back(::eventfd(0, EFD_CLOEXEC));
+  // Made before the loops and dropped after them, but before the eventfds it writes are closed.
+  auto jobs = std::make_unique<batchd::http::JobsService>(jobs_options(options), wake_fds);
   std::vector<std::thread> threads;
   for (unsigned i = 0; i < options.workers; ++i) {
     threads.emplace_back([&, i] {
       try {
-        batchd::http::EventLoop loop({i, listeners[i], wake_fds[i], &stop, &leaving, &options, &features, &metrics});
+        batchd::http::EventLoop loop(
+            {i, listeners[i], wake_fds[i], &stop, &leaving, &options, &features, &metrics, jobs.get()});
         loop.run();
       } catch (const std::exception& e) {
         spdlog::critical("batchd-http: worker {}: {}", i, e.what());
@@ -119,6 +144,7 @@ int run_workers(const FrontendOptions& options, const batchd::http::UringFeature
     [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
   }
   for (auto& t : threads) t.join();
+  jobs.reset();
   for (const int fd : wake_fds) ::close(fd);
   return failed.load() ? 1 : 0;
 }

@@ -13,7 +13,7 @@
 namespace batchd::http {
 
 // Status codes counted under their own label; anything else counts as "other".
-inline constexpr std::array<unsigned, 10> kCountedStatuses = {200, 400, 404, 405, 408,
+inline constexpr std::array<unsigned, 11> kCountedStatuses = {200, 202, 400, 404, 405, 408,
                                                               413, 431, 500, 503, 504};
 // Upper bounds of the latency histogram's buckets, in seconds (Prometheus' "le").
 inline constexpr std::array<double, 14> kLatencyBucketsS = {0.0005, 0.001, 0.002, 0.005, 0.01,

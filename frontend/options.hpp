@@ -30,6 +30,11 @@ struct FrontendOptions {
   std::uint64_t ready_max_queue = 65536;  // /readyz fails when the daemon's queue is this deep
   std::int64_t drain_timeout_ms = 0;      // SIGTERM: longest wait for answers; 0: max_timeout_ms + 1 s
   std::int64_t drain_delay_ms = 0;        // SIGTERM: /readyz fails this long before the listener closes
+  std::int64_t jobs_ttl_s = 600;          // a finished job's result is kept this long
+  std::uint64_t jobs_max = 100000;        // jobs stored (embedded) or running on this node (Redis)
+  std::uint64_t jobs_max_bytes = std::uint64_t{256} << 20;  // the embedded store's bytes
+  std::uint32_t jobs_max_inputs = 256;    // inputs in one job
+  std::string jobs_redis;                 // redis://HOST[:PORT][/DB]; empty: the embedded store
 };
 
 }  // namespace batchd::http

@@ -8,6 +8,7 @@ packages=(
   meson ninja-build g++ pkg-config
   libboost1.81-dev liburing-dev doctest-dev libconcurrentqueue-dev libssl-dev
   libcli11-dev libfmt-dev libspdlog-dev libsimdjson-dev libtomlplusplus-dev libsystemd-dev
+  libhiredis-dev redis-server
   libasan8 libubsan1 libtsan2
   curl clang libclang-rt-14-dev systemd
   haproxy

@@ -1,0 +1,123 @@
+#include "frontend/jobs_service.hpp"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <iterator>
+
+namespace batchd::http {
+
+namespace {
+
+constexpr auto relaxed = std::memory_order_relaxed;
+
+void family(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+}  // namespace
+
+JobsInboxes::JobsInboxes(std::span<const int> wake_fds)
+    : wake_fds_(wake_fds.begin(), wake_fds.end()), boxes_(std::make_unique<Box[]>(wake_fds.size())) {}
+
+void JobsInboxes::post(unsigned worker, std::function<void()> task) {
+  Box& box = boxes_[worker];
+  bool was_empty = false;
+  {
+    std::lock_guard lock(box.mu);
+    was_empty = box.mail.tasks.empty() && box.mail.cancels.empty();
+    box.mail.tasks.push_back(std::move(task));
+  }
+  wake_if_first(worker, was_empty);
+}
+
+void JobsInboxes::post_cancel(unsigned worker, std::string id) {
+  Box& box = boxes_[worker];
+  bool was_empty = false;
+  {
+    std::lock_guard lock(box.mu);
+    was_empty = box.mail.tasks.empty() && box.mail.cancels.empty();
+    box.mail.cancels.push_back(std::move(id));
+  }
+  wake_if_first(worker, was_empty);
+}
+
+void JobsInboxes::wake_if_first(unsigned worker, bool was_empty) {
+  // A box that held mail already has a wake-up on its way: the loop takes everything at once.
+  if (!was_empty) return;
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(wake_fds_[worker], &one, sizeof(one));
+}
+
+JobsInboxes::Mail JobsInboxes::take(unsigned worker) {
+  Box& box = boxes_[worker];
+  Mail mail;
+  std::lock_guard lock(box.mu);
+  std::swap(mail, box.mail);
+  return mail;
+}
+
+JobsService::JobsService(const JobsOptions& options, std::span<const int> wake_fds)
+    : options_(options), inboxes_(wake_fds) {
+  if (uses_redis()) {
+    store_ = make_redis_jobs_store(parse_redis_url(options_.redis_url), inboxes_, counters_);
+  } else {
+    store_ = make_memory_jobs_store(options_.limits, counters_);
+  }
+}
+
+JobsService::~JobsService() = default;
+
+void JobsService::register_running(const std::string& id, unsigned worker) {
+  std::lock_guard lock(running_mu_);
+  running_[id] = worker;
+}
+
+void JobsService::unregister_running(const std::string& id) {
+  std::lock_guard lock(running_mu_);
+  running_.erase(id);
+}
+
+std::optional<unsigned> JobsService::runner_of(const std::string& id) const {
+  std::lock_guard lock(running_mu_);
+  const auto it = running_.find(id);
+  if (it == running_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool JobsService::try_start_running() noexcept {
+  const auto max = static_cast<std::int64_t>(options_.limits.max_jobs);
+  std::int64_t running = counters_.running.load(relaxed);
+  do {
+    if (running >= max) return false;
+  } while (!counters_.running.compare_exchange_weak(running, running + 1, relaxed));
+  return true;
+}
+
+void JobsService::release_running() noexcept { counters_.running.fetch_sub(1, relaxed); }
+
+void JobsService::render_metrics(std::string& out) const {
+  const auto counter = [&](std::string_view name, std::string_view help, const std::atomic<std::uint64_t>& value) {
+    family(out, name, "counter", help);
+    fmt::format_to(std::back_inserter(out), "{} {}\n", name, value.load(relaxed));
+  };
+  counter("batchd_http_jobs_submitted_total", "Jobs accepted (202).", counters_.submitted);
+  counter("batchd_http_jobs_done_total", "Jobs whose every input was answered, result stored.", counters_.done);
+  counter("batchd_http_jobs_failed_total", "Jobs that failed (an input's error stored).", counters_.failed);
+  counter("batchd_http_jobs_cancelled_total", "Jobs deleted while pending.", counters_.cancelled);
+  counter("batchd_http_jobs_expired_total", "Jobs the embedded store dropped at their TTL.", counters_.expired);
+  counter("batchd_http_jobs_store_full_total", "Job submissions refused because the store was full.",
+          counters_.store_full);
+  counter("batchd_http_jobs_store_errors_total", "Jobs store calls that failed (store unreachable).",
+          counters_.store_errors);
+  family(out, "batchd_http_jobs_running", "gauge", "Jobs accepted by this process whose inputs are not all answered.");
+  fmt::format_to(std::back_inserter(out), "batchd_http_jobs_running {}\n", counters_.running.load(relaxed));
+  const std::int64_t stored = store_->size();
+  if (stored >= 0) {
+    family(out, "batchd_http_jobs_stored", "gauge", "Jobs the embedded store holds (pending and finished).");
+    fmt::format_to(std::back_inserter(out), "batchd_http_jobs_stored {}\n", stored);
+  }
+}
+
+}  // namespace batchd::http

@@ -1,0 +1,110 @@
+// What batchd-http's event loops share for asynchronous jobs: the store, each loop's inbox (replies
+// from the Redis thread, and cancels for jobs another loop runs), which loop runs which job, and
+// the jobs counters for /metrics. Made once before the loops start; outlives them.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "frontend/jobs_store.hpp"
+
+namespace batchd::http {
+
+// Process-wide; any thread adds (relaxed: counters, read for /metrics only).
+struct JobsCounters {
+  std::atomic<std::uint64_t> submitted{0};     // accepted with 202
+  std::atomic<std::uint64_t> done{0};          // every input answered; result stored
+  std::atomic<std::uint64_t> failed{0};        // an input failed; the error stored
+  std::atomic<std::uint64_t> cancelled{0};     // deleted while pending
+  std::atomic<std::uint64_t> expired{0};       // dropped at their TTL (embedded store only)
+  std::atomic<std::uint64_t> store_full{0};    // submissions refused: the bound was reached
+  std::atomic<std::uint64_t> store_errors{0};  // store calls that failed (Redis unreachable, ...)
+  std::atomic<std::int64_t> running{0};        // accepted here, not yet answered by the daemon
+
+  static void add(std::atomic<std::uint64_t>& counter) noexcept { counter.fetch_add(1, std::memory_order_relaxed); }
+};
+
+// One mailbox per event loop, emptied by that loop when its wake eventfd fires.
+class JobsInboxes {
+ public:
+  struct Mail {
+    std::vector<std::function<void()>> tasks;  // store replies to run
+    std::vector<std::string> cancels;          // ids of jobs this loop runs that were deleted
+  };
+
+  // wake_fds[w] is worker w's eventfd (not owned; it outlives this).
+  explicit JobsInboxes(std::span<const int> wake_fds);
+  // Any thread. The loop is woken only when its box was empty, so a burst costs one write.
+  void post(unsigned worker, std::function<void()> task);
+  void post_cancel(unsigned worker, std::string id);
+  // Worker w's thread: takes everything waiting.
+  Mail take(unsigned worker);
+
+ private:
+  struct Box {
+    std::mutex mu;
+    Mail mail;  // guarded by mu
+  };
+  void wake_if_first(unsigned worker, bool was_empty);
+
+  std::vector<int> wake_fds_;
+  std::unique_ptr<Box[]> boxes_;
+};
+
+struct JobsOptions {
+  std::chrono::seconds ttl{600};  // how long a finished job's result is kept
+  JobsStoreLimits limits;
+  std::uint32_t max_inputs = 256;  // per job
+  std::string redis_url;           // empty: the embedded store
+};
+
+class JobsService {
+ public:
+  // Throws std::invalid_argument for a bad Redis URL. Redis itself may be down: jobs calls then
+  // answer 503 until it is up.
+  JobsService(const JobsOptions& options, std::span<const int> wake_fds);
+  ~JobsService();
+  JobsService(const JobsService&) = delete;
+  JobsService& operator=(const JobsService&) = delete;
+
+  [[nodiscard]] const JobsOptions& options() const noexcept { return options_; }
+  [[nodiscard]] JobsStore& store() noexcept { return *store_; }
+  [[nodiscard]] JobsInboxes& inboxes() noexcept { return inboxes_; }
+  [[nodiscard]] JobsCounters& counters() noexcept { return counters_; }
+  [[nodiscard]] bool uses_redis() const noexcept { return !options_.redis_url.empty(); }
+
+  // A running job's place, so that a DELETE on any loop reaches the loop holding its requests.
+  // Any thread.
+  void register_running(const std::string& id, unsigned worker);
+  void unregister_running(const std::string& id);
+  [[nodiscard]] std::optional<unsigned> runner_of(const std::string& id) const;
+
+  // Counts one more running job unless this node already runs max_jobs (its memory bound with
+  // Redis, where the store's bound is Redis's own maxmemory); release_running undoes it.
+  [[nodiscard]] bool try_start_running() noexcept;
+  void release_running() noexcept;
+
+  // The jobs series in the Prometheus text format.
+  void render_metrics(std::string& out) const;
+
+ private:
+  JobsOptions options_;
+  JobsCounters counters_;
+  JobsInboxes inboxes_;
+  std::unique_ptr<JobsStore> store_;  // after inboxes_, so it (and Redis's thread) goes first
+
+  mutable std::mutex running_mu_;
+  std::unordered_map<std::string, unsigned> running_;  // guarded by running_mu_: id -> worker
+};
+
+}  // namespace batchd::http

@@ -1,0 +1,303 @@
+// The Redis jobs store. One thread per process talks to Redis with hiredis's synchronous API,
+// under a connect and a command timeout, so a stuck Redis costs that thread a bounded wait and the
+// event loops nothing: they only append to a bounded queue and get each reply through their inbox.
+// The thread sends whatever has queued as one pipeline, which is what keeps the rate up with a
+// single connection. A failed connection fails what it carried and what queued behind it, so a
+// hung Redis costs a caller at most a connect and a command timeout; the next batch reconnects, and
+// after failed connects the thread waits a growing pause (50 ms doubling to 2 s), answering
+// kUnavailable at once meanwhile, so recovery needs nothing from an operator.
+#include <hiredis/hiredis.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "frontend/jobs_service.hpp"
+#include "frontend/jobs_store.hpp"
+#include "shm/clock.hpp"
+
+namespace batchd::http {
+
+namespace {
+
+constexpr std::size_t kMaxQueued = 16384;  // commands waiting for the thread; more answer kUnavailable
+constexpr std::size_t kMaxPipeline = 512;  // commands sent before their replies are read
+constexpr timeval kConnectTimeout{0, 500'000};
+constexpr timeval kCommandTimeout{1, 0};
+constexpr std::int64_t kFirstBackoffNs = 50'000'000;
+constexpr std::int64_t kMaxBackoffNs = 2'000'000'000;
+constexpr std::string_view kKeyPrefix = "batchd:job:";
+
+class RedisJobsStore final : public JobsStore {
+ public:
+  RedisJobsStore(const RedisAddress& address, JobsInboxes& inboxes)
+      : address_(address), inboxes_(inboxes), name_(address.host + ":" + std::to_string(address.port)) {
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~RedisJobsStore() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    if (context_ != nullptr) redisFree(context_);
+  }
+
+  void create(unsigned worker, std::string id, std::string value, std::chrono::seconds ttl,
+              StoreCallback done) override {
+    enqueue({Kind::kCreate, worker, key(id), std::move(value), ttl.count(), std::move(done)});
+  }
+  void complete(unsigned worker, std::string id, std::string value, std::chrono::seconds ttl,
+                StoreCallback done) override {
+    enqueue({Kind::kComplete, worker, key(id), std::move(value), ttl.count(), std::move(done)});
+  }
+  void get(unsigned worker, std::string id, StoreCallback done) override {
+    enqueue({Kind::kGet, worker, key(id), {}, 0, std::move(done)});
+  }
+  void remove(unsigned worker, std::string id, StoreCallback done) override {
+    enqueue({Kind::kRemove, worker, key(id), {}, 0, std::move(done)});
+  }
+  [[nodiscard]] std::int64_t size() const override { return -1; }
+
+ private:
+  enum class Kind : std::uint8_t { kCreate, kComplete, kGet, kRemove };
+  struct Command {
+    Kind kind;
+    unsigned worker;
+    std::string key;
+    std::string value;
+    long long ttl_s;
+    StoreCallback done;
+  };
+
+  static std::string key(const std::string& id) {
+    std::string k(kKeyPrefix);
+    k.append(id);
+    return k;
+  }
+
+  // Loop thread. A full queue means Redis is far behind: saying so at once beats waiting.
+  void enqueue(Command&& command) {
+    {
+      std::lock_guard lock(mu_);
+      if (queue_.size() < kMaxQueued) {
+        queue_.push_back(std::move(command));
+        if (queue_.size() == 1) cv_.notify_one();
+        return;
+      }
+    }
+    command.done({StoreStatus::kUnavailable, {}, "the jobs store (Redis at " + name_ + ") is too far behind"});
+  }
+
+  void run() {
+    std::vector<Command> batch;
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        const std::size_t n = std::min(queue_.size(), kMaxPipeline);
+        for (std::size_t i = 0; i < n; ++i) {
+          batch.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+      }
+      execute(batch);
+      batch.clear();
+    }
+  }
+
+  void execute(std::vector<Command>& batch) {
+    if (!ensure_connected()) {
+      for (Command& c : batch) deliver(c, unavailable(last_error_));
+      return;
+    }
+    for (const Command& c : batch) append(c);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      void* raw = nullptr;
+      if (redisGetReply(context_, &raw) != REDIS_OK) {
+        drop_connection(context_->errstr);
+        for (; i < batch.size(); ++i) deliver(batch[i], unavailable(last_error_));
+        fail_queued();
+        return;
+      }
+      auto* reply = static_cast<redisReply*>(raw);
+      deliver(batch[i], interpret(batch[i].kind, *reply));
+      freeReplyObject(reply);
+    }
+  }
+
+  // After a connection failed (a timeout, say), what queued behind it is failed too: a Redis that
+  // hangs would otherwise cost every queued batch its own command timeout, one after the other.
+  void fail_queued() {
+    std::deque<Command> queued;
+    {
+      std::lock_guard lock(mu_);
+      queued.swap(queue_);
+    }
+    for (Command& c : queued) deliver(c, unavailable(last_error_));
+  }
+
+  void append(const Command& c) {
+    switch (c.kind) {
+      case Kind::kCreate:
+        redisAppendCommand(context_, "SET %b %b NX EX %lld", c.key.data(), c.key.size(), c.value.data(),
+                           c.value.size(), c.ttl_s);
+        return;
+      case Kind::kComplete:
+        redisAppendCommand(context_, "SET %b %b XX EX %lld", c.key.data(), c.key.size(), c.value.data(),
+                           c.value.size(), c.ttl_s);
+        return;
+      case Kind::kGet: redisAppendCommand(context_, "GET %b", c.key.data(), c.key.size()); return;
+      case Kind::kRemove: redisAppendCommand(context_, "GETDEL %b", c.key.data(), c.key.size()); return;
+    }
+  }
+
+  StoreReply interpret(Kind kind, const redisReply& reply) const {
+    if (reply.type == REDIS_REPLY_ERROR) {
+      const std::string text(reply.str, reply.len);
+      // Redis at its maxmemory (noeviction) refuses writes with OOM: the store is full.
+      if (text.starts_with("OOM")) return {StoreStatus::kFull, {}, "the jobs store (Redis) is full: " + text};
+      return unavailable("Redis answered " + text);
+    }
+    if (reply.type == REDIS_REPLY_NIL) {
+      return {kind == Kind::kCreate ? StoreStatus::kExists : StoreStatus::kNotFound, {}, {}};
+    }
+    if ((kind == Kind::kCreate || kind == Kind::kComplete) && reply.type == REDIS_REPLY_STATUS) return {};
+    if ((kind == Kind::kGet || kind == Kind::kRemove) && reply.type == REDIS_REPLY_STRING) {
+      return {StoreStatus::kOk, std::string(reply.str, reply.len), {}};
+    }
+    return unavailable("Redis gave an unexpected reply type " + std::to_string(reply.type));
+  }
+
+  StoreReply unavailable(const std::string& why) const {
+    return {StoreStatus::kUnavailable, {}, "the jobs store (Redis at " + name_ + ") is unavailable: " + why};
+  }
+
+  void deliver(Command& c, StoreReply&& reply) {
+    inboxes_.post(c.worker, [done = std::move(c.done), reply = std::move(reply)]() mutable { done(std::move(reply)); });
+  }
+
+  // Redis thread only, like context_ and the backoff state.
+  bool ensure_connected() {
+    if (context_ != nullptr) return true;
+    const std::int64_t now_ns = shm::monotonic_ns();
+    if (now_ns < next_attempt_ns_) return false;
+    redisContext* c = redisConnectWithTimeout(address_.host.c_str(), address_.port, kConnectTimeout);
+    std::string failure;
+    if (c == nullptr) {
+      failure = "out of memory";
+    } else if (c->err != 0) {
+      failure = c->errstr;
+    } else if (redisSetTimeout(c, kCommandTimeout) != REDIS_OK) {
+      failure = c->errstr;
+    } else if (address_.db != 0) {
+      failure = select_db(c);
+    }
+    if (!failure.empty()) {
+      if (c != nullptr) redisFree(c);
+      backoff_ns_ = backoff_ns_ == 0 ? kFirstBackoffNs : std::min(2 * backoff_ns_, kMaxBackoffNs);
+      next_attempt_ns_ = shm::monotonic_ns() + backoff_ns_;
+      if (last_error_ != failure) spdlog::warn("batchd-http: jobs store: cannot reach Redis at {}: {}", name_, failure);
+      last_error_ = failure;
+      return false;
+    }
+    context_ = c;
+    backoff_ns_ = 0;
+    spdlog::info("batchd-http: jobs store: connected to Redis at {} (db {})", name_, address_.db);
+    last_error_.clear();
+    return true;
+  }
+
+  std::string select_db(redisContext* c) const {
+    auto* reply = static_cast<redisReply*>(redisCommand(c, "SELECT %d", address_.db));
+    if (reply == nullptr) return c->errstr;
+    std::string failure;
+    if (reply->type == REDIS_REPLY_ERROR) failure = "SELECT " + std::to_string(address_.db) + ": " + reply->str;
+    freeReplyObject(reply);
+    return failure;
+  }
+
+  // The next batch connects again at once: a dropped connection is worth one immediate retry.
+  void drop_connection(const char* why) {
+    last_error_ = why;
+    spdlog::warn("batchd-http: jobs store: lost Redis at {}: {}", name_, why);
+    redisFree(context_);
+    context_ = nullptr;
+    next_attempt_ns_ = 0;
+  }
+
+  const RedisAddress address_;
+  JobsInboxes& inboxes_;  // borrowed; the service outlives the store
+  const std::string name_;  // host:port, for messages
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Command> queue_;  // guarded by mu_
+  bool stop_ = false;          // guarded by mu_
+
+  redisContext* context_ = nullptr;  // Redis thread only; null while not connected
+  std::int64_t backoff_ns_ = 0;
+  std::int64_t next_attempt_ns_ = 0;
+  std::string last_error_;
+  std::thread thread_;  // last: it starts once everything above is built
+};
+
+int parse_port_or_db(std::string_view text, int max, std::string_view what, std::string_view url) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 0 || value > max) {
+    throw std::invalid_argument("--jobs-redis " + std::string(url) + ": bad " + std::string(what));
+  }
+  return value;
+}
+
+}  // namespace
+
+RedisAddress parse_redis_url(std::string_view url) {
+  constexpr std::string_view kScheme = "redis://";
+  if (!url.starts_with(kScheme)) {
+    throw std::invalid_argument("--jobs-redis " + std::string(url) + ": expected redis://HOST[:PORT][/DB]");
+  }
+  std::string_view rest = url.substr(kScheme.size());
+  RedisAddress address;
+  if (const std::size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
+    if (!db.empty()) address.db = parse_port_or_db(db, 1 << 20, "database number", url);
+    rest = rest.substr(0, slash);
+  }
+  if (rest.find('@') != std::string_view::npos) {
+    throw std::invalid_argument("--jobs-redis " + std::string(url) + ": credentials in the URL are not supported");
+  }
+  // [v6 address]:port, host:port, or host alone.
+  std::string_view host = rest;
+  std::string_view port;
+  if (rest.starts_with('[')) {
+    const std::size_t close = rest.find(']');
+    if (close == std::string_view::npos) throw std::invalid_argument("--jobs-redis " + std::string(url) + ": bad host");
+    host = rest.substr(1, close - 1);
+    if (close + 1 < rest.size() && rest[close + 1] == ':') port = rest.substr(close + 2);
+  } else if (const std::size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+  }
+  if (host.empty()) throw std::invalid_argument("--jobs-redis " + std::string(url) + ": no host");
+  address.host = std::string(host);
+  if (!port.empty()) address.port = parse_port_or_db(port, 65535, "port", url);
+  return address;
+}
+
+std::unique_ptr<JobsStore> make_redis_jobs_store(const RedisAddress& address, JobsInboxes& inboxes,
+                                                 JobsCounters&) {
+  return std::make_unique<RedisJobsStore>(address, inboxes);
+}
+
+}  // namespace batchd::http

@@ -1,0 +1,301 @@
+// Asynchronous jobs kept in Redis (--jobs-redis), end to end: two nodes (each a batchd daemon and
+// a batchd-http) share a redis-server this test starts on a free loopback port. Jobs submitted
+// through node A are polled through node B and every answer is checked; Redis stopped mid-run
+// gives typed 503s and no crash, and the nodes recover by themselves when it is back; a Redis that
+// hangs costs a caller a bounded wait.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "backend/reference_batchstring.hpp"
+#include "tests/http/jobs_test_support.hpp"
+
+using namespace batchd;
+using namespace batchd::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// True once something on 127.0.0.1:port answers PING with +PONG.
+bool redis_answers(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  bool ok = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && ::send(fd, "PING\r\n", 6, MSG_NOSIGNAL) == 6) {
+    char buf[16] = {};
+    ok = ::recv(fd, buf, sizeof(buf) - 1, 0) > 0 && std::string_view(buf).starts_with("+PONG");
+  }
+  ::close(fd);
+  return ok;
+}
+
+// A redis-server of this test's own: loopback, a free port (kept across restarts), no
+// persistence, its files in the test's temporary directory.
+class RedisServer {
+ public:
+  RedisServer() : port_(free_port()), dir_(std::filesystem::path(temp_socket_path("redis")).parent_path()) {
+    start();
+  }
+  ~RedisServer() { stop(); }
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  void start() {
+    const char* bin = std::getenv("BATCHD_REDIS_SERVER");
+    const bool installed = bin != nullptr && *bin != '\0';
+    REQUIRE_MESSAGE(installed, "redis-server is not installed (scripts/setup.sh installs it)");
+    pid_ = spawn({bin, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                  "--dir", dir_, "--protected-mode", "no", "--loglevel", "warning", "--daemonize", "no"});
+    REQUIRE_MESSAGE(eventually([&] { return redis_answers(port_); }, 10s), "redis-server did not start");
+  }
+
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGCONT);  // in case it was paused
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  void pause() const { ::kill(pid_, SIGSTOP); }
+  void resume() const { ::kill(pid_, SIGCONT); }
+  [[nodiscard]] std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  std::uint16_t port_;
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
+// A node: its own cpu daemon and its own front-end, keeping jobs in the shared Redis.
+struct Node {
+  explicit Node(const std::string& redis_url)
+      : socket(temp_socket_path()), daemon(socket, {"--max-wait-ms", "1"}),
+        frontend(socket, {"--workers", "2", "--timeout-ms", "5000", "--jobs-redis", redis_url}) {}
+  std::string socket;
+  DaemonProcess daemon;
+  FrontendProcess frontend;
+};
+
+std::string input_for(std::size_t i) { return "redis job " + std::to_string(i); }
+
+// Counts outcomes from several threads; the first surprise is kept for the failure message.
+struct Tally {
+  std::atomic<std::uint64_t> ok{0}, wrong{0}, unavailable{0}, lost{0}, other{0}, transport{0};
+  std::mutex mu;
+  std::string first_surprise;
+  void surprise(std::atomic<std::uint64_t>& counter, const std::string& what) {
+    counter.fetch_add(1);
+    std::lock_guard lock(mu);
+    if (first_surprise.empty()) first_surprise = what;
+  }
+};
+
+bool is_unavailable(const HttpResponse& r) {
+  return r.status == 503 && error_code_of(r.body) == "jobs_store_unavailable" && r.header("retry-after") == "1";
+}
+
+}  // namespace
+
+TEST_CASE("10,000 jobs submitted through node A, polled through node B, every answer checked") {
+  RedisServer redis;
+  Node a(redis.url());
+  Node b(redis.url());
+  const std::size_t total = scaled(10000, 200);
+  constexpr unsigned kThreads = 8;
+  std::vector<std::string> ids(total);
+  Tally tally;
+
+  const auto submit_start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      HttpClient client(a.frontend.port());
+      for (std::size_t i = t; i < total; i += kThreads) {
+        auto r = client.round_trip(job_request(input_for(i)));
+        if (!r) return tally.surprise(tally.transport, "submit: no answer");
+        if (r->status != 202) return tally.surprise(tally.other, "submit: " + std::to_string(r->status) + " " + r->body);
+        ids[i] = parse_job(r->body).id;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double submit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - submit_start).count();
+  REQUIRE_MESSAGE(tally.transport + tally.other == 0, tally.first_surprise);
+
+  std::atomic<std::uint64_t> polls{0};
+  const auto poll_start = std::chrono::steady_clock::now();
+  threads.clear();
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      HttpClient client(b.frontend.port());
+      for (std::size_t i = t; i < total; i += kThreads) {
+        const auto until = std::chrono::steady_clock::now() + grace(5000ms);
+        for (;;) {
+          auto r = client.round_trip(poll_request(ids[i]));
+          polls.fetch_add(1);
+          if (!r) return tally.surprise(tally.transport, "poll: no answer");
+          const JobView job = parse_job(r->body);
+          if (r->status == 200 && job.status == "pending" && std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(1ms);
+            continue;
+          }
+          if (r->status == 200 && job.status == "done" && job.id == ids[i] &&
+              job.output == reference_batchstring(input_for(i), 1)) {
+            tally.ok.fetch_add(1);
+          } else {
+            tally.surprise(tally.wrong, "poll " + ids[i] + ": " + std::to_string(r->status) + " " + r->body);
+          }
+          break;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double poll_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - poll_start).count();
+  CHECK_MESSAGE(tally.ok == total, tally.first_surprise);
+  CHECK(tally.wrong == 0);
+  CHECK(tally.transport == 0);
+  MESSAGE(total << " jobs: submitted through A at " << static_cast<int>(total / submit_s) << "/s, " << polls.load()
+                << " polls through B at " << static_cast<int>(polls / poll_s) << "/s (" << kThreads
+                << " keep-alive connections each)");
+}
+
+TEST_CASE("Redis stopped mid-run: typed 503s, no crash, recovery when it returns; a hung Redis costs a bounded wait") {
+  RedisServer redis;
+  Node a(redis.url());
+  Node b(redis.url());
+  Tally tally;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> restarted{false};
+  std::atomic<std::uint64_t> ok_after_restart{0};
+  std::atomic<std::size_t> next{0};
+
+  // Each caller submits through A and polls through B, over and over. Acceptable: a right answer,
+  // 503 jobs_store_unavailable with Retry-After, or 404 for a job whose record Redis lost with
+  // its restart (it keeps nothing on disk). Anything else, or no answer at all, is a failure.
+  auto caller = [&] {
+    HttpClient submit(a.frontend.port());
+    HttpClient poll(b.frontend.port());
+    while (!stop.load()) {
+      const std::size_t i = next.fetch_add(1);
+      const bool after_restart = restarted.load();
+      auto r = submit.round_trip(job_request(input_for(i)));
+      if (!r) return tally.surprise(tally.transport, "submit: no answer");
+      if (is_unavailable(*r)) {
+        tally.unavailable.fetch_add(1);
+        std::this_thread::sleep_for(5ms);
+        continue;
+      }
+      if (r->status != 202) return tally.surprise(tally.other, "submit: " + std::to_string(r->status) + " " + r->body);
+      const std::string id = parse_job(r->body).id;
+      for (;;) {
+        auto p = poll.round_trip(poll_request(id));
+        if (!p) return tally.surprise(tally.transport, "poll: no answer");
+        const JobView job = parse_job(p->body);
+        if (p->status == 200 && job.status == "pending") {
+          std::this_thread::sleep_for(2ms);
+          continue;
+        }
+        if (is_unavailable(*p)) {
+          tally.unavailable.fetch_add(1);
+          std::this_thread::sleep_for(5ms);
+          if (stop.load()) break;
+          continue;
+        }
+        if (p->status == 404 && error_code_of(p->body) == "job_not_found" && !after_restart) {
+          tally.lost.fetch_add(1);
+        } else if (p->status == 200 && job.status == "done" && job.output == reference_batchstring(input_for(i), 1)) {
+          tally.ok.fetch_add(1);
+          if (after_restart) ok_after_restart.fetch_add(1);
+        } else {
+          tally.surprise(tally.wrong, "poll " + id + ": " + std::to_string(p->status) + " " + p->body);
+        }
+        break;
+      }
+    }
+  };
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) callers.emplace_back(caller);
+
+  REQUIRE(eventually([&] { return tally.ok.load() >= 50; }, grace(10000ms)));
+  redis.stop();
+  const std::uint64_t unavailable_before = tally.unavailable.load();
+  REQUIRE(eventually([&] { return tally.unavailable.load() >= unavailable_before + 20; }, grace(5000ms)));
+  {
+    // Meanwhile the synchronous API and readiness do not depend on Redis.
+    HttpClient client(a.frontend.port());
+    auto sync = client.round_trip(batch_request("sync during the outage"));
+    REQUIRE(sync.has_value());
+    CHECK(sync->body == expected_json_output("sync during the outage"));
+    auto ready = client.round_trip(make_request("GET", "/readyz"));
+    REQUIRE(ready.has_value());
+    CHECK(ready->status == 200);
+  }
+  std::this_thread::sleep_for(500ms);
+  redis.start();
+  restarted.store(true);
+  CHECK_MESSAGE(eventually([&] { return ok_after_restart.load() >= 20; }, grace(10000ms)), tally.first_surprise);
+  stop.store(true);
+  for (auto& t : callers) t.join();
+  CHECK_MESSAGE(tally.wrong + tally.other + tally.transport == 0, tally.first_surprise);
+  CHECK(tally.unavailable > 0);
+  MESSAGE("outage run: " << tally.ok.load() << " right answers, " << tally.unavailable.load() << " typed 503s, "
+                         << tally.lost.load() << " jobs lost with Redis's data, " << ok_after_restart.load()
+                         << " right after the restart");
+
+  // A Redis that hangs (SIGSTOP) answers nothing: each call waits at most the 1 s command timeout.
+  redis.pause();
+  {
+    HttpClient client(a.frontend.port());
+    const auto started = std::chrono::steady_clock::now();
+    auto r = client.round_trip(job_request("while Redis hangs"));
+    const auto waited = std::chrono::steady_clock::now() - started;
+    REQUIRE(r.has_value());
+    CHECK(is_unavailable(*r));
+    CHECK(waited < 1000ms + grace(1000ms));
+  }
+  redis.resume();
+  HttpClient client(a.frontend.port());
+  bool accepted = false;
+  CHECK(eventually(
+      [&] {
+        auto r = client.round_trip(job_request("after the hang"));
+        accepted = r && r->status == 202;
+        return accepted;
+      },
+      grace(10000ms)));
+  const std::string metrics = client.round_trip(make_request("GET", "/metrics"))->body;
+  CHECK(metrics.find("batchd_http_jobs_store_errors_total 0\n") == std::string::npos);
+}
