@@ -94,7 +94,7 @@ std::optional<Error> ClientImpl::write_locked(std::string_view input, Use use, R
   if (request.request_id == 0) request.request_id = next_request_id();
   const std::uint32_t generation =
       seg.write_request(slot, input.data(), static_cast<std::uint32_t>(input.size()), request.deadline_ns,
-                        request.priority, request.request_id, use);
+                        request.priority, use, request.request_id);
   if (!seg.stage(slot)) {
     // Cannot happen while slots == ring capacity, but a full ring must never lose a request.
     seg.slots[slot].use = Use::kFree;

@@ -66,8 +66,8 @@ std::uint64_t next_request_id() noexcept {
 }
 
 std::uint32_t Segment::write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
-                                     std::int64_t deadline_ns, shm::WirePriority priority,
-                                     std::uint64_t request_id, Use use) noexcept {
+                                     std::int64_t deadline_ns, shm::WirePriority priority, Use use,
+                                     std::uint64_t request_id) noexcept {
   SlotState& state = slots[slot];
   state.generation = state.generation % shm::kGenerationMask + 1;
   state.use = use;

@@ -208,7 +208,8 @@ TEST_CASE("memory keeps the last records; a user sees only its own; inputs only 
   DeadLetterLog log(DeadLetterOptions{.path = path, .recent_entries = 3, .include_inputs = true});
   log.start();
   for (std::uint64_t n = 1; n <= 5; ++n) {
-    DeadLetterFacts f = facts("POISON \"" + std::to_string(n) + "\"", n);
+    const std::string input = "POISON \"" + std::to_string(n) + "\"";
+    DeadLetterFacts f = facts(input, n);
     f.uid = n % 2 == 0 ? 2000 : 1000;
     log.record(f);
   }
