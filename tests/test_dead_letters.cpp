@@ -249,6 +249,9 @@ TEST_CASE("without a file the daemon keeps the recent dead letters in memory; an
   test::DaemonProcess daemon(socket, {"--backend", "sim", "--sim-poison", "POISON", "--max-wait-ms", "0",
                                       "--allow-uid", std::to_string(kOtherUser)});
   auto client = test::connect(socket);
+  // The canary: without a known-good input, failures in a row mark the devices unhealthy, and a
+  // later poison input then gets backend_unavailable instead of failing alone.
+  REQUIRE(client->submit("known good", 10s).ok());
   const std::vector<std::string> poisons = {"POISON a", "POISON bb", "POISON ccc"};
   for (const auto& input : poisons) CHECK_FALSE(client->submit(input, 10s).ok());
   CHECK(counted(*client, poisons.size()) == poisons.size());
