@@ -95,7 +95,7 @@ bool receive_reply(int conn, bool hello_sent, shm::AttachReply& reply,
 client_detail::Attempt<Attachment> await_reply(shm::UniqueFd conn, const Expected<void>& sent,
                                                const std::string& socket_path,
                                                std::chrono::milliseconds timeout,
-                                               std::int64_t deadline_ns) {
+                                               std::int64_t deadline_ns, std::size_t fds_expected) {
   pollfd pfd{conn.get(), POLLIN, 0};
   const std::int64_t left_ms = std::max<std::int64_t>(0, (deadline_ns - shm::monotonic_ns()) / 1'000'000);
   if (sent && ::poll(&pfd, 1, static_cast<int>(left_ms)) <= 0) {
@@ -116,10 +116,10 @@ client_detail::Attempt<Attachment> await_reply(shm::UniqueFd conn, const Expecte
     reply.message[sizeof(reply.message) - 1] = '\0';
     return refusal_error(reply.status, socket_path, reply.message);
   }
-  if (fds.size() != shm::kAttachFdCount) {
+  if (fds.size() != fds_expected) {
     return Error{ErrorCode::kProtocolError,
                  fmt::format("daemon sent {} fds with its attach reply, expected {}", fds.size(),
-                             static_cast<int>(shm::kAttachFdCount))};
+                             fds_expected)};
   }
   return Attachment{std::move(conn), std::move(fds), reply.client_id};
 }
@@ -134,11 +134,12 @@ std::string client_default_socket_path() {
 }
 
 client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_path,
-                                                    std::chrono::milliseconds timeout) {
+                                                    std::chrono::milliseconds timeout,
+                                                    std::uint32_t flags) {
   const std::int64_t deadline_ns = client_detail::deadline_after(timeout);
   auto conn = connect_until(socket_path, deadline_ns);
   if (!conn) return conn.error();
-  const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, 0, 0};
+  const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, flags, 0};
   const Expected<void> sent =
       shm::send_with_fds(conn->get(), std::as_bytes(std::span(&hello, 1)), {});
   // A daemon that refused may close before reading the hello: its reply is still worth reading.
@@ -149,7 +150,8 @@ client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_pa
                  fmt::format("daemon at {} dropped the connection: {}", socket_path,
                              sent.error().code.message())};
   }
-  return await_reply(std::move(*conn), sent, socket_path, timeout, deadline_ns);
+  return await_reply(std::move(*conn), sent, socket_path, timeout, deadline_ns,
+                     flags == 0 ? std::size_t{shm::kAttachFdCount} : std::size_t{1});
 }
 
 }  // namespace batchd

@@ -21,8 +21,11 @@ struct Attachment {
 
 // The attachment, or why there is none: no daemon could be reached in time, or it refused (the
 // refusal's reason as a typed error: permission_denied, too_many_clients, ...).
+// With `flags` (shm::Hello::flags) other than 0 it asks the daemon a question instead, and the
+// Attachment holds the answer's one fd.
 client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_path,
-                                                    std::chrono::milliseconds timeout);
+                                                    std::chrono::milliseconds timeout,
+                                                    std::uint32_t flags = 0);
 
 // The socket path a client uses when none is given: as the daemon's default.
 std::string client_default_socket_path();

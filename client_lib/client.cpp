@@ -91,9 +91,10 @@ std::optional<Error> ClientImpl::write_locked(std::string_view input, Use use, R
   }
   const std::uint32_t slot = seg.free.back();
   seg.free.pop_back();
+  if (request.request_id == 0) request.request_id = next_request_id();
   const std::uint32_t generation =
       seg.write_request(slot, input.data(), static_cast<std::uint32_t>(input.size()), request.deadline_ns,
-                        request.priority, use);
+                        request.priority, use, request.request_id);
   if (!seg.stage(slot)) {
     // Cannot happen while slots == ring capacity, but a full ring must never lose a request.
     seg.slots[slot].use = Use::kFree;
@@ -299,6 +300,8 @@ DaemonStatus ClientImpl::daemon_status() const {
     out.arrivals_per_s_by_class[static_cast<std::size_t>(priority)] =
         page.arrivals_per_s_by_class[wire].load(std::memory_order_relaxed);
   }
+  out.dead_letters = page.dead_letters.load(std::memory_order_relaxed);
+  out.dead_letters_dropped = page.dead_letters_dropped.load(std::memory_order_relaxed);
   out.max_batch = page.max_batch.load(std::memory_order_relaxed);
   out.max_wait_ns = page.max_wait_ns.load(std::memory_order_relaxed);
   out.max_batch_bytes = page.max_batch_bytes.load(std::memory_order_relaxed);

@@ -115,6 +115,9 @@ struct DaemonStatus {
   std::uint64_t batches = 0, batch_failures = 0;
   std::vector<std::uint64_t> batch_sizes;  // bucket b counts batches of [2^b, 2^(b+1)) requests
   std::vector<Device> devices;
+  // Requests whose input failed alone, each recorded once in the daemon's dead-letter log, and
+  // records lost on the way (read_dead_letters lists the recent ones).
+  std::uint64_t dead_letters = 0, dead_letters_dropped = 0;
 };
 
 struct ClientOptions {
@@ -129,6 +132,34 @@ struct ClientOptions {
   // they wait for (on 2 cores, 8 spinning callers cut throughput by two thirds).
   unsigned max_spinning_callers = 0;
 };
+
+// One record of the daemon's dead-letter log: a request whose input made the backend fail alone
+// (README.md, "Dead letters"). The input itself is never listed.
+struct DeadLetter {
+  std::string time;            // RFC 3339, UTC, milliseconds
+  std::string reason;          // "poison" (a known-good input still ran there) or "repeated_error"
+  std::string input_sha256;    // lowercase hex
+  std::uint64_t input_bytes = 0;
+  std::string error;           // the backend's message
+  std::uint32_t device = 0;    // where it failed last
+  std::vector<std::uint32_t> devices_tried;  // every device it failed alone on
+  std::uint64_t client_id = 0;  // the daemon's number for the client's attachment
+  std::int64_t pid = 0, uid = -1;
+  std::string request_id;      // hex; empty when the client gave none
+  std::string json;            // the whole record, as the daemon wrote it
+};
+
+struct DeadLetters {
+  std::uint64_t recorded = 0;  // requests recorded since the daemon started
+  std::uint64_t dropped = 0;   // records lost (the log's queue was full, or its file failed)
+  std::vector<DeadLetter> entries;  // the most recent, oldest first
+};
+
+// Asks the daemon at options.socket_path (empty: the default) for its recent dead letters; the
+// daemon's own user and root get every record, other users only those of their own requests.
+// Nothing on failure, with *error filled (daemon unavailable, permission denied, or a protocol
+// error from a daemon that predates dead letters).
+std::optional<DeadLetters> read_dead_letters(const ClientOptions& options, Error* error);
 
 class ClientImpl;
 

@@ -6,8 +6,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
+#include <random>
 
 #include "shm/futex.hpp"
 #include "shm/layout.hpp"
@@ -49,9 +51,23 @@ std::int64_t deadline_after(std::chrono::milliseconds timeout) noexcept {
   return now_ns + ms * 1'000'000;
 }
 
+std::uint64_t next_request_id() noexcept {
+  static std::atomic<std::uint64_t> next{[]() noexcept {
+    try {
+      std::random_device entropy;
+      return (std::uint64_t{entropy()} << 32) | entropy();
+    } catch (...) {  // no entropy source: the clock and the pid still set processes apart
+      return static_cast<std::uint64_t>(shm::monotonic_ns()) ^ (std::uint64_t(::getpid()) << 40);
+    }
+  }()};
+  std::uint64_t id = 0;
+  while (id == 0) id = next.fetch_add(1, std::memory_order_relaxed);
+  return id;
+}
+
 std::uint32_t Segment::write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
-                                     std::int64_t deadline_ns, shm::WirePriority priority,
-                                     Use use) noexcept {
+                                     std::int64_t deadline_ns, shm::WirePriority priority, Use use,
+                                     std::uint64_t request_id) noexcept {
   SlotState& state = slots[slot];
   state.generation = state.generation % shm::kGenerationMask + 1;
   state.use = use;
@@ -62,6 +78,7 @@ std::uint32_t Segment::write_request(std::uint32_t slot, const void* input, std:
   header.input_bytes = bytes;
   header.deadline_mono_ns = deadline_ns;
   header.priority = static_cast<std::uint32_t>(priority);
+  header.request_id = request_id;
   // A withdrawal mark left by an earlier generation of this slot would otherwise match again
   // once the 24-bit generation wraps, and withdraw this request.
   header.cancel_generation.store(0, std::memory_order_relaxed);

@@ -69,10 +69,11 @@ struct Segment {
   }
   [[nodiscard]] Result read_result(std::uint32_t slot) const;
   // Starts the slot's next generation and writes a request into it (not yet published): every
-  // field the daemon reads, so nothing of the slot's last request is left. Returns the new
-  // generation. Guarded by ClientImpl::mu_.
+  // field the daemon reads, so nothing of the slot's last request is left (request_id: the
+  // request's, see Request). Returns the new generation. Guarded by ClientImpl::mu_.
   std::uint32_t write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
-                              std::int64_t deadline_ns, shm::WirePriority priority, Use use) noexcept;
+                              std::int64_t deadline_ns, shm::WirePriority priority, Use use,
+                              std::uint64_t request_id = 0) noexcept;
   // Queues a written slot for the daemon, unless the daemon is gone: then the request waits in
   // its slot for the reattach to move it. False only when the ring is full. Nothing is visible to
   // the daemon until publish(). Guarded by ClientImpl::mu_.
@@ -100,6 +101,9 @@ struct Request {
   Location at;
   std::int64_t deadline_ns = 0;
   shm::WirePriority priority = shm::WirePriority::kNormal;  // kept for a move to a new daemon
+  // Its name on the wire, the same in every daemon it is moved to (shm::RequestSlotHeader): set
+  // when first written (next_request_id()).
+  std::uint64_t request_id = 0;
   std::optional<Error> failure;  // set when a reattach could not move it
 };
 
@@ -111,6 +115,9 @@ struct AsyncRequest : Request {
 // The class as the daemon reads it from a request slot, and back (client_lib/priority.cpp).
 shm::WirePriority wire_priority(Priority priority) noexcept;
 Priority priority_of(shm::WirePriority wire) noexcept;
+// A request id no other request of this process has, and, from a random start, unlikely to be
+// another process's: never 0. Thread-safe.
+std::uint64_t next_request_id() noexcept;
 // CLOCK_MONOTONIC now plus timeout, saturated: a caller may ask to wait "forever".
 std::int64_t deadline_after(std::chrono::milliseconds timeout) noexcept;
 // The Result a completion slot's status and payload mean.

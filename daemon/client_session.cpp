@@ -140,6 +140,7 @@ TakeResult ClientSession::take(TakenRequest& out, std::string& why) noexcept {
   out.input_bytes = input_bytes;
   out.input = view_.request_input(slot);
   out.priority = static_cast<shm::WirePriority>(priority);
+  out.request_id = shm::load_once(header.request_id);
   return TakeResult::kTaken;
 }
 

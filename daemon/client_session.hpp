@@ -31,6 +31,7 @@ struct TakenRequest {
   std::uint32_t input_bytes = 0;
   const std::byte* input = nullptr;
   shm::WirePriority priority = shm::WirePriority::kNormal;  // checked: one of the three classes
+  std::uint64_t request_id = 0;  // the client's; any value is harmless (shm::RequestSlotHeader)
 };
 
 enum class TakeResult { kEmpty, kTaken, kViolation };

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "daemon/batcher.hpp"
+#include "daemon/dead_letter_log.hpp"
 #include "daemon/router_options.hpp"
 #include "daemon/sim_backend.hpp"
 #include "shm/layout.hpp"
@@ -32,6 +33,7 @@ struct DaemonConfig {
   std::vector<uid_t> allowed_uids;    // besides the daemon's own uid
   std::vector<gid_t> allowed_gids;
   std::uint32_t drain_spin_us = 20;   // busy-poll this long before the drain loop sleeps
+  DeadLetterOptions dead_letters;     // requests whose input fails alone: where they are recorded
 };
 
 // $XDG_RUNTIME_DIR/batchd/batchd.sock, or /run/batchd/batchd.sock as root (or with no

@@ -60,6 +60,7 @@ Daemon::~Daemon() {
     if (open_ != nullptr) router_->release(open_);
     router_->stop();
   }
+  if (dead_letters_) dead_letters_->stop();  // writes what the lanes recorded last
   if (ring_ready_) io_uring_queue_exit(&ring_);
 }
 
@@ -111,6 +112,9 @@ void Daemon::start() {
   std::snprintf(status_->backend, sizeof(status_->backend), "%.*s",
                 static_cast<int>(backend_->name().size()), backend_->name().data());
 
+  // Before the socket: a dead-letter file that cannot be opened stops the start with its reason.
+  dead_letters_ = std::make_unique<DeadLetterLog>(config_.dead_letters);
+  dead_letters_->start();
   control_ = std::make_unique<ControlSocket>(config_.socket_path);
   router_ = std::make_unique<Router>(
       *backend_, completer_, config_.routing,
@@ -119,17 +123,19 @@ void Daemon::start() {
         if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
       },
       [this] { publish_status(); });
+  router_->set_dead_letters(dead_letters_.get());
   publish_policy();
   publish_status();
   router_->start();
   arm_poll(control_->fd(), pack(Op::kListen, 0));
   arm_doorbell_read();
   spdlog::info("batchd listening on {} (backend {}: {} devices x {} streams; policy {}, max batch "
-               "{}, max wait {} us, max batch bytes {})",
+               "{}, max wait {} us, max batch bytes {}; dead letters {})",
                config_.socket_path, backend_->name(), backend_->devices(),
                backend_->streams_per_device(), policy_name(config_.batch.policy), config_.batch.max_batch,
                std::chrono::duration_cast<std::chrono::microseconds>(config_.batch.max_wait).count(),
-               config_.batch.max_batch_bytes);
+               config_.batch.max_batch_bytes,
+               config_.dead_letters.path.empty() ? std::string("in memory only") : "to " + config_.dead_letters.path);
 }
 
 void Daemon::publish_status() noexcept {
@@ -182,6 +188,8 @@ void Daemon::publish_status() noexcept {
     page.requests_shed_by_class[c].store(stats_.requests_shed_by_class[c].load(relaxed), relaxed);
     page.arrivals_per_s_by_class[c].store(stats_.arrivals_per_s_by_class[c].load(relaxed), relaxed);
   }
+  page.dead_letters.store(dead_letters_->recorded(), relaxed);
+  page.dead_letters_dropped.store(dead_letters_->dropped(), relaxed);
   page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
 }
 

@@ -68,6 +68,8 @@ class Daemon {
 
   [[nodiscard]] const std::string& socket_path() const noexcept { return config_.socket_path; }
   [[nodiscard]] const DaemonStats& stats() const noexcept { return stats_; }
+  // The dead-letter log; valid after start().
+  [[nodiscard]] const DeadLetterLog& dead_letters() const noexcept { return *dead_letters_; }
   // Per-device health and counters; valid after start().
   [[nodiscard]] const std::vector<std::unique_ptr<DeviceHealth>>& devices() const noexcept {
     return router_->devices();
@@ -90,6 +92,9 @@ class Daemon {
   // Refuses a client whose hello was read (or who is past its handshake's deadline): the reply
   // says why, then the connection closes.
   void refuse(PendingAttach& pending, shm::AttachStatus status, const std::string& why);
+  // Answers a hello that asked for the dead letters (shm::kHelloDeadLetters) and closes the
+  // connection (daemon_dead_letters.cpp).
+  void answer_dead_letters(PendingAttach& pending);
   // Ends a handshake early: refuses it, stops waiting for its hello and forgets it.
   void evict_attach(std::map<std::uint64_t, PendingAttach>::iterator it, const std::string& why);
   // Evicts the handshakes past their deadline; returns the next deadline (0: none waiting).
@@ -159,6 +164,8 @@ class Daemon {
   std::unique_ptr<Backend> backend_;
   DaemonStats stats_;
   Completer completer_{stats_};
+  // Before router_: its lanes record into it until they stop.
+  std::unique_ptr<DeadLetterLog> dead_letters_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<ControlSocket> control_;
 

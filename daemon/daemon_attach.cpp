@@ -116,8 +116,12 @@ void Daemon::finish_attach(std::uint64_t id) {
                std::to_string(hello.protocol_version));
     return;
   }
-  if (!fds.empty() || hello.flags != 0) {
+  if (!fds.empty() || (hello.flags != 0 && hello.flags != shm::kHelloDeadLetters)) {
     refuse(pending, shm::AttachStatus::kBadHello, "attach request carried fds or unknown flags");
+    return;
+  }
+  if (hello.flags == shm::kHelloDeadLetters) {
+    answer_dead_letters(pending);
     return;
   }
   if (stop_requested_.load(std::memory_order_relaxed)) {

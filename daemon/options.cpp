@@ -23,6 +23,8 @@ struct RawOptions {
   std::vector<std::string> fail_every, slow;
   std::string memory_feedback = "on";
   std::string sim_memory_other;
+  double dead_letter_max_mib = 16.0;
+  std::string dead_letter_inputs = "off";
 };
 
 // "D:V" pairs for the sim fault flags.
@@ -61,6 +63,23 @@ void define_memory_options(CLI::App& app, CLI::Option_group& sim, DaemonConfig& 
           [](const std::string& text) {
             return std::strtod(text.c_str(), nullptr) > 0 ? std::string() : std::string("must be more than 0");
           });
+}
+
+// The dead-letter log (README.md, "Dead letters").
+void define_dead_letter_options(CLI::App& app, DaemonConfig& c, RawOptions& raw) {
+  app.add_option("--dead-letter", c.dead_letters.path,
+                 "append a JSON line to FILE for each request whose input fails alone (a poison "
+                 "input); without it the last " + std::to_string(c.dead_letters.recent_entries) +
+                     " are kept in memory only (batchctl dead-letters lists them either way)");
+  app.add_option("--dead-letter-max-mib", raw.dead_letter_max_mib,
+                 "rotate the dead-letter file to FILE.1 before it grows past this (fractional)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1024.0 * 1024.0))->check([](const std::string& text) {
+        return std::strtod(text.c_str(), nullptr) > 0 ? std::string() : std::string("must be more than 0");
+      });
+  app.add_option("--dead-letter-inputs", raw.dead_letter_inputs,
+                 "on: each dead-letter file record carries the input itself (it may be private; "
+                 "off, the default, records only its SHA-256 and size)")
+      ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
 }
 
 void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
@@ -105,6 +124,7 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
   sim->add_option("--sim-outage-ms", c.sim.outage_ms,
                   "every device fails for this long after start")->capture_default_str();
   define_memory_options(app, *sim, c, raw);
+  define_dead_letter_options(app, c, raw);
   app.add_option("--policy", raw.policy,
                  "adaptive: batch sizes and waits follow the measured batch cost and arrival rate, "
                  "within --max-batch and --max-wait-ms (docs/POLICY.md); fixed: flush at "
@@ -166,6 +186,9 @@ void finish(DaemonOptions& o, const RawOptions& raw) {
   auto schedule = parse_memory_schedule(raw.sim_memory_other);
   if (!schedule) throw CLI::ValidationError("--sim-memory-other", schedule.error().message);
   c.sim.memory_other = std::move(*schedule);
+  c.dead_letters.max_file_bytes =
+      std::max<std::uint64_t>(1, static_cast<std::uint64_t>(raw.dead_letter_max_mib * 1024 * 1024));
+  c.dead_letters.include_inputs = raw.dead_letter_inputs == "on";
 }
 
 // CLI11 parses a reversed vector.

@@ -330,10 +330,10 @@ void Router::on_failure(Lane& lane, Batch* batch, std::string message) noexcept 
       for (unsigned d = 0; d < health_.size(); ++d) {
         if ((batch->failed_devices & device_bit(d)) != 0) health_[d]->forgive();
       }
-      complete_single_failure(batch);
+      complete_single_failure(batch, device, true);
       return;
     case Verdict::kUnknown:
-      complete_single_failure(batch);
+      complete_single_failure(batch, device, false);
       return;
     case Verdict::kDeviceBroken:
       spdlog::warn("{} device {} fails a known-good input too: marked unhealthy", backend_.name(),
@@ -350,9 +350,26 @@ void Router::on_failure(Lane& lane, Batch* batch, std::string message) noexcept 
   }
 }
 
-void Router::complete_single_failure(Batch* batch) noexcept {
-  // An input that failed alone on every device it tried: its own backend error.
+void Router::complete_single_failure(Batch* batch, unsigned device, bool proven) noexcept {
   completer_.complete_batch(*batch, BackendStatus::failure(batch->last_error));
+  // Recorded after the caller has its answer: the record hashes the input.
+  if (dead_letters_ != nullptr && batch->size() == 1) {
+    const RequestRef& request = batch->requests.front();
+    const ClientSession& session = *request.session;
+    dead_letters_->record(DeadLetterFacts{
+        .input = batch->input().at(0),
+        .error = batch->last_error,
+        .device = device,
+        .devices_tried = batch->failed_devices | device_bit(device),
+        .proven = proven,
+        .client_id = session.id(),
+        .pid = session.pid(),
+        .uid = session.uid(),
+        .request_id = request.request_id,
+        .slot = request.slot,
+        .generation = request.generation,
+    });
+  }
   release(batch);
 }
 

@@ -2,7 +2,7 @@
 // device fails: a batch goes to the available device with the least outstanding work; a device
 // that fails or times out is marked unhealthy, its work re-runs elsewhere, and it is probed again
 // after a back-off; a batch that fails is retried once on another device and then split, until
-// a failing input fails alone. A device whose memory is short (memory_budget.hpp) gets only
+// a failing input fails alone, which the dead-letter log records. A device whose memory is short (memory_budget.hpp) gets only
 // batches that fit it; one that fits no device waits (router_memory.cpp). Owns the pool of batch
 // objects and one worker thread per lane.
 #pragma once
@@ -23,6 +23,7 @@
 #include "daemon/batch.hpp"
 #include "daemon/completer.hpp"
 #include "daemon/cost_model.hpp"
+#include "daemon/dead_letter_log.hpp"
 #include "daemon/device_health.hpp"
 #include "daemon/memory_budget.hpp"
 #include "daemon/router_options.hpp"
@@ -39,6 +40,10 @@ class Router {
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
   ~Router();
+
+  // Before start(): where requests whose input fails alone are recorded (borrowed; none: not
+  // recorded).
+  void set_dead_letters(DeadLetterLog* log) noexcept { dead_letters_ = log; }
 
   void start();
   // Interrupts the backend, stops the workers and the watchdog. Call once nothing is pending.
@@ -141,7 +146,9 @@ class Router {
   // Runs the canary on this lane: tells a poison input from a broken device.
   Verdict check_with_canary(Lane& lane) noexcept;
   void remember_canary(const Batch& batch) noexcept;
-  void complete_single_failure(Batch* batch) noexcept;
+  // An input that failed alone on every device it tried (on `device` last): its own backend
+  // error, and a dead letter. `proven`: a known-good input still ran there.
+  void complete_single_failure(Batch* batch, unsigned device, bool proven) noexcept;
   void watchdog() noexcept;
   void check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept;
   void requeue_from_unavailable() noexcept;
@@ -173,6 +180,7 @@ class Router {
 
   Backend& backend_;
   Completer& completer_;
+  DeadLetterLog* dead_letters_ = nullptr;
   RouterOptions options_;
   std::function<void()> on_batch_freed_;
   std::function<void()> on_tick_;

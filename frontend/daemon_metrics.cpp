@@ -170,6 +170,12 @@ void render_daemon_status(const DaemonStatus* status, std::string& out) {
   }
   gauge("batchd_daemon_batches_total", "counter", "Batches the daemon ran.", status->batches);
   gauge("batchd_daemon_batch_failures_total", "counter", "Batches that failed.", status->batch_failures);
+  gauge("batchd_daemon_dead_letters_total", "counter",
+        "Requests whose input made the backend fail alone, each recorded once in the dead-letter log.",
+        status->dead_letters);
+  gauge("batchd_daemon_dead_letters_dropped_total", "counter",
+        "Dead-letter records lost: the log's queue was full, or its file refused the write.",
+        status->dead_letters_dropped);
   render_batch_sizes(*status, out);
   render_policy(*status, out);
   render_devices(*status, out);

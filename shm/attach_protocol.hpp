@@ -15,10 +15,16 @@ inline constexpr std::uint32_t kAttachMagic = 0x42415431;  // "BAT1"
 // 2: completion events through CompletionEvents instead of a client's eventfd.
 inline constexpr std::uint32_t kProtocolVersion = 2;
 
+// Hello::flags. 0 asks to attach. kHelloDeadLetters asks instead for the daemon's recent dead
+// letters (batchctl dead-letters): the reply is an AttachReply with one fd, a sealed memfd of
+// JSON lines (daemon/dead_letter_log.hpp), and the connection then closes. A daemon that
+// predates a flag refuses it as kBadHello.
+inline constexpr std::uint32_t kHelloDeadLetters = 1;
+
 struct Hello {
   std::uint32_t magic;
   std::uint32_t protocol_version;
-  std::uint32_t flags;  // none defined yet: must be 0
+  std::uint32_t flags;  // 0 or kHelloDeadLetters; any other value is refused
   std::uint32_t reserved;
 };
 

@@ -117,6 +117,10 @@ struct alignas(kCacheLine) RequestSlotHeader {
   // new segment), so an older client's requests read as normal: no layout version bump.
   std::uint32_t priority;
   std::int64_t deadline_mono_ns;           // CLOCK_MONOTONIC; 0 means none
+  // The client's own name for the request, the same when it re-submits it to a re-attached
+  // daemon, so the dead-letter log records a failing request once (0: an older client, which
+  // never wrote this padding). Untrusted: it only ever merges a client's own records.
+  std::uint64_t request_id;
 };
 
 // Per-request result the daemon writes; the output bytes (or an error message) follow.
@@ -146,6 +150,7 @@ static_assert(std::is_standard_layout_v<CompletionHeader> && sizeof(CompletionHe
 static_assert(std::is_standard_layout_v<RequestSlotHeader> && sizeof(RequestSlotHeader) == kCacheLine);
 static_assert(offsetof(RequestSlotHeader, priority) == 12, "where older clients left reserved zeroes");
 static_assert(offsetof(RequestSlotHeader, deadline_mono_ns) == 16);
+static_assert(offsetof(RequestSlotHeader, request_id) == 24, "in what was padding: no layout version bump");
 static_assert(std::is_standard_layout_v<CompletionSlotHeader> && sizeof(CompletionSlotHeader) == kCacheLine);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free && std::atomic<std::uint64_t>::is_always_lock_free,
               "atomics in shared memory must not hide a lock");

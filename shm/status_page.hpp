@@ -83,6 +83,10 @@ struct alignas(64) DaemonStatusPage {
   // By class (index: WirePriority): refused at admission as overloaded, and the arrival rate.
   std::atomic<std::uint64_t> requests_shed_by_class[kWirePriorities];
   std::atomic<std::uint64_t> arrivals_per_s_by_class[kWirePriorities];
+  // Appended in turn: requests recorded in the dead-letter log (each failing request once), and
+  // records lost on the way (the writer's queue was full, or the file refused the write).
+  std::atomic<std::uint64_t> dead_letters;
+  std::atomic<std::uint64_t> dead_letters_dropped;
 };
 
 static_assert(std::is_standard_layout_v<DaemonStatusPage>);

@@ -20,6 +20,15 @@ TEST_CASE("JSON escaping: quote, backslash and control characters; UTF-8 unchang
   CHECK(out == "\\u0000z");
 }
 
+TEST_CASE("lossy JSON escaping: valid UTF-8 as is; otherwise ASCII kept and every other byte '?'") {
+  std::string out;
+  text::append_json_escaped_lossy("h\xc3\xa9 \"q\"", out);
+  CHECK(out == "h\xc3\xa9 \\\"q\\\"");
+  out.clear();
+  text::append_json_escaped_lossy("bad \xff\xc3 byte\n", out);
+  CHECK(out == "bad ?? byte\\u000a");
+}
+
 TEST_CASE("iequals folds ASCII letters only, trim strips spaces and tabs") {
   CHECK(text::iequals("Content-Length", "content-LENGTH"));
   CHECK_FALSE(text::iequals("close", "closed"));

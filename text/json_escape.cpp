@@ -1,5 +1,7 @@
 #include "text/json_escape.hpp"
 
+#include <simdjson.h>
+
 namespace batchd::text {
 
 void append_json_escaped(std::string_view text, std::string& out) {
@@ -21,6 +23,18 @@ void append_json_escaped(std::string_view text, std::string& out) {
     }
   }
   out.append(text.data() + run, text.size() - run);
+}
+
+void append_json_escaped_lossy(std::string_view text, std::string& out) {
+  if (simdjson::validate_utf8(text.data(), text.size())) {
+    append_json_escaped(text, out);
+    return;
+  }
+  std::string ascii(text);
+  for (char& c : ascii) {
+    if (static_cast<unsigned char>(c) >= 0x80) c = '?';
+  }
+  append_json_escaped(ascii, out);
 }
 
 }  // namespace batchd::text

@@ -1,9 +1,11 @@
-// batchctl: what a running daemon says about itself (its status page), once or live.
+// batchctl: what a running daemon says about itself (its status page), once or live, and its
+// dead letters (batchctl dead-letters).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "client_lib/client.hpp"
@@ -45,6 +47,7 @@ std::string as_text(const batchd::DaemonStatus& s) {
       "requests: {} taken, {} ok, {} failed ({} refused before running), {} in flight, {} "
       "abandoned by their client\n"
       "by class (high, normal, low): taken {} / {} / {}, shed as overloaded {} / {} / {}, arriving {} / {} / {} per s\n"
+      "dead letters: {} recorded, {} dropped (batchctl dead-letters lists them)\n"
       "batches: {} ({} failed); sizes:",
       s.backend, s.daemon_pid, s.healthy_devices, s.devices.size(), s.clients, s.policy, s.max_batch,
       s.max_batch_bytes, static_cast<double>(s.max_wait_ns) / 1e6,
@@ -55,7 +58,7 @@ std::string as_text(const batchd::DaemonStatus& s) {
       s.requests_abandoned, taken(s, batchd::Priority::kHigh), taken(s, batchd::Priority::kNormal),
       taken(s, batchd::Priority::kLow), s.requests_shed_by_class[0], s.requests_shed_by_class[1],
       s.requests_shed_by_class[2], s.arrivals_per_s_by_class[0], s.arrivals_per_s_by_class[1],
-      s.arrivals_per_s_by_class[2], s.batches, s.batch_failures);
+      s.arrivals_per_s_by_class[2], s.dead_letters, s.dead_letters_dropped, s.batches, s.batch_failures);
   for (std::size_t b = 0; b < s.batch_sizes.size(); ++b) {
     if (s.batch_sizes[b] != 0) out += fmt::format(" [{}..{}]:{}", 1U << b, (2U << b) - 1, s.batch_sizes[b]);
   }
@@ -107,12 +110,50 @@ std::string as_json(const batchd::DaemonStatus& s) {
       "\"requests_failed\":{},\"requests_rejected\":{},"
       "\"in_flight\":{},\"requests_abandoned\":{},\"policy\":\"{}\",\"target_batch\":{},"
       "\"arrivals_per_s\":{},\"flushes\":{{{}}},\"max_batch\":{},\"max_wait_ns\":{},"
-      "\"max_batch_bytes\":{},\"batches\":{},\"batch_failures\":{},\"batch_sizes\":[{}],\"devices\":[{}]}}",
+      "\"max_batch_bytes\":{},\"dead_letters\":{},\"dead_letters_dropped\":{},\"batches\":{},"
+      "\"batch_failures\":{},\"batch_sizes\":[{}],\"devices\":[{}]}}",
       s.backend, s.daemon_pid, s.healthy_devices, s.clients, s.requests_taken, by_class, s.requests_ok,
       s.requests_failed, s.requests_rejected, s.in_flight, s.requests_abandoned, s.policy,
       s.target_batch, s.arrivals_per_s, flushes, s.max_batch,
-      s.max_wait_ns, s.max_batch_bytes, s.batches, s.batch_failures,
+      s.max_wait_ns, s.max_batch_bytes, s.dead_letters, s.dead_letters_dropped, s.batches, s.batch_failures,
       fmt::join(s.batch_sizes, ","), devices);
+}
+
+// The dead letters as a table: one row per record, oldest first.
+std::string dead_letters_text(const batchd::DeadLetters& letters) {
+  std::string out = fmt::format("dead letters: {} recorded since the daemon started, {} dropped; {}\n",
+                                letters.recorded, letters.dropped,
+                                letters.entries.empty() ? std::string("none kept")
+                                                        : fmt::format("the last {}:", letters.entries.size()));
+  if (letters.entries.empty()) return out;
+  out += fmt::format("{:<24}  {:<14}  {:>6}  {:<64}  {:>8}  {:<22}  {}\n", "TIME (UTC)", "REASON", "DEVICE",
+                     "INPUT SHA-256", "BYTES", "CLIENT (PID/UID)", "ERROR");
+  for (const batchd::DeadLetter& letter : letters.entries) {
+    out += fmt::format("{:<24}  {:<14}  {:>6}  {:<64}  {:>8}  {:<22}  {}\n", letter.time, letter.reason,
+                       letter.device, letter.input_sha256, letter.input_bytes,
+                       fmt::format("{} ({}/{})", letter.client_id, letter.pid, letter.uid), letter.error);
+  }
+  return out;
+}
+
+std::string dead_letters_json(const batchd::DeadLetters& letters) {
+  std::string entries;
+  for (const batchd::DeadLetter& letter : letters.entries) {
+    entries += (entries.empty() ? "" : ",") + letter.json;
+  }
+  return fmt::format("{{\"dead_letters\":{},\"dropped\":{},\"entries\":[{}]}}\n", letters.recorded,
+                     letters.dropped, entries);
+}
+
+int list_dead_letters(const batchd::ClientOptions& options, bool json) {
+  batchd::Error error;
+  const std::optional<batchd::DeadLetters> letters = batchd::read_dead_letters(options, &error);
+  if (!letters) {
+    std::cerr << "batchctl: " << error.message << '\n';
+    return 1;
+  }
+  std::cout << (json ? dead_letters_json(*letters) : dead_letters_text(*letters)) << std::flush;
+  return 0;
 }
 
 }  // namespace
@@ -125,11 +166,15 @@ int main(int argc, char** argv) {
   app.add_option("--socket", socket_path, "daemon socket (default: the daemon's default path)");
   app.add_flag("--json", json, "one JSON object per report");
   app.add_option("--watch", watch_s, "report again every this many seconds until interrupted");
+  CLI::App* dead_letters = app.add_subcommand(
+      "dead-letters", "list the requests whose input made the backend fail alone (most recent last)");
+  dead_letters->fallthrough();  // --socket and --json may follow the subcommand too
   CLI11_PARSE(app, argc, argv);
 
   batchd::ClientOptions options;
   options.socket_path = socket_path;
   options.connect_timeout = std::chrono::milliseconds(1000);
+  if (dead_letters->parsed()) return list_dead_letters(options, json);
   batchd::Error error;
   auto client = batchd::Client::connect(options, &error);
   if (!client) {

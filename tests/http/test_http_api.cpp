@@ -200,6 +200,14 @@ TEST_CASE("504 when the deadline passes; 500 with the backend's message; 503 whe
     check_error(r, 500, "backend_error");
     CHECK(r.body.find("poison") != std::string::npos);
     CHECK(stack.call(batch_request("fine")).status == 200);
+    // The poison input failed alone: one dead letter, in the daemon's counters on /metrics.
+    std::string body;
+    CHECK(eventually([&] {
+      body = stack.call(make_request("GET", "/metrics")).body;
+      return body.find("batchd_daemon_dead_letters_total 1\n") != std::string::npos;
+    }, 10s));
+    INFO(body);
+    CHECK(body.find("batchd_daemon_dead_letters_dropped_total 0\n") != std::string::npos);
   }
   SUBCASE("503 backend_unavailable, and /readyz says why") {
     Stack stack("auto", {}, {"--backend", "sim", "--sim-devices", "1", "--sim-hang", "0", "--sim-hang-ms", "3000",
