@@ -31,6 +31,19 @@ namespace batchd::test {
 
 namespace beast_http = boost::beast::http;
 
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
 std::string http_binary() {
   const char* env = std::getenv("BATCHD_HTTP_BIN");
   if (env == nullptr) throw std::runtime_error("BATCHD_HTTP_BIN is not set (run the tests through meson)");

@@ -17,6 +17,10 @@
 
 namespace batchd::test {
 
+// A loopback TCP port nothing listens on now, for a process whose port must be known before it
+// starts (a balancer's config, a redis-server), so it cannot bind port 0 itself.
+std::uint16_t free_port();
+
 // The batchd-http binary built next to the tests (BATCHD_HTTP_BIN, set by meson).
 std::string http_binary();
 

@@ -35,21 +35,6 @@ std::string env_or_fail(const char* name) {
   return value;
 }
 
-// A port nothing listens on now. The balancer's config names the nodes' ports before they start,
-// so they cannot be picked by binding port 0 in the processes themselves.
-std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // The shipped configuration with the example's ports (balancer 8090, nodes 8081-8083) replaced.
 std::string config_for(std::uint16_t front, const std::array<std::uint16_t, kNodes>& nodes) {
   std::ifstream in(env_or_fail("BATCHD_HAPROXY_CFG"));
@@ -156,6 +141,19 @@ std::future<StressRun> start_load(std::uint16_t front, double seconds, const std
   });
 }
 
+// True once a request through the balancer is answered (its first checks may still be running).
+bool answers_through(std::uint16_t front) {
+  return eventually([&] {
+    try {
+      HttpClient client(front, 2s);
+      const auto r = client.round_trip(batch_request("warm-up"));
+      return r && r->status == 200;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }, 10s);
+}
+
 void check_every_answer(const StressRun& run) {
   INFO("stress stdout: " << run.process.out << "\nstderr: " << run.process.err);
   CHECK(run.process.exit_code() == 0);
@@ -172,15 +170,7 @@ TEST_CASE("3 nodes behind the shipped HAProxy config: one killed at 5 s and rest
   for (Node& node : nodes) node.start();
   const std::uint16_t front = free_port();
   Haproxy haproxy(config_for(front, {nodes[0].port, nodes[1].port, nodes[2].port}));
-  REQUIRE(eventually([&] {
-    try {
-      HttpClient client(front, 2s);
-      const auto r = client.round_trip(batch_request("warm-up"));
-      return r && r->status == 200;
-    } catch (const std::exception&) {
-      return false;
-    }
-  }, 10s));
+  REQUIRE(answers_through(front));
 
   const std::string csv = temp_socket_path("load.csv");
   const auto start = std::chrono::steady_clock::now();
@@ -207,15 +197,7 @@ TEST_CASE("a node stopped with SIGTERM behind HAProxy: /readyz fails first while
   for (Node& node : nodes) node.start({"--drain-delay-ms", "1500"});
   const std::uint16_t front = free_port();
   Haproxy haproxy(config_for(front, {nodes[0].port, nodes[1].port, nodes[2].port}));
-  REQUIRE(eventually([&] {
-    try {
-      HttpClient client(front, 2s);
-      const auto r = client.round_trip(batch_request("warm-up"));
-      return r && r->status == 200;
-    } catch (const std::exception&) {
-      return false;
-    }
-  }, 10s));
+  REQUIRE(answers_through(front));
 
   const std::string csv = temp_socket_path("load.csv");
   const auto start = std::chrono::steady_clock::now();
