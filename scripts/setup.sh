@@ -3,6 +3,7 @@
 # already present are not touched, so a set-up machine costs one dpkg query. Arguments name more
 # packages to install the same way (bench/run-all.sh passes what the benchmarks need).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   meson ninja-build g++ pkg-config
@@ -12,6 +13,7 @@ packages=(
   libasan8 libubsan1 libtsan2
   curl clang libclang-rt-14-dev systemd
   haproxy
+  python3-venv python3-dev
   "$@"
 )
 
@@ -29,4 +31,18 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The project's Python environment (.venv, git-ignored): what the Python package's build and the
+# tests written in Python need from PyPI, pinned in python/requirements-test.txt. Debian's own
+# python3, not whatever python3 comes first on PATH. Rebuilt only when the pins change.
+requirements=python/requirements-test.txt
+stamp=.venv/requirements.sha256
+want=$(sha256sum "$requirements" | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing $requirements into .venv"
+  rm -rf .venv
+  /usr/bin/python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check -r "$requirements"
+  echo "$want" >"$stamp"
 fi

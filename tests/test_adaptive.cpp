@@ -117,7 +117,10 @@ TEST_CASE("a load step 10% -> 90% -> 10%: every request answered, and the batch 
   test::DaemonProcess daemon(socket, kSlowModel);
   auto client = test::connect(socket);
   // Each phase runs 2.5 s; n* is read in its second half, once the arrival rate has followed.
-  auto phase = [&](double load, std::uint32_t& target) {
+  // p99 bounds: at 10 % nobody waits for the 50 ms ceiling and a queue on top (a batch is 20 to 35 ms
+  // here); at 90 % bursts queue behind busy devices, and a sanitizer's host work adds to every batch
+  // (205 ms was seen under ASan in CI), so that phase is held to the product's 500 ms p99 budget.
+  auto phase = [&](double load, double p99_bound_us, std::uint32_t& target) {
     auto run = std::async(std::launch::async, [&] {
       return test::run_stress({"--socket", socket, "--expect-sim", "1", "--rate",
                                std::to_string(load * kSlowCapacity64), "--duration", "2.5", "--input-bytes",
@@ -126,18 +129,18 @@ TEST_CASE("a load step 10% -> 90% -> 10%: every request answered, and the batch 
     std::this_thread::sleep_for(1800ms);
     target = client->daemon_status().target_batch;
     const test::StressRun out = run.get();
+    INFO("load " << load << ": " << out.process.out);
     REQUIRE(out.process.exit_code() == 0);
     CHECK(out.field("errors") == 0);
     CHECK(out.field("wrong") == 0);
     CHECK(out.field("ok") == out.field("sent"));
-    // Nobody waits for the 50 ms ceiling and a queue on top: a batch is 20 to 35 ms here.
-    CHECK(out.field("p99_us") < 200'000);
+    CHECK(out.field("p99_us") < p99_bound_us);
     return out.field("p99_us");
   };
   std::uint32_t low_before = 0, high = 0, low_after = 0;
-  const double p99_low = phase(0.1, low_before);
-  const double p99_high = phase(0.9, high);
-  const double p99_after = phase(0.1, low_after);
+  const double p99_low = phase(0.1, 200'000, low_before);
+  const double p99_high = phase(0.9, 500'000, high);
+  const double p99_after = phase(0.1, 200'000, low_after);
   INFO("n*: " << low_before << " -> " << high << " -> " << low_after << "; p99 us " << p99_low << ", "
               << p99_high << ", " << p99_after);
   // From the rule: about 5 at 10 % (390/s x 20 ms / (1.8 - 0.078)), 64 at 90 %.
