@@ -54,15 +54,20 @@ def plot_adaptive(result, plots):
 
 def closed_table(result):
     pol = result["policies"]
-    rows = ["| closed loop | fixed 64 / 50 ms | adaptive | adaptive / fixed | analytic ceiling | adaptive / ceiling |",
-            "|---|---:|---:|---:|---:|---:|"]
+    share = pol.get("fixed_share", {})
+    rows = ["| closed loop | fixed 64 / 50 ms | adaptive | adaptive / fixed | analytic ceiling | adaptive / ceiling "
+            "| fixed k / devices (hindsight) | adaptive / hindsight |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for key, label, ceiling in (("shm_1", "1 caller, shm", "1"), ("shm_4", "4 callers, shm", "4"),
                                 ("shm_16", "16 callers, shm", "16"), ("http_16_wrk", "16 HTTP connections, wrk", "16")):
         f, a = pol["fixed_64_50"][key], pol["adaptive"][key]
         ceil = result["ceiling"][ceiling]
+        h = share.get(key)
+        hind = (f"{h['rps']:.0f}/s, p99 {ms(h['p99_us'])} ms | {a['rps'] / max(h['rps'], 1e-9) * 100:.0f}%"
+                if h else "- | -")
         rows.append(f"| {label} | {f['rps']:.0f}/s, p99 {ms(f['p99_us'])} ms | {a['rps']:.0f}/s, p99 {ms(a['p99_us'])} ms "
                     f"(p50 {ms(a['p50_us'])}) | {a['rps'] / max(f['rps'], 1e-9):.1f}x | {ceil:.0f}/s | "
-                    f"{a['rps'] / ceil * 100:.0f}% |")
+                    f"{a['rps'] / ceil * 100:.0f}% | {hind} |")
     return "\n".join(rows)
 
 
