@@ -1,5 +1,5 @@
-// batchctl: what a running daemon says about itself (its status page), once or live, and its
-// dead letters (batchctl dead-letters).
+// batchctl: what a running daemon says about itself (its status page), once, repeated or as a
+// live view (batchctl top), and its dead letters (batchctl dead-letters).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "client_lib/client.hpp"
+#include "tools/top_screen.hpp"
 
 namespace {
 
@@ -169,6 +170,13 @@ int main(int argc, char** argv) {
   CLI::App* dead_letters = app.add_subcommand(
       "dead-letters", "list the requests whose input made the backend fail alone (most recent last)");
   dead_letters->fallthrough();  // --socket and --json may follow the subcommand too
+  batchd::top::Options top_options;
+  CLI::App* top = app.add_subcommand(
+      "top", "a live view that redraws in place (q quits); one plain frame per interval when not a terminal");
+  top->fallthrough();
+  top->add_option("--interval", top_options.interval_s, "seconds between frames")->capture_default_str();
+  top->add_option("--frames", top_options.frames, "stop after this many frames (0: until q or a signal)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   batchd::ClientOptions options;
@@ -181,6 +189,7 @@ int main(int argc, char** argv) {
     std::cerr << "batchctl: " << error.message << '\n';
     return 1;
   }
+  if (top->parsed()) return batchd::top::run(*client, top_options);
   for (;;) {
     const batchd::DaemonStatus status = client->daemon_status();
     std::cout << (json ? as_json(status) + "\n" : as_text(status)) << std::flush;

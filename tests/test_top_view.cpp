@@ -1,0 +1,79 @@
+// batchctl top's frame from two status snapshots: rates over the interval, errors by kind, the
+// interval's batch sizes, one row per device.
+#include <doctest/doctest.h>
+
+#include <regex>
+#include <string>
+
+#include "tools/top_view.hpp"
+
+using namespace batchd;
+
+namespace {
+
+std::string joined(const std::vector<top::Line>& lines) {
+  std::string out;
+  for (const auto& line : lines) out += line.text + '\n';
+  return out;
+}
+
+DaemonStatus status(std::uint64_t ok, std::uint64_t failed, std::uint64_t rejected, std::uint64_t batches) {
+  DaemonStatus s;
+  s.backend = "sim";
+  s.daemon_pid = 42;
+  s.policy = "adaptive";
+  s.requests_ok = ok;
+  s.requests_failed = failed;
+  s.requests_rejected = rejected;
+  s.batches = batches;
+  s.batch_sizes.assign(8, 0);
+  s.devices.resize(2);
+  s.devices[0].state = "healthy";
+  s.devices[1].state = "unhealthy";
+  return s;
+}
+
+bool shows(const std::string& text, const char* pattern) {
+  return std::regex_search(text, std::regex(pattern, std::regex::multiline));
+}
+
+}  // namespace
+
+TEST_CASE("rates are over the interval, not since the daemon started") {
+  DaemonStatus before = status(1'000'000, 500, 100, 10'000);
+  DaemonStatus now = status(1'002'000, 530, 110, 10'500);
+  before.batch_sizes[3] = 7'000;   // batches of 8..15 before the interval
+  now.batch_sizes[3] = 7'400;      // 400 of them in it
+  now.batch_sizes[0] = 100;        // and 100 lone requests
+  now.devices[0].batches_ok = 900;
+  before.devices[0].batches_ok = 400;
+  const std::string text = joined(top::frame(before, now, 2.0, 120));
+  INFO(text);
+  CHECK(text.find("1000 answered ok, 15 failed") != std::string::npos);
+  // 10 of the 30 failures were refused before running (5/s); the other 20 failed on a device.
+  CHECK(text.find("errors/s: 5 refused before running") != std::string::npos);
+  CHECK(text.find("10 failed on a device") != std::string::npos);
+  CHECK(text.find("batches: 250/s") != std::string::npos);
+  CHECK(shows(text, R"(^ +8\.\.15 +400 #+$)"));
+  CHECK(shows(text, R"(^ +1\.\.1 +100 #+$)"));
+  CHECK(!shows(text, R"(^ +2\.\.3 )"));  // no batches of that size in the interval
+  CHECK(shows(text, R"(^0 +healthy +250 +0 +- )"));
+  CHECK(shows(text, R"(^1 +unhealthy +0 )"));
+  CHECK(text.find("not fitted yet") != std::string::npos);
+}
+
+TEST_CASE("a restarted daemon's counters start again rather than going negative") {
+  const DaemonStatus before = status(5'000, 0, 0, 1'000);
+  DaemonStatus now = status(300, 0, 0, 60);
+  now.daemon_pid = 43;
+  const std::string text = joined(top::frame(before, now, 1.0, 120));
+  INFO(text);
+  CHECK(text.find("300 answered ok") != std::string::npos);
+  CHECK(text.find("batches: 60/s") != std::string::npos);
+}
+
+TEST_CASE("no line is wider than the screen") {
+  const DaemonStatus s = status(0, 0, 0, 0);
+  for (const auto& line : top::frame(s, s, 1.0, 30)) CHECK(line.text.size() <= 30);
+  CHECK(joined(top::frame(s, s, 1.0, 200)).find("(no batches this interval)") != std::string::npos);
+}

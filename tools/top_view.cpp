@@ -1,0 +1,103 @@
+#include "tools/top_view.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace batchd::top {
+
+namespace {
+
+// Counters only grow while one daemon runs; a restarted daemon starts again from zero, and a
+// frame across the restart shows its counts since then rather than a huge negative number.
+double delta(std::uint64_t before, std::uint64_t now) {
+  return now >= before ? static_cast<double>(now - before) : static_cast<double>(now);
+}
+
+std::string duration_text(double ns) {
+  if (ns >= 1e6) return fmt::format("{:.2f} ms", ns / 1e6);
+  if (ns >= 1e3) return fmt::format("{:.1f} us", ns / 1e3);
+  return fmt::format("{:.0f} ns", ns);
+}
+
+std::uint64_t total(const std::array<std::uint64_t, kPriorityClasses>& by_class) {
+  return std::accumulate(by_class.begin(), by_class.end(), std::uint64_t{0});
+}
+
+}  // namespace
+
+std::vector<Line> frame(const DaemonStatus& before, const DaemonStatus& now, double seconds, unsigned width) {
+  const double per_s = seconds > 0 ? 1.0 / seconds : 0.0;
+  const bool same_daemon = before.daemon_pid == now.daemon_pid;
+  const DaemonStatus empty;
+  const DaemonStatus& b = same_daemon ? before : empty;
+  auto rate = [&](std::uint64_t was, std::uint64_t is) { return delta(was, is) * per_s; };
+
+  std::vector<Line> out;
+  out.push_back({fmt::format("batchd top: backend {} (pid {}), {} of {} devices healthy, {} clients, policy {}",
+                             now.backend, now.daemon_pid, now.healthy_devices, now.devices.size(), now.clients,
+                             now.policy),
+                 true});
+  out.push_back({fmt::format("requests/s: {:.0f} answered ok, {:.0f} failed; {} in flight; arriving {}/s "
+                             "(high {} / normal {} / low {})",
+                             rate(b.requests_ok, now.requests_ok), rate(b.requests_failed, now.requests_failed),
+                             now.in_flight, now.arrivals_per_s, now.arrivals_per_s_by_class[0],
+                             now.arrivals_per_s_by_class[1], now.arrivals_per_s_by_class[2])});
+  // requests_failed counts every request answered with an error; those refused before running
+  // (overloaded, shed, no device) are a part of it, the rest failed on a device.
+  const double refused = rate(b.requests_rejected, now.requests_rejected);
+  const double failed = rate(b.requests_failed, now.requests_failed);
+  std::uint64_t timeouts_before = 0, timeouts_now = 0;
+  for (const auto& dev : b.devices) timeouts_before += dev.timeouts;
+  for (const auto& dev : now.devices) timeouts_now += dev.timeouts;
+  out.push_back({fmt::format("errors/s: {:.0f} refused before running (shed as overloaded {:.0f}), {:.0f} failed "
+                             "on a device, {:.0f} abandoned by their client",
+                             refused, rate(total(b.requests_shed_by_class), total(now.requests_shed_by_class)),
+                             std::max(0.0, failed - refused), rate(b.requests_abandoned, now.requests_abandoned))});
+  out.push_back({fmt::format("          device timeouts {:.0f}, dead letters {:.0f}", rate(timeouts_before, timeouts_now),
+                             rate(b.dead_letters, now.dead_letters))});
+  out.push_back({""});
+
+  // The interval's batches by size, one bar per power-of-two bucket that saw any.
+  const double batches = delta(b.batches, now.batches);
+  out.push_back({fmt::format("batches: {:.0f}/s, {:.0f} failed; about {} requests per batch targeted; sizes this "
+                             "interval:",
+                             batches * per_s, rate(b.batch_failures, now.batch_failures), now.target_batch),
+                 true});
+  std::vector<double> sizes(now.batch_sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    sizes[i] = delta(i < b.batch_sizes.size() ? b.batch_sizes[i] : 0, now.batch_sizes[i]);
+  }
+  const double largest = sizes.empty() ? 0.0 : *std::max_element(sizes.begin(), sizes.end());
+  const unsigned bar_room = std::clamp(width, 40U, 92U) - 32;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) continue;
+    const auto bar = static_cast<std::size_t>(sizes[i] / largest * bar_room + 0.5);
+    out.push_back({fmt::format("  {:>5}..{:<5} {:>8.0f} {}", 1U << i, (2U << i) - 1, sizes[i],
+                               std::string(std::max<std::size_t>(bar, 1), '#'))});
+  }
+  if (largest == 0) out.push_back({"  (no batches this interval)"});
+  out.push_back({""});
+
+  out.push_back({fmt::format("{:<7}{:<11}{:>10}{:>13}{:>13}  {}", "device", "state", "batches/s", "outstanding",
+                             "batch time", "fitted cost"),
+                 true});
+  for (std::size_t d = 0; d < now.devices.size(); ++d) {
+    const auto& dev = now.devices[d];
+    const std::uint64_t ok_before = d < b.devices.size() ? b.devices[d].batches_ok : 0;
+    const bool fitted = dev.fixed_ns > 0 || dev.per_item_ns > 0 || dev.per_byte_ns > 0;
+    out.push_back({fmt::format("{:<7}{:<11}{:>10.0f}{:>13}{:>13}  {}", d, dev.state, rate(ok_before, dev.batches_ok),
+                               dev.outstanding_requests,
+                               dev.batch_ns == 0 ? std::string("-") : duration_text(static_cast<double>(dev.batch_ns)),
+                               fitted ? fmt::format("{} + {}/request", duration_text(dev.fixed_ns),
+                                                    duration_text(dev.per_item_ns))
+                                      : std::string("not fitted yet"))});
+  }
+  for (auto& line : out) {
+    if (line.text.size() > width) line.text.resize(width);
+  }
+  return out;
+}
+
+}  // namespace batchd::top
