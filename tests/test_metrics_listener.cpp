@@ -114,7 +114,7 @@ TEST_CASE("scrapers that say nothing are cut off at the deadline and hold up no 
 
 TEST_CASE("the cpu backend's batch time and histograms show, and stay shown once the load stops") {
   const std::string path = test::temp_socket_path();
-  test::DaemonProcess daemon(path, {"--backend", "cpu", "--max-wait-ms", "0"});
+  test::DaemonProcess daemon(path, {"--backend", "cpu", "--cpu-threads", "1", "--max-wait-ms", "0"});
   auto client = test::connect(path);
   const int requests = 50;
   for (int i = 0; i < requests; ++i) {
