@@ -75,6 +75,14 @@ class Result {
 
 // A snapshot of what the daemon publishes about itself (about every 50 ms).
 struct DaemonStatus {
+  // A duration histogram: counts per bucket, not cumulative (bucket b: durations in
+  // (latency_bounds_ns[b-1], latency_bounds_ns[b]]; the last one, past every bound, is +Inf),
+  // and the durations' sum.
+  struct Histogram {
+    std::vector<std::uint64_t> buckets;
+    std::uint64_t sum_ns = 0;
+    [[nodiscard]] std::uint64_t count() const noexcept;
+  };
   struct Device {
     std::string state;  // "healthy", "unhealthy" or "probing"
     std::uint64_t batches_ok = 0, batches_failed = 0, timeouts = 0, outstanding_requests = 0;
@@ -86,6 +94,8 @@ struct DaemonStatus {
     // Device memory: free and total (total 0: the backend does not report it), and the largest
     // batch in input bytes the device takes now (below max_batch_bytes while its memory is short).
     std::uint64_t memory_free_bytes = 0, memory_total_bytes = 0, byte_budget = 0;
+    // Each successful batch run's time on this device (README.md, "Metrics").
+    Histogram compute_time;
   };
   std::string backend;
   std::uint32_t daemon_pid = 0;
@@ -118,6 +128,12 @@ struct DaemonStatus {
   // Requests whose input failed alone, each recorded once in the daemon's dead-letter log, and
   // records lost on the way (read_dead_letters lists the recent ones).
   std::uint64_t dead_letters = 0, dead_letters_dropped = 0;
+  // The histograms' bucket bounds; empty when the daemon publishes no histograms (one built
+  // before them), and then the histograms are empty too.
+  std::vector<std::int64_t> latency_bounds_ns;
+  // Each answered request's queue time: from the daemon taking it to the start of the batch run
+  // that answered it, by class; index: static_cast<std::size_t>(Priority).
+  std::array<Histogram, kPriorityClasses> queue_time_by_class{};
 };
 
 struct ClientOptions {

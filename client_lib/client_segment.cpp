@@ -176,7 +176,10 @@ Attempt<void> map_segment(Segment& seg) {
   auto completion_map = shm::map_fd(seg.completion_fd.get(), *comp_bytes, false);
   if (!completion_map) return unmappable(completion_map.error());
   seg.completion_map = std::move(*completion_map);
-  auto status_map = shm::map_fd(seg.status_fd.get(), shm::kStatusPageBytes, false);
+  // Up to what this build knows of: the page and the histograms after it; an older daemon's file
+  // is the page alone.
+  seg.status_bytes = static_cast<std::size_t>(std::min<std::uint64_t>(*status_bytes, shm::kStatusFileBytes));
+  auto status_map = shm::map_fd(seg.status_fd.get(), seg.status_bytes, false);
   if (!status_map) return unmappable(status_map.error());
   seg.status_map = std::move(*status_map);
   shm::SegmentHeader header{};

@@ -50,6 +50,7 @@ struct Segment {
   boost::interprocess::mapped_region request_map, completion_map, status_map;
   shm::SegmentView view;
   const shm::DaemonStatusPage* status = nullptr;
+  std::size_t status_bytes = 0;  // mapped at status: the page, and the histograms if the daemon has them
   // Set by the monitor once the daemon's connection closed; never cleared.
   std::atomic<bool> dead{false};
 

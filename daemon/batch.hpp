@@ -21,6 +21,9 @@ struct RequestRef {
   std::uint32_t generation = 0;
   std::int64_t deadline_mono_ns = 0;
   std::uint64_t request_id = 0;  // the client's own name for it (0: none); the dead-letter log's key
+  // For the queue-time histogram: when the drain loop took it, and the class its client asked for.
+  std::int64_t arrival_ns = 0;
+  shm::WirePriority priority = shm::WirePriority::kNormal;
 };
 
 // A batch's place in its current run, packed with the run's token so that a watchdog acting on

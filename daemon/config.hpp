@@ -34,6 +34,7 @@ struct DaemonConfig {
   std::vector<gid_t> allowed_gids;
   std::uint32_t drain_spin_us = 20;   // busy-poll this long before the drain loop sleeps
   DeadLetterOptions dead_letters;     // requests whose input fails alone: where they are recorded
+  std::string metrics_listen;         // ADDR:PORT for GET /metrics (metrics_listener.hpp); empty: none
 };
 
 // $XDG_RUNTIME_DIR/batchd/batchd.sock, or /run/batchd/batchd.sock as root (or with no

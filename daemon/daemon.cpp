@@ -12,6 +12,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "client_lib/status_metrics.hpp"
+#include "client_lib/status_read.hpp"
 #include "daemon/fd_limit.hpp"
 #include "daemon/io_ops.hpp"
 #include "shm/futex.hpp"
@@ -103,11 +105,18 @@ void Daemon::start() {
   doorbell_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!doorbell_.valid()) throw std::system_error(errno, std::generic_category(), "eventfd");
   // Start-up: a failure here is the operator's to see, so value() throws it.
-  status_fd_ = shm::create_memfd("batchd-status", shm::kStatusPageBytes).value();
-  status_map_ = shm::map_fd(status_fd_.get(), shm::kStatusPageBytes, true).value();
+  // The page, then the latency histograms (shm::StatusLatency) in the pages after it.
+  status_fd_ = shm::create_memfd("batchd-status", shm::kStatusFileBytes).value();
+  status_map_ = shm::map_fd(status_fd_.get(), shm::kStatusFileBytes, true).value();
   shm::seal_memfd(status_fd_.get(), true).value();
   status_ = new (status_map_.get_address()) shm::DaemonStatusPage{};
   status_->magic = shm::kStatusMagic;
+  latency_ = new (static_cast<char*>(status_map_.get_address()) + shm::kStatusLatencyOffset) shm::StatusLatency{};
+  latency_->magic = shm::kStatusLatencyMagic;
+  latency_->version = shm::kStatusLatencyVersion;
+  latency_->buckets = shm::kLatencyBuckets;
+  latency_->classes = shm::kWirePriorities;
+  latency_->devices = shm::kStatusDevices;
   status_->daemon_pid = static_cast<std::uint32_t>(::getpid());
   std::snprintf(status_->backend, sizeof(status_->backend), "%.*s",
                 static_cast<int>(backend_->name().size()), backend_->name().data());
@@ -124,8 +133,10 @@ void Daemon::start() {
       },
       [this] { publish_status(); });
   router_->set_dead_letters(dead_letters_.get());
+  router_->set_latency(&stats_.latency);
   publish_policy();
   publish_status();
+  start_metrics_listener();
   router_->start();
   arm_poll(control_->fd(), pack(Op::kListen, 0));
   arm_doorbell_read();
@@ -136,6 +147,21 @@ void Daemon::start() {
                std::chrono::duration_cast<std::chrono::microseconds>(config_.batch.max_wait).count(),
                config_.batch.max_batch_bytes,
                config_.dead_letters.path.empty() ? std::string("in memory only") : "to " + config_.dead_letters.path);
+}
+
+void Daemon::start_metrics_listener() {
+  if (config_.metrics_listen.empty()) return;
+  const ListenAddress address = parse_listen_address(config_.metrics_listen, "--metrics-listen").value();
+  // The same reading and the same writer as a client's (batchd-http's /metrics): the two agree.
+  metrics_ = std::make_unique<MetricsListener>(address, [this] {
+    const DaemonStatus status = read_daemon_status(*status_, shm::kStatusFileBytes);
+    std::string out;
+    render_daemon_status(&status, out);
+    return out;
+  });
+  metrics_->start();
+  const std::size_t colon = config_.metrics_listen.rfind(':');
+  spdlog::info("serving GET /metrics on {}:{}", config_.metrics_listen.substr(0, colon), metrics_->port());
 }
 
 void Daemon::publish_status() noexcept {
@@ -153,7 +179,9 @@ void Daemon::publish_status() noexcept {
     out.batches_failed.store(h.batches_failed(), relaxed);
     out.timeouts.store(h.timeouts(), relaxed);
     out.outstanding_requests.store(h.outstanding_items.load(relaxed), relaxed);
-    out.batch_ns.store(h.batch_ns_estimate(shm::monotonic_ns()), relaxed);
+    // What was measured, however long ago: the routing estimate reads 0 once it is stale, and an
+    // idle cpu device then showed a batch time of 0.
+    out.batch_ns.store(h.measured_batch_ns(), relaxed);
     publish_memory(static_cast<unsigned>(d), out);
   }
   page.devices.store(static_cast<std::uint32_t>(devices.size()), relaxed);
@@ -190,7 +218,22 @@ void Daemon::publish_status() noexcept {
   }
   page.dead_letters.store(dead_letters_->recorded(), relaxed);
   page.dead_letters_dropped.store(dead_letters_->dropped(), relaxed);
+  publish_latency();
   page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
+}
+
+void Daemon::publish_latency() noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const auto copy = [](const LatencyHistogram& from, shm::StatusHistogram& to) {
+    for (std::size_t b = 0; b < shm::kLatencyBuckets; ++b) to.buckets[b].store(from.buckets[b].load(relaxed), relaxed);
+    to.sum_ns.store(from.sum_ns.load(relaxed), relaxed);
+  };
+  for (std::size_t c = 0; c < shm::kWirePriorities; ++c) {
+    copy(stats_.latency.queue_by_class[c], latency_->queue_by_class[c]);
+  }
+  for (std::size_t d = 0; d < shm::kStatusDevices; ++d) {
+    copy(stats_.latency.compute_by_device[d], latency_->compute_by_device[d]);
+  }
 }
 
 void Daemon::publish_memory(unsigned device, shm::StatusDevice& out) noexcept {

@@ -29,6 +29,7 @@
 #include "daemon/config.hpp"
 #include "daemon/control_socket.hpp"
 #include "daemon/log_limiter.hpp"
+#include "daemon/metrics_listener.hpp"
 #include "daemon/pending_queue.hpp"
 #include "daemon/rate_meter.hpp"
 #include "daemon/stats.hpp"
@@ -57,6 +58,9 @@ class Daemon {
 
   // Any thread, and async-signal-safe.
   void request_stop() noexcept;
+
+  // The port --metrics-listen serves on (0: none); after start().
+  [[nodiscard]] std::uint16_t metrics_port() const noexcept { return metrics_ ? metrics_->port() : 0; }
 
   // Any thread: the batching policy's new limits, applied by the drain loop before it next
   // batches (an open batch that is now over its limits is flushed at once; nothing is dropped).
@@ -155,6 +159,10 @@ class Daemon {
   void ring_doorbell() noexcept;
   // Copies stats and device health into the status page (watchdog thread).
   void publish_status() noexcept;
+  // --metrics-listen: binds and starts the listener (start-up: throws the address's trouble).
+  void start_metrics_listener();
+  // The latency histograms into the pages after the status page (watchdog thread).
+  void publish_latency() noexcept;
   // A device's memory and byte budget into its status entry (watchdog thread).
   void publish_memory(unsigned device, shm::StatusDevice& out) noexcept;
   // Writes the batching policy in force into the status page (drain loop: it owns config_.batch).
@@ -173,6 +181,7 @@ class Daemon {
   shm::UniqueFd status_fd_;
   boost::interprocess::mapped_region status_map_;
   shm::DaemonStatusPage* status_ = nullptr;
+  shm::StatusLatency* latency_ = nullptr;  // in status_map_, after the page
 
   io_uring ring_{};
   bool ring_ready_ = false;
@@ -215,6 +224,9 @@ class Daemon {
   std::int64_t watchdog_interval_ns_ = 0;  // 0: no watchdog
   std::int64_t next_watchdog_ns_ = 0;
   std::function<void()> watchdog_ping_;
+
+  // Last: it reads the status page until it stops, so it is destroyed first.
+  std::unique_ptr<MetricsListener> metrics_;
 };
 
 }  // namespace batchd

@@ -109,7 +109,8 @@ bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
   if (batch.requests.empty()) batch.opened_ns = request.arrival_ns;
   batch.input_offsets.push_back(static_cast<std::uint32_t>(batch.input_bytes.size()));
   batch.requests.push_back(RequestRef{std::move(request.session), taken.slot, taken.generation,
-                                      taken.deadline_mono_ns, taken.request_id});
+                                      taken.deadline_mono_ns, taken.request_id, request.arrival_ns,
+                                      taken.priority});
   batcher_.add(taken.input_bytes, WaitOrFullBatcher::at_ns(request.arrival_ns), taken.deadline_mono_ns);
   return true;
 }

@@ -9,6 +9,7 @@
 
 #include "daemon/batch_policy.hpp"
 #include "daemon/config_file.hpp"
+#include "text/listen_address.hpp"
 
 namespace batchd {
 namespace {
@@ -168,6 +169,13 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
                  "a backend that allows it (cpu) runs a batch on the drain thread, without a hand-off "
                  "to a worker, while its measured run time is at most this; 0: never")
       ->capture_default_str()->check(CLI::Range(0U, 1'000'000U));
+  app.add_option("--metrics-listen", c.metrics_listen,
+                 "ADDR:PORT (or [ADDR]:PORT) where the daemon serves GET /metrics itself, in Prometheus "
+                 "text, for deployments without batchd-http; port 0 picks a free one")
+      ->check([](const std::string& text) {
+        const auto address = parse_listen_address(text, "--metrics-listen");
+        return address ? std::string() : address.error().message;
+      });
   app.add_option("--drain-spin-us", c.drain_spin_us,
                  "busy-poll this long before the drain loop sleeps")->capture_default_str();
 }

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <limits>
 
@@ -137,6 +139,30 @@ void Router::record_success(unsigned device, const Batch& batch, std::int64_t ru
                             std::int64_t now_ns) noexcept {
   health_[device]->record_success(batch.size(), run_ns, now_ns);
   cost_[device]->record(batch.size(), batch.input_bytes.size(), run_ns);
+  if (latency_ != nullptr) record_latency(device, batch, now_ns - run_ns, run_ns);
+}
+
+void Router::record_latency(unsigned device, const Batch& batch, std::int64_t started_ns,
+                            std::int64_t run_ns) noexcept {
+  if (device < latency_->compute_by_device.size()) latency_->compute_by_device[device].record(run_ns);
+  // Counted here first, then added once per bucket used: a batch's requests share few buckets,
+  // and lanes finishing at once would otherwise contend on the same lines request by request.
+  std::array<std::array<std::uint32_t, shm::kLatencyBuckets>, shm::kWirePriorities> counts{};
+  std::array<std::uint64_t, shm::kWirePriorities> sums{};
+  for (const RequestRef& request : batch.requests) {
+    const std::int64_t waited_ns = std::max<std::int64_t>(started_ns - request.arrival_ns, 0);
+    const auto c = static_cast<std::size_t>(request.priority);
+    ++counts[c][LatencyHistogram::bucket_of(waited_ns)];
+    sums[c] += static_cast<std::uint64_t>(waited_ns);
+  }
+  for (std::size_t c = 0; c < counts.size(); ++c) {
+    bool first = true;  // the class's sum goes with its first bucket
+    for (std::size_t b = 0; b < shm::kLatencyBuckets; ++b) {
+      if (counts[c][b] == 0) continue;
+      latency_->queue_by_class[c].add(b, counts[c][b], first ? sums[c] : 0);
+      first = false;
+    }
+  }
 }
 
 bool Router::any_available_outside(std::uint64_t mask, std::int64_t now_ns) const noexcept {

@@ -27,6 +27,7 @@
 #include "daemon/device_health.hpp"
 #include "daemon/memory_budget.hpp"
 #include "daemon/router_options.hpp"
+#include "daemon/stats.hpp"
 
 namespace batchd {
 
@@ -44,6 +45,9 @@ class Router {
   // Before start(): where requests whose input fails alone are recorded (borrowed; none: not
   // recorded).
   void set_dead_letters(DeadLetterLog* log) noexcept { dead_letters_ = log; }
+  // Before start(): where each successful run's queue and compute times go (borrowed; none: not
+  // recorded).
+  void set_latency(LatencyStats* latency) noexcept { latency_ = latency; }
 
   void start();
   // Interrupts the backend, stops the workers and the watchdog. Call once nothing is pending.
@@ -162,6 +166,8 @@ class Router {
   void fail_unavailable(Batch* batch) noexcept;
   // A batch ran successfully on `device` in run_ns: health and the cost fit learn of it.
   void record_success(unsigned device, const Batch& batch, std::int64_t run_ns, std::int64_t now_ns) noexcept;
+  // The latency histograms' part of it: each request's wait until the run started, by class.
+  void record_latency(unsigned device, const Batch& batch, std::int64_t started_ns, std::int64_t run_ns) noexcept;
 
   // Device memory (router_memory.cpp). Watchdog: reads every device's memory, keeps its room and
   // byte budget.
@@ -181,6 +187,7 @@ class Router {
   Backend& backend_;
   Completer& completer_;
   DeadLetterLog* dead_letters_ = nullptr;
+  LatencyStats* latency_ = nullptr;
   RouterOptions options_;
   std::function<void()> on_batch_freed_;
   std::function<void()> on_tick_;

@@ -5,10 +5,42 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <iterator>
 
 #include "shm/status_page.hpp"
 
 namespace batchd {
+
+// A duration histogram with the status page's buckets (shm::kLatencyBoundsNs): relaxed atomic
+// adds, so any thread records without a lock or an allocation.
+struct LatencyHistogram {
+  std::array<std::atomic<std::uint64_t>, shm::kLatencyBuckets> buckets{};
+  std::atomic<std::uint64_t> sum_ns{0};
+
+  // The bucket a duration falls in: the first whose bound it does not exceed (Prometheus' "le").
+  [[nodiscard]] static std::size_t bucket_of(std::int64_t ns) noexcept {
+    std::size_t b = 0;
+    while (b < std::size(shm::kLatencyBoundsNs) && ns > shm::kLatencyBoundsNs[b]) ++b;
+    return b;
+  }
+  // Adds `count` durations that fell in `bucket` and took `sum_ns` together.
+  void add(std::size_t bucket, std::uint64_t count, std::uint64_t total_ns) noexcept {
+    buckets[bucket].fetch_add(count, std::memory_order_relaxed);
+    sum_ns.fetch_add(total_ns, std::memory_order_relaxed);
+  }
+  void record(std::int64_t ns) noexcept {
+    const std::int64_t clamped = ns < 0 ? 0 : ns;  // clocks of two threads: never negative
+    add(bucket_of(clamped), 1, static_cast<std::uint64_t>(clamped));
+  }
+};
+
+// Where a request's time goes (README.md, "Metrics"): its queue time by priority class (index:
+// shm::WirePriority), and each successful batch run's compute time by device (devices past the
+// status page's table are not recorded).
+struct LatencyStats {
+  std::array<LatencyHistogram, shm::kWirePriorities> queue_by_class{};
+  std::array<LatencyHistogram, shm::kStatusDevices> compute_by_device{};
+};
 
 struct DaemonStats {
   static constexpr std::size_t kBatchSizeBuckets = shm::kBatchSizeBuckets;
@@ -33,6 +65,7 @@ struct DaemonStats {
   std::atomic<std::uint64_t> arrivals_per_s{0};
   std::atomic<std::uint32_t> target_batch{0};
   std::array<std::atomic<std::uint64_t>, shm::kWirePriorities> arrivals_per_s_by_class{};
+  LatencyStats latency;
 
   // Taken and neither answered nor abandoned yet: the backlog ahead of a new request.
   [[nodiscard]] std::uint64_t in_flight() const noexcept {

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <stdexcept>
 #include <system_error>
 
@@ -14,15 +13,6 @@ namespace batchd::http {
 namespace {
 
 constexpr int kBacklog = 4096;
-
-std::uint16_t parse_port(std::string_view text, std::string_view whole) {
-  unsigned port = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || port > 65535) {
-    throw std::invalid_argument("bad port in --listen " + std::string(whole));
-  }
-  return static_cast<std::uint16_t>(port);
-}
 
 std::uint16_t* port_field(sockaddr_storage& addr) {
   if (addr.ss_family == AF_INET6) return &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port;
@@ -45,32 +35,6 @@ int open_one(const ListenAddress& address) {
 }
 
 }  // namespace
-
-ListenAddress parse_listen_address(std::string_view text) {
-  ListenAddress out;
-  const std::size_t colon = text.rfind(':');
-  if (colon == std::string_view::npos) throw std::invalid_argument("--listen wants ADDR:PORT, got " + std::string(text));
-  std::string host(text.substr(0, colon));
-  const std::uint16_t port = parse_port(text.substr(colon + 1), text);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    auto* v6 = reinterpret_cast<sockaddr_in6*>(&out.addr);
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(port);
-    if (::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &v6->sin6_addr) != 1) {
-      throw std::invalid_argument("bad IPv6 address in --listen " + std::string(text));
-    }
-    out.length = sizeof(sockaddr_in6);
-    return out;
-  }
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&out.addr);
-  v4->sin_family = AF_INET;
-  v4->sin_port = htons(port);
-  if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) != 1) {
-    throw std::invalid_argument("bad IPv4 address in --listen " + std::string(text));
-  }
-  out.length = sizeof(sockaddr_in);
-  return out;
-}
 
 std::vector<int> open_listeners(const ListenAddress& address, unsigned count, std::uint16_t* port) {
   std::vector<int> fds;

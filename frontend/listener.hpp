@@ -9,16 +9,11 @@
 #include <string_view>
 #include <vector>
 
+#include "text/listen_address.hpp"
+
 namespace batchd::http {
 
-struct ListenAddress {
-  sockaddr_storage addr{};
-  socklen_t length = 0;
-};
-
-// "ADDR:PORT" with an IPv4 address, or "[ADDR]:PORT" with an IPv6 one. Throws
-// std::invalid_argument with the reason.
-ListenAddress parse_listen_address(std::string_view text);
+using batchd::ListenAddress;
 
 // Opens `count` listening sockets; with port 0 the first picks a free port and the others join
 // it. Stores the bound port in *port. Throws std::system_error; on failure nothing stays open.

@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   try {
-    const batchd::http::ListenAddress address = batchd::http::parse_listen_address(options.listen);
+    const batchd::http::ListenAddress address = batchd::parse_listen_address(options.listen, "--listen").value();
     const batchd::http::UringFeatures features = batchd::http::probe_uring_features();
     if (!features.basic_ops) {
       spdlog::critical("batchd-http: this kernel's io_uring lacks basic operations (Linux 5.6 or later needed)");

@@ -4,6 +4,8 @@
 
 #include <iterator>
 
+#include "client_lib/status_metrics.hpp"
+
 namespace batchd::http {
 
 namespace {

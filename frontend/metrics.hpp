@@ -75,7 +75,4 @@ class MetricsRegistry {
   std::atomic<std::int64_t> open_connections_{0};  // process-wide, for --max-connections
 };
 
-// Appends the daemon's published status as Prometheus series.
-void render_daemon_status(const DaemonStatus* status, std::string& out);
-
 }  // namespace batchd::http

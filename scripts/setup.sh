@@ -12,7 +12,7 @@ packages=(
   libhiredis-dev redis-server
   libasan8 libubsan1 libtsan2
   curl clang libclang-rt-14-dev systemd
-  haproxy libncurses-dev tmux
+  haproxy prometheus libncurses-dev tmux
   python3-venv python3-dev
   "$@"
 )

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <type_traits>
 
 #include "shm/layout.hpp"
@@ -18,6 +19,20 @@ inline constexpr std::size_t kStatusPageBytes = 4096;
 inline constexpr std::size_t kStatusDevices = 32;          // devices beyond this are not listed
 inline constexpr std::size_t kBatchSizeBuckets = 16;       // bucket b: sizes in [2^b, 2^(b+1))
 inline constexpr std::size_t kFlushReasons = 8;            // daemon's FlushReason values, in order
+
+// Latency histograms (StatusLatency) follow the page, at kStatusLatencyOffset of the same memfd:
+// a daemon without them leaves the file one page long, and a client reads them only when the
+// file is long enough and their header matches. Bucket b counts durations in
+// (kLatencyBoundsNs[b-1], kLatencyBoundsNs[b]]; the last bucket, past every bound, is +Inf.
+// Changing the bounds changes what the counts mean: bump kStatusLatencyVersion with them.
+inline constexpr std::uint64_t kStatusLatencyMagic = 0x59434e4554414c31ULL;  // "1LATENCY"
+inline constexpr std::uint32_t kStatusLatencyVersion = 1;
+inline constexpr std::size_t kStatusLatencyOffset = kStatusPageBytes;
+inline constexpr std::int64_t kLatencyBoundsNs[] = {
+    10'000,      25'000,      50'000,      100'000,       250'000,       500'000,      1'000'000,
+    2'500'000,   5'000'000,   10'000'000,  25'000'000,    50'000'000,    100'000'000,  250'000'000,
+    500'000'000, 1'000'000'000, 2'500'000'000, 5'000'000'000, 10'000'000'000};
+inline constexpr std::size_t kLatencyBuckets = std::size(kLatencyBoundsNs) + 1;  // and +Inf
 
 struct alignas(64) StatusDevice {
   std::atomic<std::uint32_t> state;  // DeviceState: 0 healthy, 1 unhealthy, 2 probing
@@ -92,5 +107,31 @@ struct alignas(64) DaemonStatusPage {
 static_assert(std::is_standard_layout_v<DaemonStatusPage>);
 static_assert(sizeof(DaemonStatusPage) <= kStatusPageBytes, "the status page is one page");
 static_assert(offsetof(DaemonStatusPage, drain_sleeping) == 8, "part of the attach protocol");
+
+// One histogram: counts per bucket (not cumulative; a reader sums them, so its cumulative buckets
+// never decrease even when it reads a mix of two publications) and the sum of the durations.
+struct StatusHistogram {
+  std::atomic<std::uint64_t> buckets[kLatencyBuckets];
+  std::atomic<std::uint64_t> sum_ns;
+};
+
+// Where time goes: each answered request's queue time (from the daemon taking it off its
+// client's ring to the start of the batch run that answered it), by the class its client asked
+// for (index: WirePriority), and each successful batch run's compute time, by device.
+struct alignas(64) StatusLatency {
+  std::uint64_t magic;     // kStatusLatencyMagic, written before the daemon publishes anything
+  std::uint32_t version;   // kStatusLatencyVersion
+  std::uint32_t buckets;   // kLatencyBuckets
+  std::uint32_t classes;   // kWirePriorities
+  std::uint32_t devices;   // kStatusDevices
+  StatusHistogram queue_by_class[kWirePriorities];
+  StatusHistogram compute_by_device[kStatusDevices];
+};
+
+static_assert(std::is_standard_layout_v<StatusLatency>);
+static_assert(kStatusLatencyOffset % alignof(StatusLatency) == 0);
+// The memfd the daemon creates: the page, then the histograms, in whole pages.
+inline constexpr std::size_t kStatusFileBytes =
+    kStatusLatencyOffset + (sizeof(StatusLatency) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
 
 }  // namespace batchd::shm

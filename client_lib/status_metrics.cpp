@@ -1,12 +1,13 @@
-// The daemon's published status (Client::daemon_status) as Prometheus series, so one scrape of a
-// front-end shows both sides: queue depth, batch sizes and each device's health.
+// The daemon's published status (Client::daemon_status) as Prometheus series: batchd-http's
+// /metrics appends them to its own, and the daemon's --metrics-listen serves them alone, from this
+// one writer, so the two cannot differ.
+#include "client_lib/status_metrics.hpp"
+
 #include <fmt/format.h>
 
 #include <iterator>
 
-#include "frontend/metrics.hpp"
-
-namespace batchd::http {
+namespace batchd {
 
 namespace {
 
@@ -79,6 +80,42 @@ void render_device_memory(const DaemonStatus& status, std::string& out) {
   per_device("batchd_daemon_device_byte_budget",
              "The largest batch, in input bytes, each device's memory takes now.",
              [](const Device& dev) { return dev.byte_budget; }, false);
+}
+
+// A duration in seconds as Prometheus writes a float: shortest round-trip form ("2.5e-05").
+std::string seconds_text(std::int64_t ns) { return fmt::format("{}", static_cast<double>(ns) / 1e9); }
+
+// One histogram's _bucket (cumulative), _sum and _count series under `labels` ("class=\"high\"").
+void render_histogram(std::string& out, std::string_view name, std::string_view labels,
+                      const DaemonStatus::Histogram& histogram, const std::vector<std::int64_t>& bounds) {
+  std::uint64_t cumulative = 0;
+  for (std::size_t b = 0; b < histogram.buckets.size(); ++b) {
+    cumulative += histogram.buckets[b];
+    const std::string le = b < bounds.size() ? seconds_text(bounds[b]) : "+Inf";
+    fmt::format_to(std::back_inserter(out), "{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, le, cumulative);
+  }
+  fmt::format_to(std::back_inserter(out), "{}_sum{{{}}} {}\n", name, labels,
+                 static_cast<double>(histogram.sum_ns) / 1e9);
+  fmt::format_to(std::back_inserter(out), "{}_count{{{}}} {}\n", name, labels, cumulative);
+}
+
+// Where a request's time goes: waiting for its batch to start (by class), and the batch's run
+// (by device). Absent when the daemon publishes no histograms.
+void render_latency(const DaemonStatus& status, std::string& out) {
+  if (status.latency_bounds_ns.empty()) return;
+  family(out, "batchd_request_queue_seconds", "histogram",
+         "Each answered request's wait from the daemon taking it to the start of the batch run that "
+         "answered it, by priority class.");
+  for (const Priority priority : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
+    render_histogram(out, "batchd_request_queue_seconds", fmt::format("class=\"{}\"", priority_name(priority)),
+                     status.queue_time_by_class[static_cast<std::size_t>(priority)], status.latency_bounds_ns);
+  }
+  family(out, "batchd_batch_compute_seconds", "histogram",
+         "Each successful batch run's time on its device, by device.");
+  for (std::size_t d = 0; d < status.devices.size(); ++d) {
+    render_histogram(out, "batchd_batch_compute_seconds", fmt::format("device=\"{}\"", d),
+                     status.devices[d].compute_time, status.latency_bounds_ns);
+  }
 }
 
 void render_devices(const DaemonStatus& status, std::string& out) {
@@ -179,6 +216,7 @@ void render_daemon_status(const DaemonStatus* status, std::string& out) {
   render_batch_sizes(*status, out);
   render_policy(*status, out);
   render_devices(*status, out);
+  render_latency(*status, out);
 }
 
-}  // namespace batchd::http
+}  // namespace batchd

@@ -1,0 +1,121 @@
+#include "client_lib/status_read.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "client_lib/client_segment.hpp"
+#include "shm/clock.hpp"
+
+namespace batchd {
+
+namespace {
+
+// The histograms after the page, or nullptr when this daemon publishes none (its file is one page)
+// or their header is not this build's: the numbers would mean something else.
+const shm::StatusLatency* latency_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
+  if (file_bytes < shm::kStatusLatencyOffset + sizeof(shm::StatusLatency)) return nullptr;
+  const auto* latency = reinterpret_cast<const shm::StatusLatency*>(
+      reinterpret_cast<const char*>(&page) + shm::kStatusLatencyOffset);
+  const bool ours = latency->magic == shm::kStatusLatencyMagic &&
+                    latency->version == shm::kStatusLatencyVersion &&
+                    latency->buckets == shm::kLatencyBuckets && latency->classes == shm::kWirePriorities &&
+                    latency->devices == shm::kStatusDevices;
+  return ours ? latency : nullptr;
+}
+
+DaemonStatus::Histogram read_histogram(const shm::StatusHistogram& in) {
+  DaemonStatus::Histogram out;
+  out.buckets.reserve(shm::kLatencyBuckets);
+  for (const auto& bucket : in.buckets) out.buckets.push_back(bucket.load(std::memory_order_relaxed));
+  out.sum_ns = in.sum_ns.load(std::memory_order_relaxed);
+  return out;
+}
+
+void read_latency(const shm::StatusLatency& in, DaemonStatus& out) {
+  out.latency_bounds_ns.assign(std::begin(shm::kLatencyBoundsNs), std::end(shm::kLatencyBoundsNs));
+  for (std::uint32_t wire = 0; wire < shm::kWirePriorities; ++wire) {
+    const Priority priority = client_detail::priority_of(static_cast<shm::WirePriority>(wire));
+    out.queue_time_by_class[static_cast<std::size_t>(priority)] = read_histogram(in.queue_by_class[wire]);
+  }
+  // out.devices holds at most kStatusDevices entries (the listed ones).
+  for (std::size_t d = 0; d < out.devices.size(); ++d) {
+    out.devices[d].compute_time = read_histogram(in.compute_by_device[d]);
+  }
+}
+
+}  // namespace
+
+std::uint64_t DaemonStatus::Histogram::count() const noexcept {
+  std::uint64_t total = 0;
+  for (const std::uint64_t n : buckets) total += n;
+  return total;
+}
+
+DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
+  static constexpr const char* kStates[] = {"healthy", "unhealthy", "probing"};
+  DaemonStatus out;
+  char backend[sizeof(page.backend) + 1] = {};
+  std::memcpy(backend, page.backend, sizeof(page.backend));
+  out.backend = backend;
+  out.daemon_pid = page.daemon_pid;
+  out.age_ns = shm::monotonic_ns() - page.published_ns.load(std::memory_order_acquire);
+  out.healthy_devices = page.healthy_devices.load(std::memory_order_relaxed);
+  out.clients = page.clients.load(std::memory_order_relaxed);
+  out.requests_taken = page.requests_taken.load(std::memory_order_relaxed);
+  out.requests_ok = page.requests_ok.load(std::memory_order_relaxed);
+  out.requests_failed = page.requests_failed.load(std::memory_order_relaxed);
+  out.requests_rejected = page.requests_rejected.load(std::memory_order_relaxed);
+  out.in_flight = page.in_flight.load(std::memory_order_relaxed);
+  out.batches = page.batches.load(std::memory_order_relaxed);
+  out.batch_failures = page.batch_failures.load(std::memory_order_relaxed);
+  out.requests_abandoned = page.requests_abandoned.load(std::memory_order_relaxed);
+  out.policy = page.policy.load(std::memory_order_relaxed) == 1 ? "adaptive" : "fixed";
+  out.target_batch = page.target_batch.load(std::memory_order_relaxed);
+  out.arrivals_per_s = page.arrivals_per_s.load(std::memory_order_relaxed);
+  static constexpr const char* kFlushReasons[shm::kFlushReasons] = {
+      "hold", "full", "max_wait", "deadline", "target", "fill_time", "no_device", "stopping"};
+  for (std::size_t r = 1; r < shm::kFlushReasons; ++r) {  // a held batch is not a flush
+    out.flushes.emplace_back(kFlushReasons[r], page.flushes[r].load(std::memory_order_relaxed));
+  }
+  for (std::uint32_t wire = 0; wire < shm::kWirePriorities; ++wire) {
+    const Priority priority = client_detail::priority_of(static_cast<shm::WirePriority>(wire));
+    out.requests_taken_by_class[static_cast<std::size_t>(priority)] =
+        page.requests_taken_by_class[wire].load(std::memory_order_relaxed);
+    out.requests_shed_by_class[static_cast<std::size_t>(priority)] =
+        page.requests_shed_by_class[wire].load(std::memory_order_relaxed);
+    out.arrivals_per_s_by_class[static_cast<std::size_t>(priority)] =
+        page.arrivals_per_s_by_class[wire].load(std::memory_order_relaxed);
+  }
+  out.dead_letters = page.dead_letters.load(std::memory_order_relaxed);
+  out.dead_letters_dropped = page.dead_letters_dropped.load(std::memory_order_relaxed);
+  out.max_batch = page.max_batch.load(std::memory_order_relaxed);
+  out.max_wait_ns = page.max_wait_ns.load(std::memory_order_relaxed);
+  out.max_batch_bytes = page.max_batch_bytes.load(std::memory_order_relaxed);
+  for (const auto& bucket : page.batch_sizes) out.batch_sizes.push_back(bucket.load(std::memory_order_relaxed));
+  const std::size_t listed = std::min<std::size_t>(page.devices.load(std::memory_order_relaxed), shm::kStatusDevices);
+  for (std::size_t d = 0; d < listed; ++d) {
+    const shm::StatusDevice& dev = page.device[d];
+    const std::uint32_t state = dev.state.load(std::memory_order_relaxed);
+    const shm::StatusCost& cost = page.cost[d];
+    out.devices.push_back({state < 3 ? kStates[state] : "unknown", dev.batches_ok.load(std::memory_order_relaxed),
+                           dev.batches_failed.load(std::memory_order_relaxed),
+                           dev.timeouts.load(std::memory_order_relaxed),
+                           dev.outstanding_requests.load(std::memory_order_relaxed),
+                           dev.batch_ns.load(std::memory_order_relaxed),
+                           static_cast<double>(cost.fixed_ns.load(std::memory_order_relaxed)),
+                           static_cast<double>(cost.per_item_ps.load(std::memory_order_relaxed)) / 1000,
+                           static_cast<double>(cost.per_byte_ps.load(std::memory_order_relaxed)) / 1000,
+                           cost.samples.load(std::memory_order_relaxed)});
+    DaemonStatus::Device& added = out.devices.back();
+    added.memory_free_bytes = dev.memory_free_bytes.load(std::memory_order_relaxed);
+    added.memory_total_bytes = dev.memory_total_bytes.load(std::memory_order_relaxed);
+    added.byte_budget = dev.byte_budget.load(std::memory_order_relaxed);
+    // A daemon from before memory feedback left the field 0 and held nothing back.
+    if (added.byte_budget == 0 && added.memory_total_bytes == 0) added.byte_budget = out.max_batch_bytes;
+  }
+  if (const shm::StatusLatency* latency = latency_section(page, file_bytes)) read_latency(*latency, out);
+  return out;
+}
+
+
+}  // namespace batchd

@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Both Prometheus endpoints under load: batchd-http's /metrics and the daemon's --metrics-listen.
+
+Starts batchd (sim backend, two devices) and batchd-http, sends requests over shared memory and
+over HTTP in every priority class, then checks that
+- `promtool check metrics` accepts each scrape;
+- the latency histograms exist, are cumulative, and count exactly the requests answered (by class)
+  and the batches run (by device);
+- the daemon's series read the same through either endpoint;
+- the listener answers 404 and 405 where it should;
+- deploy/prometheus/prometheus.yml passes `promtool check config`;
+- deploy/grafana/batchd.json has a dashboard's fields, and every metric its queries name is one
+  these endpoints really emit.
+Standard library only; the binaries and files come from meson (tests/http/meson.build).
+"""
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+BATCHD = os.environ["BATCHD_BIN"]
+HTTP = os.environ["BATCHD_HTTP_BIN"]
+STRESS = os.environ["BATCHD_STRESS_BIN"]
+PROMTOOL = os.environ["BATCHD_PROMTOOL"]
+PROMETHEUS_YML = os.environ["BATCHD_PROMETHEUS_YML"]
+DASHBOARD = os.environ["BATCHD_GRAFANA_DASHBOARD"]
+SCALE = float(os.environ.get("BATCHD_TEST_SCALE", "1"))
+REQUESTS = max(100, int(300 * SCALE))  # per transport
+CLASSES = ("high", "normal", "low")
+
+
+def fail(message):
+    print(f"FAIL: {message}")
+    sys.exit(1)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url, method="GET"):
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def wait_until(what, check, seconds=20):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    fail(f"{what} within {seconds} s")
+
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (\S+)$')
+
+
+def parse(text):
+    """{(name, frozenset(labels)): value} for every sample line."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        if not m:
+            fail(f"unparsable sample line: {line!r}")
+        labels = frozenset(re.findall(r'(\w+)="([^"]*)"', m.group(3) or ""))
+        out[(m.group(1), labels)] = float(m.group(4))
+    return out
+
+
+def value(samples, name, **labels):
+    key = (name, frozenset(labels.items()))
+    if key not in samples:
+        fail(f"no sample {name}{labels}")
+    return samples[key]
+
+
+def histogram(samples, name, **labels):
+    """(cumulative buckets by le, count, sum); checks the buckets never decrease and +Inf == count."""
+    buckets = []
+    for (n, ls), v in samples.items():
+        d = dict(ls)
+        if n == name + "_bucket" and all(d.get(k) == v2 for k, v2 in labels.items()):
+            buckets.append((float(d["le"]), v))
+    if len(buckets) < 10:
+        fail(f"{name}{labels}: {len(buckets)} buckets")
+    buckets.sort()
+    counts = [v for _, v in buckets]
+    if counts != sorted(counts):
+        fail(f"{name}{labels}: buckets decrease: {buckets}")
+    count = value(samples, name + "_count", **labels)
+    if buckets[-1] != (float("inf"), count):
+        fail(f"{name}{labels}: +Inf bucket {buckets[-1]} is not the count {count}")
+    return buckets, count, value(samples, name + "_sum", **labels)
+
+
+def promtool(*args, stdin=None):
+    done = subprocess.run([PROMTOOL, *args], input=stdin, capture_output=True, text=True)
+    if done.returncode != 0:
+        fail(f"promtool {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
+    return done.stdout + done.stderr
+
+
+def stress(args):
+    done = subprocess.run([STRESS, *args, "--expect-sim", "1", "--json", "--quiet"],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        fail(f"batchd-stress {args} exited {done.returncode}:\n{done.stdout}{done.stderr}")
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    if summary["ok"] != summary["sent"] or summary["wrong"] != 0:
+        fail(f"batchd-stress {args}: {summary}")
+    return summary["ok"]
+
+
+def check_dashboard(emitted):
+    with open(DASHBOARD) as f:
+        board = json.load(f)
+    for field, kind in (("title", str), ("uid", str), ("schemaVersion", int), ("panels", list)):
+        if not isinstance(board.get(field), kind):
+            fail(f"dashboard: top-level {field} missing or not a {kind.__name__}")
+    if not board["panels"]:
+        fail("dashboard: no panels")
+    names = set()
+    for panel in board["panels"]:
+        title = panel.get("title")
+        if not isinstance(title, str) or not title:
+            fail(f"dashboard: a panel without a title: {panel}")
+        if not isinstance(panel.get("type"), str):
+            fail(f"dashboard panel {title!r}: no type")
+        grid = panel.get("gridPos")
+        if not isinstance(grid, dict) or not all(isinstance(grid.get(k), int) for k in "hwxy"):
+            fail(f"dashboard panel {title!r}: gridPos needs integer h, w, x, y")
+        targets = panel.get("targets")
+        if not isinstance(targets, list) or not targets:
+            fail(f"dashboard panel {title!r}: no targets")
+        for target in targets:
+            expr = target.get("expr")
+            if not isinstance(expr, str) or not expr:
+                fail(f"dashboard panel {title!r}: a target without expr")
+            found = re.findall(r"\b(batchd_[a-z0-9_]+)\b", expr)
+            if not found:
+                fail(f"dashboard panel {title!r}: {expr!r} names no batchd metric")
+            for name in found:
+                if name not in emitted:
+                    fail(f"dashboard panel {title!r}: {name} is not emitted by either endpoint")
+                names.add(name)
+    for needed in ("batchd_request_queue_seconds_bucket", "batchd_batch_compute_seconds_bucket"):
+        if needed not in names:
+            fail(f"dashboard: no panel uses {needed}")
+    return len(board["panels"]), len(names)
+
+
+def main():
+    if not os.path.isfile(PROMTOOL):
+        fail("promtool is not installed (scripts/setup.sh installs Debian's prometheus, which ships it)")
+    tmp = tempfile.mkdtemp(prefix="batchd-metrics-")
+    sock = os.path.join(tmp, "d.sock")
+    metrics_port = free_port()
+    procs = []
+    try:
+        procs.append(subprocess.Popen(
+            [BATCHD, "--socket", sock, "--backend", "sim", "--sim-devices", "2", "--sim-fixed-us", "200",
+             "--sim-per-item-us", "5", "--metrics-listen", f"127.0.0.1:{metrics_port}", "--log-level", "warn"]))
+        daemon_url = f"http://127.0.0.1:{metrics_port}"
+        wait_until("the daemon's metrics listener answers", lambda: get(daemon_url + "/metrics")[0] == 200)
+        port_file = os.path.join(tmp, "port")
+        procs.append(subprocess.Popen(
+            [HTTP, "--socket", sock, "--listen", "127.0.0.1:0", "--port-file", port_file, "--workers", "1",
+             "--log-level", "warn"]))
+        wait_until("batchd-http writes its port", lambda: os.path.getsize(port_file) > 0)
+        http_url = f"http://127.0.0.1:{open(port_file).read().strip()}"
+        wait_until("batchd-http is ready", lambda: get(http_url + "/readyz")[0] == 200)
+
+        mix = ["--priority-mix", "high:20,normal:50,low:30"]
+        answered = stress(["--socket", sock, "--threads", "4", "--requests", str(REQUESTS), *mix])
+        answered += stress(["--http", http_url, "--threads", "4", "--requests", str(REQUESTS), *mix])
+
+        def queue_count(samples):
+            return sum(value(samples, "batchd_request_queue_seconds_count", **{"class": c}) for c in CLASSES)
+        # The daemon publishes every few tens of milliseconds: wait for the last answers to show.
+        wait_until("the histograms count every answered request",
+                   lambda: queue_count(parse(get(daemon_url + "/metrics")[1])) == answered)
+
+        status, daemon_text = get(daemon_url + "/metrics")
+        if status != 200:
+            fail(f"daemon /metrics answered {status}")
+        status, http_text = get(http_url + "/metrics")
+        if status != 200:
+            fail(f"batchd-http /metrics answered {status}")
+        for label, text in (("daemon", daemon_text), ("batchd-http", http_text)):
+            promtool("check", "metrics", stdin=text)
+            print(f"promtool check metrics ({label}): ok, {len(text.splitlines())} lines")
+
+        daemon, front = parse(daemon_text), parse(http_text)
+        for samples in (daemon, front):
+            if queue_count(samples) != answered:
+                fail(f"queue-time histograms count {queue_count(samples)} requests, {answered} were answered")
+            if value(samples, "batchd_daemon_requests_total", result="ok") != answered:
+                fail("the daemon's ok counter disagrees with the answers")
+            for c in CLASSES:
+                _, count, total = histogram(samples, "batchd_request_queue_seconds", **{"class": c})
+                taken = value(samples, "batchd_daemon_class_requests_taken_total", **{"class": c})
+                if count != taken or count == 0:
+                    fail(f"class {c}: {count} queue times for {taken} requests taken")
+                if not total > 0:
+                    fail(f"class {c}: queue time sum {total}")
+            batches = 0
+            for d in ("0", "1"):
+                _, count, total = histogram(samples, "batchd_batch_compute_seconds", device=d)
+                ran = value(samples, "batchd_daemon_device_batches_total", device=d, result="ok")
+                if count != ran:
+                    fail(f"device {d}: {count} compute times for {ran} batches")
+                # The sim's cost model makes every batch take at least its 200 us fixed cost.
+                if count and total / count < 150e-6:
+                    fail(f"device {d}: mean compute time {total / count:.6f} s under the sim's cost")
+                batches += count
+            if batches == 0:
+                fail("no batch compute time recorded")
+        histogram_lines = lambda text: [l for l in text.splitlines()
+                                        if l.startswith(("batchd_request_queue", "batchd_batch_compute"))]
+        if histogram_lines(daemon_text) != histogram_lines(http_text):
+            fail("the daemon's histograms read differently through the two endpoints")
+        print(f"histograms: {answered} requests answered, "
+              f"{int(sum(value(daemon, 'batchd_batch_compute_seconds_count', device=d) for d in '01'))} "
+              f"batches; both endpoints agree")
+
+        for method, path, want in (("GET", "/nowhere", 404), ("POST", "/metrics", 405), ("HEAD", "/metrics", 200)):
+            got, _ = get(daemon_url + path, method)
+            if got != want:
+                fail(f"daemon listener: {method} {path} answered {got}, not {want}")
+
+        print(promtool("check", "config", PROMETHEUS_YML).strip())
+        emitted = {name for name, _ in daemon} | {name for name, _ in front}
+        panels, names = check_dashboard(emitted)
+        print(f"dashboard: {panels} panels, {names} metrics, all emitted")
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    print("metrics: ok")
+
+
+if __name__ == "__main__":
+    main()
