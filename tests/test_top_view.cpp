@@ -57,7 +57,7 @@ TEST_CASE("rates are over the interval, not since the daemon started") {
   CHECK(shows(text, R"(^ +8\.\.15 +400 #+$)"));
   CHECK(shows(text, R"(^ +1\.\.1 +100 #+$)"));
   CHECK(!shows(text, R"(^ +2\.\.3 )"));  // no batches of that size in the interval
-  CHECK(shows(text, R"(^0 +healthy +250 +0 +- )"));
+  CHECK(shows(text, R"(^0 +healthy +250 +0 +- +- )"));
   CHECK(shows(text, R"(^1 +unhealthy +0 )"));
   CHECK(text.find("not fitted yet") != std::string::npos);
 }
@@ -76,4 +76,24 @@ TEST_CASE("no line is wider than the screen") {
   const DaemonStatus s = status(0, 0, 0, 0);
   for (const auto& line : top::frame(s, s, 1.0, 30)) CHECK(line.text.size() <= 30);
   CHECK(joined(top::frame(s, s, 1.0, 200)).find("(no batches this interval)") != std::string::npos);
+}
+
+TEST_CASE("p50 and p99 are the interval's, read as histogram_quantile() reads them") {
+  DaemonStatus before = status(0, 0, 0, 0);
+  before.latency_bounds_ns = {1'000'000, 2'000'000, 4'000'000};  // buckets (0,1], (1,2], (2,4] ms, +Inf
+  DaemonStatus now = before;
+  auto& normal_before = before.queue_time_by_class[static_cast<std::size_t>(Priority::kNormal)];
+  auto& normal_now = now.queue_time_by_class[static_cast<std::size_t>(Priority::kNormal)];
+  normal_before.buckets = {1'000, 0, 0, 0};  // before the interval: not counted
+  normal_now.buckets = {1'000 + 50, 48, 2, 0};
+  now.devices[0].compute_time.buckets = {0, 0, 99, 1};
+  const std::string text = joined(top::frame(before, now, 1.0, 200));
+  INFO(text);
+  // 100 this interval: the 50th falls at the top of (0, 1 ms]; the 99th in (2, 4 ms], half way.
+  CHECK(shows(text, R"(queue time .*: p50 1\.00 ms, p99 3\.00 ms \(p99 by class: high -, normal 3\.00 ms, low -\))"));
+  // 100 batches, 99 in (2, 4 ms]: the 50th at 2 + 2 x 50 / 99 ms, the 99th the last of them; a
+  // p99 beyond the last bound says so.
+  CHECK(shows(text, R"(compute time .*p50 3\.01 ms, p99 4\.00 ms)"));
+  now.devices[0].compute_time.buckets = {0, 0, 1, 99};
+  CHECK(shows(joined(top::frame(before, now, 1.0, 200)), R"(compute time .*p99 > 4\.00 ms)"));
 }

@@ -25,6 +25,40 @@ std::uint64_t total(const std::array<std::uint64_t, kPriorityClasses>& by_class)
   return std::accumulate(by_class.begin(), by_class.end(), std::uint64_t{0});
 }
 
+// The interval's counts per bucket: now's minus before's (all of now's across a restart).
+std::vector<double> interval_counts(const DaemonStatus::Histogram& before, const DaemonStatus::Histogram& now) {
+  std::vector<double> out(now.buckets.size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = delta(i < before.buckets.size() ? before.buckets[i] : 0, now.buckets[i]);
+  }
+  return out;
+}
+
+void add_counts(std::vector<double>& into, const std::vector<double>& counts) {
+  if (into.size() < counts.size()) into.resize(counts.size());
+  for (std::size_t i = 0; i < counts.size(); ++i) into[i] += counts[i];
+}
+
+// The q-quantile of the counts, as Prometheus's histogram_quantile() reads it (linear within the
+// bucket it falls in), so top and the dashboard agree; "-" without counts, "> last bound" when it
+// falls in the +Inf bucket.
+std::string quantile_text(const std::vector<std::int64_t>& bounds, const std::vector<double>& counts, double q) {
+  const double count = std::accumulate(counts.begin(), counts.end(), 0.0);
+  if (count == 0 || bounds.empty()) return "-";
+  const double rank = q * count;
+  double below = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    if (below + counts[i] >= rank && counts[i] > 0) {
+      if (i >= bounds.size()) return "> " + duration_text(static_cast<double>(bounds.back()));
+      const double lower = i == 0 ? 0.0 : static_cast<double>(bounds[i - 1]);
+      const double upper = static_cast<double>(bounds[i]);
+      return duration_text(lower + (upper - lower) * (rank - below) / counts[i]);
+    }
+    below += counts[i];
+  }
+  return "-";
+}
+
 }  // namespace
 
 std::vector<Line> frame(const DaemonStatus& before, const DaemonStatus& now, double seconds, unsigned width) {
@@ -57,6 +91,32 @@ std::vector<Line> frame(const DaemonStatus& before, const DaemonStatus& now, dou
                              std::max(0.0, failed - refused), rate(b.requests_abandoned, now.requests_abandoned))});
   out.push_back({fmt::format("          device timeouts {:.0f}, dead letters {:.0f}", rate(timeouts_before, timeouts_now),
                              rate(b.dead_letters, now.dead_letters))});
+  // Where this interval's latency went: waiting for a batch to start, and the batch's run.
+  const auto& bounds = now.latency_bounds_ns;
+  std::vector<double> queue_all;
+  std::string queue_by_class;
+  for (std::size_t c = 0; c < kPriorityClasses; ++c) {
+    const auto counts = interval_counts(b.queue_time_by_class[c], now.queue_time_by_class[c]);
+    add_counts(queue_all, counts);
+    queue_by_class += fmt::format("{}{} {}", c == 0 ? "" : ", ", priority_name(static_cast<Priority>(c)),
+                                  quantile_text(bounds, counts, 0.99));
+  }
+  std::vector<double> compute_all;
+  std::vector<std::vector<double>> compute_by_device(now.devices.size());
+  for (std::size_t d = 0; d < now.devices.size(); ++d) {
+    compute_by_device[d] = interval_counts(d < b.devices.size() ? b.devices[d].compute_time : DaemonStatus::Histogram{},
+                                           now.devices[d].compute_time);
+    add_counts(compute_all, compute_by_device[d]);
+  }
+  if (bounds.empty()) {
+    out.push_back({"latency: this daemon publishes no histograms"});
+  } else {
+    out.push_back({fmt::format("queue time (taken -> batch start): p50 {}, p99 {} (p99 by class: {})",
+                               quantile_text(bounds, queue_all, 0.5), quantile_text(bounds, queue_all, 0.99),
+                               queue_by_class)});
+    out.push_back({fmt::format("compute time (a batch's run):      p50 {}, p99 {}", quantile_text(bounds, compute_all, 0.5),
+                               quantile_text(bounds, compute_all, 0.99))});
+  }
   out.push_back({""});
 
   // The interval's batches by size, one bar per power-of-two bucket that saw any.
@@ -80,16 +140,17 @@ std::vector<Line> frame(const DaemonStatus& before, const DaemonStatus& now, dou
   if (largest == 0) out.push_back({"  (no batches this interval)"});
   out.push_back({""});
 
-  out.push_back({fmt::format("{:<7}{:<11}{:>10}{:>13}{:>13}  {}", "device", "state", "batches/s", "outstanding",
-                             "batch time", "fitted cost"),
+  out.push_back({fmt::format("{:<7}{:<11}{:>10}{:>13}{:>13}{:>13}  {}", "device", "state", "batches/s", "outstanding",
+                             "batch time", "p99 compute", "fitted cost"),
                  true});
   for (std::size_t d = 0; d < now.devices.size(); ++d) {
     const auto& dev = now.devices[d];
     const std::uint64_t ok_before = d < b.devices.size() ? b.devices[d].batches_ok : 0;
     const bool fitted = dev.fixed_ns > 0 || dev.per_item_ns > 0 || dev.per_byte_ns > 0;
-    out.push_back({fmt::format("{:<7}{:<11}{:>10.0f}{:>13}{:>13}  {}", d, dev.state, rate(ok_before, dev.batches_ok),
+    out.push_back({fmt::format("{:<7}{:<11}{:>10.0f}{:>13}{:>13}{:>13}  {}", d, dev.state, rate(ok_before, dev.batches_ok),
                                dev.outstanding_requests,
                                dev.batch_ns == 0 ? std::string("-") : duration_text(static_cast<double>(dev.batch_ns)),
+                               quantile_text(bounds, compute_by_device[d], 0.99),
                                fitted ? fmt::format("{} + {}/request", duration_text(dev.fixed_ns),
                                                     duration_text(dev.per_item_ns))
                                       : std::string("not fitted yet"))});
