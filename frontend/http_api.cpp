@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "frontend/openapi_spec.hpp"
 #include "text/ascii.hpp"
 #include "text/json_escape.hpp"
 
@@ -60,10 +61,11 @@ Action Api::route(const Request& request) {
     if (request.method() != beast_http::verb::post) return method_not_allowed("POST");
     return batchstring(request);
   }
-  if (path == "/healthz" || path == "/readyz" || path == "/metrics") {
+  if (path == "/healthz" || path == "/readyz" || path == "/metrics" || path == "/openapi.json") {
     if (!is_get(request)) return method_not_allowed("GET, HEAD");
     if (path == "/healthz") return json_ok(R"({"status":"ok"})");
     if (path == "/readyz") return readyz();
+    if (path == "/openapi.json") return json_ok(std::string(openapi_json()));
     Response metrics;
     metrics.content_type = kPrometheusType;
     metrics.body = context_.metrics_text();

@@ -13,7 +13,7 @@ packages=(
   libasan8 libubsan1 libtsan2
   curl clang libclang-rt-14-dev systemd
   haproxy prometheus libncurses-dev tmux
-  python3-venv python3-dev
+  python3-venv python3-dev python3-yaml
   "$@"
 )
 

@@ -26,8 +26,12 @@ fi
 
 case $target in
   http)
+    # The routing serves /openapi.json from a source meson generates (frontend/meson.build).
+    openapi_cpp=${BATCHD_OPENAPI_SPEC_CPP:-$2/../../frontend/openapi_spec.cpp}
+    [ -f "$openapi_cpp" ] || { echo "$openapi_cpp is missing: build the project with meson first"; exit 1; }
     sources=("$src/tests/fuzz/fuzz_http.cpp" "$src/frontend/connection.cpp" "$src/frontend/http_api.cpp"
-             "$src/frontend/http_response.cpp" "$src/text/json_escape.cpp" "$src/client_lib/priority.cpp")
+             "$src/frontend/http_response.cpp" "$src/text/json_escape.cpp" "$src/client_lib/priority.cpp"
+             "$openapi_cpp")
     headers=("$src"/frontend/*.hpp "$src"/text/*.hpp "$src/client_lib/client.hpp"
              "$src/client_lib/client_segment.hpp")
     packages=(simdjson)
