@@ -1,0 +1,77 @@
+"""Fixtures: each test starts its own batchd (BATCHD_BIN, set by meson) on a temporary socket."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from typing import Callable, Iterator
+
+import pytest
+
+
+def sha256_hex(text: str | bytes) -> str:
+    """What the cpu backend answers at --cost 1 (backend/reference_batchstring.hpp)."""
+    data = text.encode() if isinstance(text, str) else text
+    return hashlib.sha256(data).hexdigest()
+
+
+def sim_answer(text: str) -> str:
+    """What the sim backend answers at --sim-repeat 1: the code points reversed."""
+    return text[::-1]
+
+
+def _accepts(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        try:
+            s.connect(path)
+            return True
+        except OSError:
+            return False
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[str]:
+    # Short, under /tmp: a unix socket path must fit in 108 bytes, which pytest's tmp_path may not.
+    path = tempfile.mkdtemp(prefix="batchd-py-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def start_daemon(socket_dir: str) -> Iterator[Callable[..., str]]:
+    """start_daemon(*flags) starts a batchd and returns its socket; it is stopped after the test
+    and must exit cleanly."""
+    daemons: list[subprocess.Popen[bytes]] = []
+
+    def start(*flags: str) -> str:
+        path = os.path.join(socket_dir, f"{len(daemons)}.sock")
+        binary = os.environ.get("BATCHD_BIN")
+        if not binary:
+            pytest.fail("BATCHD_BIN is not set (run the tests through meson test)")
+        process = subprocess.Popen([binary, "--socket", path, "--log-level", "warn", *flags])
+        daemons.append(process)
+        deadline = time.monotonic() + 10
+        while not _accepts(path):
+            if process.poll() is not None:
+                pytest.fail(f"batchd {' '.join(flags)} exited with {process.returncode} at start")
+            if time.monotonic() > deadline:
+                pytest.fail("batchd did not start listening within 10 s")
+            time.sleep(0.01)
+        return path
+
+    yield start
+    for process in daemons:
+        process.send_signal(signal.SIGTERM)
+    for process in daemons:
+        assert process.wait(timeout=20) == 0, f"batchd exited with {process.returncode} on SIGTERM"
+
+
+@pytest.fixture
+def cpu_socket(start_daemon: Callable[..., str]) -> str:
+    return start_daemon("--backend", "cpu")
