@@ -354,6 +354,16 @@ def machine_line(sections):
                      for key, names in by_run.items())
 
 
+def python_client_section(result):
+    if not result:
+        return "_Not measured yet: `bench/python_client.py`._"
+    rows = [f"{result['duration_s']:g} s per row and side.", "",
+            "| Python client | Python req/s | C++ client (threads) | C++ req/s | Python / C++ |", "|---|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        rows.append(f"| {r['mode']} | {r['python_rps']:.0f} | {r['cpp_threads']} | {r['cpp_rps']:.0f} | {r['ratio']:.2f} |")
+    return "\n".join(rows)
+
+
 def main():
     PLOTS.mkdir(parents=True, exist_ok=True)
     ipc, gain, sweep, http = load("ipc.json"), load("batching.json"), load("sweep.json"), load("http-bench.json")
@@ -367,11 +377,12 @@ def main():
             p["model"] = model_entry(predict(cost, p["max_batch"], p["max_wait_ms"], p["rate"], spares(p)))
     service, openloop = load("service.json"), load("openloop.json")
     adaptive, closed, step = load("sweep-adaptive.json"), load("closed-loop.json"), load("load-step.json")
-    scale = load("scale-out.json")
+    scale, python_client = load("scale-out.json"), load("python_client.json")
     sections = [("1", ipc), ("1b", openloop), ("2", gain), ("3", sweep), ("3b", adaptive), ("3c", closed),
-                ("3d", step), ("4", http), ("4b", scale), ("5", service)]
+                ("3d", step), ("4", http), ("4b", scale), ("4c", python_client), ("5", service)]
     parts = {"MACHINE": machine_line(sections), "IPC": ipc_section(ipc), "GAIN": gain_section(gain),
              "HTTP": http_section(http), "SERVICE": service_section(service), "SCALE_OUT": scale_out_section(scale),
+             "PYTHON_CLIENT": python_client_section(python_client),
              "OPENLOOP": openloop_section(openloop), **sweep_parts(sweep),
              **adaptive_parts(adaptive, closed, step, PLOTS)}
     if sweep:
