@@ -23,7 +23,7 @@ allowed_errors='bogus-mail-host|bogus-mail-host-in-debian-changelog'
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 apt_install() {  # apt-get arguments
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get "$@" -y -qq --no-install-recommends >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get "$@" -y -qq --no-install-recommends >/dev/null
 }
 
 tools=(dpkg-dev debhelper lintian fakeroot)
