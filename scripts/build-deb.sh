@@ -91,9 +91,12 @@ fi
 # What each package ships, unpacked with dpkg-deb -x (no dpkg database, no maintainer scripts).
 echo "== files"
 root=$work/root
+mkdir -p "$root"
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 for deb in $debs; do
   pkg=$(dpkg-deb -f "$deb" Package)
+  # The debug symbols are named by build id, which changes with every compiler and flag.
+  case $pkg in *-dbgsym) continue ;; esac
   dpkg-deb -x "$deb" "$root/$pkg"
   (cd "$root/$pkg" && find . ! -type d | sed "s|^\.|$pkg |")
 done | sed "s|/$multiarch/|/@MULTIARCH@/|" | LC_ALL=C sort >"$work/files.txt"
