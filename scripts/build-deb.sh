@@ -16,25 +16,9 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 out=$(realpath -m "${1:-build-deb}")
 
-
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-apt_install() {  # apt-get arguments
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get "$@" -y -qq --no-install-recommends >/dev/null
-}
-
-tools=(dpkg-dev debhelper lintian fakeroot)
-missing=()
-for p in "${tools[@]}"; do
-  if ! grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)"; then
-    missing+=("$p")
-  fi
-done
-if ((${#missing[@]})); then
-  echo "build-deb: installing ${missing[*]}"
-  $sudo apt-get update -qq
-  apt_install install "${missing[@]}"
-fi
+# shellcheck source=scripts/apt.sh
+. scripts/apt.sh
+apt_install_missing build-deb dpkg-dev debhelper lintian fakeroot
 
 # The changelog's version is the package's: it must be meson's project version.
 meson_version=$(sed -n "s/^ *version *: *'\([^']*\)'.*/\1/p" meson.build | head -1)
@@ -57,8 +41,8 @@ git ls-files -z --cached --others --exclude-standard |
 cd "$src"
 if ! dpkg-checkbuilddeps 2>/dev/null; then
   echo "build-deb: installing the Build-Depends"
-  $sudo apt-get update -qq
-  apt_install build-dep "$src"
+  $apt_sudo apt-get update -qq
+  apt_get build-dep "$src"
 fi
 
 echo "build-deb: dpkg-buildpackage -us -uc -b in $src"

@@ -17,21 +17,9 @@ packages=(
   "$@"
 )
 
-missing=()
-for p in "${packages[@]}"; do
-  if ! grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)"; then
-    missing+=("$p")
-  fi
-done
-
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# shellcheck source=scripts/apt.sh
+. scripts/apt.sh
+apt_install_missing setup "${packages[@]}"
 
 # The project's Python environment (.venv, git-ignored): what the Python package's build and the
 # tests written in Python need from PyPI, pinned in python/requirements-test.txt. Debian's own

@@ -6,19 +6,9 @@ set -euo pipefail
 command -v curl >/dev/null || { echo "curl is not installed (scripts/setup.sh installs it)"; exit 1; }
 : "${BATCHD_BIN:?run through meson}" "${BATCHD_HTTP_BIN:?run through meson}"
 
-dir=$(mktemp -d /tmp/batchd-curl-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-"$BATCHD_BIN" --socket "$dir/d.sock" --max-wait-ms 1 --log-level warn &
-pids+=($!)
-"$BATCHD_HTTP_BIN" --socket "$dir/d.sock" --listen 127.0.0.1:0 --port-file "$dir/port" --workers 1 --log-level warn &
-pids+=($!)
+# shellcheck source=tests/http/start_node.sh
+. "$(dirname "$0")/start_node.sh"
+start_node curl 1
 for _ in $(seq 100); do [ -s "$dir/port" ] && break; sleep 0.1; done
 base="http://127.0.0.1:$(cat "$dir/port")"
 for _ in $(seq 100); do curl -sf "$base/readyz" >/dev/null && break; sleep 0.1; done

@@ -14,20 +14,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 examples=${BATCHD_OPENAPI_EXAMPLES:-30}
 
-dir=$(mktemp -d /tmp/batchd-openapi-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-"$BATCHD_BIN" --socket "$dir/d.sock" --backend cpu --max-wait-ms 1 --log-level warn &
-pids+=($!)
-"$BATCHD_HTTP_BIN" --socket "$dir/d.sock" --listen 127.0.0.1:0 --port-file "$dir/port" --workers 2 \
-  --log-level warn &
-pids+=($!)
+# shellcheck source=tests/http/start_node.sh
+. "$here/start_node.sh"
+start_node openapi 2 --backend cpu
 python=$(dirname "$BATCHD_SCHEMATHESIS")/python3
 # Waits for the port file, then for /readyz (both loops attached to the daemon).
 "$python" - "$dir/port" <<'PY'

@@ -1,0 +1,28 @@
+# Sourced by scripts/setup.sh and scripts/build-deb.sh: installs Debian packages through apt-get,
+# as root or through sudo. Packages already installed are not touched, so a set-up machine costs
+# one dpkg query each and no apt-get run.
+# shellcheck shell=bash
+
+apt_sudo=""
+if [ "$(id -u)" -ne 0 ]; then apt_sudo="sudo"; fi
+
+# sudo resets the environment, so DEBIAN_FRONTEND goes through env to reach apt-get.
+apt_get() {  # apt-get command and arguments
+  $apt_sudo env DEBIAN_FRONTEND=noninteractive apt-get "$@" -y -qq --no-install-recommends >/dev/null
+}
+
+apt_install_missing() {  # who asks (for the message), packages...
+  local who=$1 p
+  shift
+  local missing=()
+  for p in "$@"; do
+    if ! grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)"; then
+      missing+=("$p")
+    fi
+  done
+  if ((${#missing[@]})); then
+    echo "$who: installing ${missing[*]}"
+    $apt_sudo apt-get update -qq
+    apt_get install "${missing[@]}"
+  fi
+}
