@@ -117,5 +117,4 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
   return out;
 }
 
-
 }  // namespace batchd

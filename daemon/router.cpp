@@ -156,12 +156,11 @@ void Router::record_latency(unsigned device, const Batch& batch, std::int64_t st
     sums[c] += static_cast<std::uint64_t>(waited_ns);
   }
   for (std::size_t c = 0; c < counts.size(); ++c) {
-    bool first = true;  // the class's sum goes with its first bucket
+    LatencyHistogram& histogram = latency_->queue_by_class[c];
     for (std::size_t b = 0; b < shm::kLatencyBuckets; ++b) {
-      if (counts[c][b] == 0) continue;
-      latency_->queue_by_class[c].add(b, counts[c][b], first ? sums[c] : 0);
-      first = false;
+      if (counts[c][b] != 0) histogram.buckets[b].fetch_add(counts[c][b], std::memory_order_relaxed);
     }
+    if (sums[c] != 0) histogram.sum_ns.fetch_add(sums[c], std::memory_order_relaxed);
   }
 }
 

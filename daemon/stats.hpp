@@ -2,6 +2,7 @@
 // each is a statistic, not a synchronization point.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -19,18 +20,13 @@ struct LatencyHistogram {
 
   // The bucket a duration falls in: the first whose bound it does not exceed (Prometheus' "le").
   [[nodiscard]] static std::size_t bucket_of(std::int64_t ns) noexcept {
-    std::size_t b = 0;
-    while (b < std::size(shm::kLatencyBoundsNs) && ns > shm::kLatencyBoundsNs[b]) ++b;
-    return b;
-  }
-  // Adds `count` durations that fell in `bucket` and took `sum_ns` together.
-  void add(std::size_t bucket, std::uint64_t count, std::uint64_t total_ns) noexcept {
-    buckets[bucket].fetch_add(count, std::memory_order_relaxed);
-    sum_ns.fetch_add(total_ns, std::memory_order_relaxed);
+    const auto* bound = std::lower_bound(std::begin(shm::kLatencyBoundsNs), std::end(shm::kLatencyBoundsNs), ns);
+    return static_cast<std::size_t>(bound - std::begin(shm::kLatencyBoundsNs));
   }
   void record(std::int64_t ns) noexcept {
     const std::int64_t clamped = ns < 0 ? 0 : ns;  // clocks of two threads: never negative
-    add(bucket_of(clamped), 1, static_cast<std::uint64_t>(clamped));
+    buckets[bucket_of(clamped)].fetch_add(1, std::memory_order_relaxed);
+    sum_ns.fetch_add(static_cast<std::uint64_t>(clamped), std::memory_order_relaxed);
   }
 };
 

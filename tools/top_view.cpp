@@ -26,11 +26,9 @@ std::uint64_t total(const std::array<std::uint64_t, kPriorityClasses>& by_class)
 }
 
 // The interval's counts per bucket: now's minus before's (all of now's across a restart).
-std::vector<double> interval_counts(const DaemonStatus::Histogram& before, const DaemonStatus::Histogram& now) {
-  std::vector<double> out(now.buckets.size());
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    out[i] = delta(i < before.buckets.size() ? before.buckets[i] : 0, now.buckets[i]);
-  }
+std::vector<double> interval_counts(const std::vector<std::uint64_t>& before, const std::vector<std::uint64_t>& now) {
+  std::vector<double> out(now.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = delta(i < before.size() ? before[i] : 0, now[i]);
   return out;
 }
 
@@ -96,16 +94,17 @@ std::vector<Line> frame(const DaemonStatus& before, const DaemonStatus& now, dou
   std::vector<double> queue_all;
   std::string queue_by_class;
   for (std::size_t c = 0; c < kPriorityClasses; ++c) {
-    const auto counts = interval_counts(b.queue_time_by_class[c], now.queue_time_by_class[c]);
+    const auto counts = interval_counts(b.queue_time_by_class[c].buckets, now.queue_time_by_class[c].buckets);
     add_counts(queue_all, counts);
     queue_by_class += fmt::format("{}{} {}", c == 0 ? "" : ", ", priority_name(static_cast<Priority>(c)),
                                   quantile_text(bounds, counts, 0.99));
   }
   std::vector<double> compute_all;
   std::vector<std::vector<double>> compute_by_device(now.devices.size());
+  const std::vector<std::uint64_t> none;
   for (std::size_t d = 0; d < now.devices.size(); ++d) {
-    compute_by_device[d] = interval_counts(d < b.devices.size() ? b.devices[d].compute_time : DaemonStatus::Histogram{},
-                                           now.devices[d].compute_time);
+    compute_by_device[d] = interval_counts(d < b.devices.size() ? b.devices[d].compute_time.buckets : none,
+                                           now.devices[d].compute_time.buckets);
     add_counts(compute_all, compute_by_device[d]);
   }
   if (bounds.empty()) {
@@ -125,10 +124,7 @@ std::vector<Line> frame(const DaemonStatus& before, const DaemonStatus& now, dou
                              "interval:",
                              batches * per_s, rate(b.batch_failures, now.batch_failures), now.target_batch),
                  true});
-  std::vector<double> sizes(now.batch_sizes.size());
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    sizes[i] = delta(i < b.batch_sizes.size() ? b.batch_sizes[i] : 0, now.batch_sizes[i]);
-  }
+  const std::vector<double> sizes = interval_counts(b.batch_sizes, now.batch_sizes);
   const double largest = sizes.empty() ? 0.0 : *std::max_element(sizes.begin(), sizes.end());
   const unsigned bar_room = std::clamp(width, 40U, 92U) - 32;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
