@@ -168,13 +168,15 @@ std::chrono::nanoseconds CudaBackend::worst_batch_time() const noexcept {
 }
 
 // Called on the router's watchdog thread, whose current device is its own to set. A device the
-// runtime cannot answer for reports nothing (its batches' failures will tell).
+// runtime cannot answer for reports nothing (its batches' failures will tell); a sticky error here
+// loses it, so an idle device's loss is known too.
 DeviceMemory CudaBackend::memory(unsigned device) const noexcept {
   if (device >= devices_.size()) return {};
+  cuda::DeviceLanes& lanes = *devices_[device];
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
-  if (cudaSetDevice(devices_[device]->ordinal()) != cudaSuccess ||
-      cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+  if (lanes.track(cudaSetDevice(lanes.ordinal())) != cudaSuccess ||
+      lanes.track(cudaMemGetInfo(&free_bytes, &total_bytes)) != cudaSuccess) {
     return {};
   }
   return {total_bytes, free_bytes, 0};
