@@ -3,6 +3,7 @@
 // handling are written once against this.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -115,6 +116,17 @@ class Backend {
                                                          std::uint64_t /*input_bytes*/) const noexcept {
     return 0;
   }
+
+  // Whether the device is lost for good: its state is corrupt (CUDA's sticky errors), so every
+  // later run() there fails and only a new process can use it again. The router stops sending it
+  // work; when every device is lost the daemon exits non-zero so that its service manager
+  // restarts it. Any thread. Default: devices are never lost (failures are transient).
+  [[nodiscard]] virtual bool device_lost(unsigned /*device*/) const noexcept { return false; }
+
+  // How long the largest batch (capacity()) may take on a healthy device, at most: the daemon
+  // raises its hang timeout (--device-timeout-ms) to this, so that a costly configuration does
+  // not make a working device look hung. 0: no estimate (the timeout stands as configured).
+  [[nodiscard]] virtual std::chrono::nanoseconds worst_batch_time() const noexcept { return {}; }
 
   // The daemon is shutting down: calls blocked in run() should return soon (with any status).
   virtual void shutdown() noexcept {}

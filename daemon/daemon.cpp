@@ -36,8 +36,22 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<Backend> backend)
   if (config_.socket_path.empty()) config_.socket_path = default_socket_path();
   if (backend_ == nullptr) throw std::invalid_argument("the daemon needs a backend");
   config_.batch = fit_to_backend(config_.batch, "start");
+  fit_timeout_to_backend();
   batcher_.set_limits(config_.batch);
   policy_.set_limits(config_.batch);
+}
+
+// The hang timeout is raised rather than the start refused: a configuration that is merely costly
+// still serves, and the warning says what to set.
+void Daemon::fit_timeout_to_backend() {
+  const auto worst = std::chrono::ceil<std::chrono::milliseconds>(backend_->worst_batch_time());
+  if (worst <= config_.routing.device_timeout) return;
+  spdlog::warn("start: --device-timeout-ms {} is shorter than the largest batch may take on a "
+               "healthy {} device at this cost and batch size (up to {} ms); using {} ms so that "
+               "it does not look hung",
+               config_.routing.device_timeout.count(), backend_->name(), worst.count(),
+               worst.count());
+  config_.routing.device_timeout = worst;
 }
 
 BatchLimits Daemon::fit_to_backend(BatchLimits limits, const char* when) const {
@@ -131,7 +145,10 @@ void Daemon::start() {
         // After the batch's seq_cst return to the pool (Router::release).
         if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
       },
-      [this] { publish_status(); });
+      [this] {
+        publish_status();
+        if (router_->all_devices_lost()) ring_doorbell();  // the drain loop exits (run())
+      });
   router_->set_dead_letters(dead_letters_.get());
   router_->set_latency(&stats_.latency);
   publish_policy();
@@ -171,7 +188,7 @@ void Daemon::publish_status() noexcept {
   std::uint32_t healthy = 0;
   for (std::size_t d = 0; d < devices.size(); ++d) {
     const DeviceHealth& h = *devices[d];
-    if (h.state() != DeviceState::kUnhealthy) ++healthy;
+    if (h.state() == DeviceState::kHealthy || h.state() == DeviceState::kProbing) ++healthy;
     if (d >= shm::kStatusDevices) continue;
     shm::StatusDevice& out = page.device[d];
     out.state.store(static_cast<std::uint32_t>(h.state()), relaxed);
@@ -315,6 +332,10 @@ void Daemon::run() {
     refresh_policy_stats(now_ns);
 
     if (stop_requested_.load(std::memory_order_relaxed) && stopping_done(now_ns, progressed)) break;
+    if (router_->all_devices_lost()) {
+      finish_lost();
+      return;
+    }
     if (progressed) {
       if (spinning) note_spin(true);
       spinning = false;

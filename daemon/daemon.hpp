@@ -38,6 +38,10 @@
 
 namespace batchd {
 
+// The exit status of a daemon whose every device is lost (Router::all_devices_lost): EX_TEMPFAIL,
+// "try again later". systemd's Restart=on-failure restarts on it; the clients re-attach.
+inline constexpr int kExitAllDevicesLost = 75;
+
 class Daemon {
  public:
   // Connections in the attach handshake at once (see daemon_attach.cpp).
@@ -53,8 +57,13 @@ class Daemon {
   void start();
 
   // Serves until request_stop(); then stops accepting, finishes the requests it has taken and
-  // returns. Call from one thread, after start().
+  // returns. Returns early, without answering what it holds, once every device is lost
+  // (all_devices_lost()): the clients run those requests again on the next daemon. Call from one
+  // thread, after start().
   void run();
+  // Every device of the backend is lost for good: the process should exit with
+  // kExitAllDevicesLost for its service manager to restart it. Any thread, after start().
+  [[nodiscard]] bool all_devices_lost() const noexcept { return router_->all_devices_lost(); }
 
   // Any thread, and async-signal-safe.
   void request_stop() noexcept;
@@ -144,10 +153,14 @@ class Daemon {
   void apply_pending_limits();
   // The policy cut to what the backend can run (Backend::capacity), with a warning when it was.
   BatchLimits fit_to_backend(BatchLimits limits, const char* when) const;
+  // Raises the hang timeout to the backend's worst batch time (Backend::worst_batch_time).
+  void fit_timeout_to_backend();
   // The shutdown path (daemon_shutdown.cpp): one step of stopping, true once nothing is left to
   // answer; then finish_stop lets the clients go.
   bool stopping_done(std::int64_t now_ns, bool progressed);
   void finish_stop();
+  // Every device is lost: stops the lanes and lets the clients go with their requests unanswered.
+  void finish_lost();
   void ping_watchdog_if_due(std::int64_t now_ns);
   // Whether the drain loop should spin before it sleeps, from how often spinning has paid.
   bool spin_pays() noexcept;

@@ -45,4 +45,19 @@ void Daemon::finish_stop() {
                stats_.batches.load());
 }
 
+void Daemon::finish_lost() {
+  spdlog::critical("every {} device is lost: exiting with status {} so that the service manager "
+                   "restarts batchd ({} requests taken, {} ok, {} failed; the clients send the "
+                   "unanswered ones again)",
+                   backend_->name(), kExitAllDevicesLost, stats_.requests_taken.load(),
+                   stats_.requests_ok.load(), stats_.requests_failed.load());
+  if (open_ != nullptr) {
+    router_->release(open_);
+    open_ = nullptr;
+  }
+  router_->stop();
+  // Closing the control connections tells each client at once; they re-attach to the next daemon.
+  while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
+}
+
 }  // namespace batchd

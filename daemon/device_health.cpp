@@ -7,6 +7,7 @@ const char* device_state_name(DeviceState state) noexcept {
     case DeviceState::kHealthy: return "healthy";
     case DeviceState::kUnhealthy: return "unhealthy";
     case DeviceState::kProbing: return "probing";
+    case DeviceState::kLost: return "lost";
   }
   return "unknown";
 }
@@ -51,7 +52,11 @@ void DeviceHealth::mark_unhealthy(std::int64_t now_ns) noexcept {
                                                                 : std::min(backoff * 2, policy_.max_ns);
   backoff_ns_.store(backoff, std::memory_order_relaxed);
   retry_at_ns_.store(now_ns + backoff, std::memory_order_release);
-  state_.store(DeviceState::kUnhealthy, std::memory_order_release);
+  // A lost device stays lost: no back-off ends that.
+  DeviceState s = state();
+  do {
+    if (s == DeviceState::kLost) return;
+  } while (!state_.compare_exchange_weak(s, DeviceState::kUnhealthy, std::memory_order_acq_rel));
   marked_.fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -1,5 +1,5 @@
-// One device's health as the router sees it: healthy, unhealthy until a back-off ends, or being
-// probed by a single batch after it. Counters for stats. Thread-safe: workers, the watchdog and
+// One device's health as the router sees it: healthy, unhealthy until a back-off ends, being
+// probed by a single batch after it, or lost for good. Counters for stats. Thread-safe: workers, the watchdog and
 // the dispatching thread all touch it.
 #pragma once
 
@@ -9,7 +9,9 @@
 
 namespace batchd {
 
-enum class DeviceState : std::uint32_t { kHealthy = 0, kUnhealthy = 1, kProbing = 2 };
+// kLost: the backend reports the device lost for good (Backend::device_lost); it takes no work
+// and is never probed again in this process.
+enum class DeviceState : std::uint32_t { kHealthy = 0, kUnhealthy = 1, kProbing = 2, kLost = 3 };
 
 const char* device_state_name(DeviceState state) noexcept;
 
@@ -65,6 +67,10 @@ class DeviceHealth {
   bool record_failure(std::int64_t now_ns, bool count_streak) noexcept;
   // Marks the device unhealthy now (proven at fault, or timed out) with a growing back-off.
   void mark_unhealthy(std::int64_t now_ns) noexcept;
+  // The backend lost the device for good; returns whether it was not lost before.
+  bool mark_lost() noexcept {
+    return state_.exchange(DeviceState::kLost, std::memory_order_acq_rel) != DeviceState::kLost;
+  }
   // A failure turned out to be the input's, not the device's.
   void forgive() noexcept { consecutive_failures_.store(0, std::memory_order_relaxed); }
 

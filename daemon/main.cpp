@@ -85,7 +85,13 @@ int main(int argc, char** argv) {
       signal_thread.join();
       throw;
     }
-    // run() returns only after a stop request, which only the signal thread makes.
+    if (daemon.all_devices_lost()) {
+      // run() gave up on its own: release the signal thread from sigwait, then ask for a restart.
+      ::kill(::getpid(), SIGTERM);
+      signal_thread.join();
+      return batchd::kExitAllDevicesLost;
+    }
+    // Otherwise run() returned after a stop request, which only the signal thread makes.
     signal_thread.join();
   } catch (const std::exception& e) {
     spdlog::critical("batchd: {}", e.what());

@@ -172,6 +172,12 @@ bool Router::any_available_outside(std::uint64_t mask, std::int64_t now_ns) cons
 }
 
 void Router::fail_unavailable(Batch* batch) noexcept {
+  if (all_devices_lost()) {
+    // The daemon exits for a restart (Daemon::run): unanswered, the requests stay with their
+    // clients, which send them again to the next daemon instead of failing their callers.
+    release(batch);
+    return;
+  }
   char message[160];
   const auto n = fmt::format_to_n(message, sizeof(message) - 1,
                                   "backend unavailable: none of the {} {} devices is healthy; "
@@ -327,9 +333,19 @@ Router::Verdict Router::check_with_canary(Lane& lane) noexcept {
   return status.ok && out.size() == 1 ? Verdict::kInputFails : Verdict::kDeviceBroken;
 }
 
+void Router::note_if_lost(unsigned device) noexcept {
+  if (!backend_.device_lost(device) || !health_[device]->mark_lost()) return;
+  const std::size_t lost = lost_devices_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  spdlog::error("{} device {} is lost (a sticky error: only a new process can use it); {} of {} "
+                "devices lost{}",
+                backend_.name(), device, lost, health_.size(),
+                lost == health_.size() ? ": exiting for a restart" : "");
+}
+
 void Router::on_failure(Lane& lane, Batch* batch, std::string message) noexcept {
   const unsigned device = lane.id.device;
   const std::int64_t now_ns = shm::monotonic_ns();
+  note_if_lost(device);
   const bool blind = !have_canary_.load(std::memory_order_acquire);
   if (health_[device]->record_failure(now_ns, blind)) {
     spdlog::warn("{} device {} marked unhealthy after failures: {}", backend_.name(), device, message);
@@ -404,6 +420,7 @@ void Router::watchdog() noexcept {
   std::unique_lock lock(watchdog_mu_);
   while (!watchdog_cv_.wait_for(lock, period, [&] { return stopping_; })) {
     const std::int64_t now_ns = shm::monotonic_ns();
+    for (unsigned d = 0; d < health_.size(); ++d) note_if_lost(d);
     for (auto& lane : lanes_) check_lane_timeout(*lane, now_ns);
     requeue_from_unavailable();
     refresh_memory();
@@ -444,7 +461,8 @@ void Router::requeue_from_unavailable() noexcept {
   // Batches queued behind a device that went unhealthy would wait out its back-off: move them.
   for (auto& lane : lanes_) {
     const DeviceHealth& h = *health_[lane->id.device];
-    if (h.state() != DeviceState::kUnhealthy && !lane->stuck.load(std::memory_order_acquire)) continue;
+    const bool unavailable = h.state() == DeviceState::kUnhealthy || h.state() == DeviceState::kLost;
+    if (!unavailable && !lane->stuck.load(std::memory_order_acquire)) continue;
     Batch* batch = nullptr;
     while (lane->queue.try_dequeue(batch)) {
       if (batch == nullptr) {  // a stop request: put it back for the worker

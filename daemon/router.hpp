@@ -90,6 +90,12 @@ class Router {
   [[nodiscard]] const std::vector<std::unique_ptr<DeviceHealth>>& devices() const noexcept {
     return health_;
   }
+  // Every device is lost for good (Backend::device_lost): nothing can run in this process any
+  // more. From then on batches are left unanswered, for the clients to run again on the daemon
+  // that replaces this one. Any thread.
+  [[nodiscard]] bool all_devices_lost() const noexcept {
+    return !health_.empty() && lost_devices_.load(std::memory_order_acquire) == health_.size();
+  }
   // Requests in batches handed to lanes (queued or running) and not finished.
   [[nodiscard]] std::uint64_t dispatched_requests() const noexcept;
   // A device's fitted batch cost.
@@ -153,6 +159,8 @@ class Router {
   // An input that failed alone on every device it tried (on `device` last): its own backend
   // error, and a dead letter. `proven`: a known-good input still ran there.
   void complete_single_failure(Batch* batch, unsigned device, bool proven) noexcept;
+  // Marks the device lost once the backend says it is (its failures, or the watchdog's look).
+  void note_if_lost(unsigned device) noexcept;
   void watchdog() noexcept;
   void check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept;
   void requeue_from_unavailable() noexcept;
@@ -201,6 +209,7 @@ class Router {
   std::atomic<std::size_t> in_use_{0};
   std::atomic<std::size_t> abandoned_{0};
   std::atomic<std::uint32_t> rotation_{0};  // spreads ties between equally loaded lanes
+  std::atomic<std::size_t> lost_devices_{0};  // devices in DeviceState::kLost
 
   // An input that ran successfully not long ago. When one input fails alone on two devices, the
   // canary decides: if it fails too, the device is broken; if not, the input is.

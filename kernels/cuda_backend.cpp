@@ -26,6 +26,15 @@ constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
 constexpr auto kPollSleep = std::chrono::microseconds(20);
 constexpr unsigned kMaxStreamsPerDevice = 64;
 constexpr std::uint32_t kMaxBatchInputs = 1U << 20;
+// The self-test's rounds: two run both paths of the kernel (hash of the input, hash of a hex
+// digest) whatever --cost says, so a costly configuration does not make start-up slow.
+constexpr unsigned kSelfTestCost = 2;
+// For worst_batch_time(), pessimistic on purpose: one GPU thread takes well under a microsecond
+// per SHA-256 block (64 dependent rounds), and at least this many threads of one-warp blocks are
+// resident on any supported GPU (sm_80 and later, even the smallest parts) before a batch's
+// inputs must wait for a second wave.
+constexpr std::int64_t kWorstNsPerBlock = 2'000;
+constexpr std::uint64_t kMinResidentThreads = 4096;
 
 class CudaBackend final : public Backend {
  public:
@@ -46,6 +55,10 @@ class CudaBackend final : public Backend {
     return {limits_.max_inputs, limits_.max_bytes};
   }
   BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) override;
+  [[nodiscard]] bool device_lost(unsigned device) const noexcept override {
+    return device < devices_.size() && devices_[device]->lost_error() != cudaSuccess;
+  }
+  [[nodiscard]] std::chrono::nanoseconds worst_batch_time() const noexcept override;
   void shutdown() noexcept override { shutting_down_.store(true, std::memory_order_release); }
   // cudaMemGetInfo on the device. batch_memory_bytes stays the default 0: every buffer a batch
   // uses is made at start, so a batch takes no device memory of its own.
@@ -54,9 +67,11 @@ class CudaBackend final : public Backend {
  private:
   BackendStatus check_batch(const BatchInput& in) const;
   void stage(cuda::Lane& lane, const BatchInput& in) const noexcept;
-  BackendStatus enqueue(cuda::Lane& lane, std::uint32_t count, std::uint32_t input_bytes) const;
-  BackendStatus wait_for(cuda::Lane& lane) const;
+  BackendStatus enqueue(cuda::DeviceLanes& device, cuda::Lane& lane, std::uint32_t count,
+                        std::uint32_t input_bytes, unsigned cost) const;
+  BackendStatus wait_for(cuda::DeviceLanes& device, cuda::Lane& lane) const;
   BackendStatus self_test(unsigned device);
+  static BackendStatus lost(const cuda::DeviceLanes& device);
 
   unsigned cost_;             // SHA-256 rounds per input
   unsigned streams_;          // lanes per device
@@ -76,22 +91,32 @@ BackendStatus CudaBackend::init(const std::vector<int>& ordinals) {
 
 // One input through every lane of the device: proves the kernel image fits the device and the
 // whole path works before the daemon takes traffic; it also loads the module (lazy loading), so
-// the first real batch does not pay for that.
+// the first real batch does not pay for that. Every lane's batch is queued before any is waited
+// for, so the lanes test in parallel, at kSelfTestCost rounds rather than --cost.
 BackendStatus CudaBackend::self_test(unsigned device) {
   // Cut to the byte limit, so that even a backend sized for one-byte batches can test itself.
   const std::string_view input = std::string_view("batchd self-test").substr(0, limits_.max_bytes);
   const std::uint32_t offsets[2] = {0, static_cast<std::uint32_t>(input.size())};
   const BatchInput in{{input.data(), input.size()}, {offsets, 2}};
-  const std::string expected = reference_batchstring(input, cost_);
-  const std::string where = "cuda device " + std::to_string(devices_[device]->ordinal());
-  BatchOutput out;
-  for (unsigned stream = 0; stream < streams_; ++stream) {
-    const BackendStatus status = run({device, stream}, in, out);
-    if (!status.ok) return BackendStatus::failure(where + " self-test: " + status.message);
-    if (out.size() != 1 || out.at(0) != expected) {
-      return BackendStatus::failure(where + " self-test: wrong answer from the kernel");
+  const unsigned cost = std::min(cost_, kSelfTestCost);
+  const std::string expected = reference_batchstring(input, cost);
+  cuda::DeviceLanes& lanes = *devices_[device];
+  const std::string where = "cuda device " + std::to_string(lanes.ordinal()) + " self-test: ";
+  BackendStatus status = BackendStatus::success();
+  if (const cudaError_t err = lanes.track(cudaSetDevice(lanes.ordinal())); err != cudaSuccess) {
+    status = cuda::failure(err, "cudaSetDevice");
+  }
+  for (unsigned stream = 0; status.ok && stream < streams_; ++stream) {
+    stage(lanes.lane(stream), in);
+    status = enqueue(lanes, lanes.lane(stream), 1, offsets[1], cost);
+  }
+  for (unsigned stream = 0; status.ok && stream < streams_; ++stream) {
+    status = wait_for(lanes, lanes.lane(stream));
+    if (status.ok && std::string_view(lanes.lane(stream).host_out, kHexBytes) != expected) {
+      status = BackendStatus::failure("wrong answer from the kernel");
     }
   }
+  if (!status.ok) return BackendStatus::failure(where + status.message);
   return BackendStatus::success();
 }
 
@@ -108,15 +133,17 @@ BackendStatus CudaBackend::run(LaneId id, const BatchInput& in, BatchOutput& out
   const auto count = static_cast<std::uint32_t>(in.size());
   if (count == 0) return BackendStatus::success();
   cuda::DeviceLanes& device = *devices_[id.device];
+  if (device.lost_error() != cudaSuccess) return lost(device);
   cuda::Lane& lane = device.lane(id.stream);
-  BATCHD_RETURN_IF_CUDA_ERR(cudaSetDevice(device.ordinal()), "cudaSetDevice");
+  BATCHD_RETURN_IF_CUDA_ERR(device.track(cudaSetDevice(device.ordinal())), "cudaSetDevice");
   if (lane.in_flight) {  // an abandoned batch may still read the staging buffers
-    BATCHD_RETURN_IF_CUDA_ERR(cudaStreamSynchronize(lane.stream), "earlier batch on this lane");
+    BATCHD_RETURN_IF_CUDA_ERR(device.track(cudaStreamSynchronize(lane.stream)),
+                              "earlier batch on this lane");
     lane.in_flight = false;
   }
   stage(lane, in);
-  BATCHD_RETURN_IF_FAILED(enqueue(lane, count, in.offsets[count] - in.offsets[0]));
-  BATCHD_RETURN_IF_FAILED(wait_for(lane));
+  BATCHD_RETURN_IF_FAILED(enqueue(device, lane, count, in.offsets[count] - in.offsets[0], cost_));
+  BATCHD_RETURN_IF_FAILED(wait_for(device, lane));
   out.bytes.resize(std::size_t{count} * kHexBytes);
   std::memcpy(out.bytes.data(), lane.host_out, out.bytes.size());
   out.offsets.resize(std::size_t{count} + 1);
@@ -125,14 +152,31 @@ BackendStatus CudaBackend::run(LaneId id, const BatchInput& in, BatchOutput& out
   return BackendStatus::success();
 }
 
+BackendStatus CudaBackend::lost(const cuda::DeviceLanes& device) {
+  return cuda::failure(device.lost_error(), "cuda device " + std::to_string(device.ordinal()) +
+                                                " is lost until batchd restarts, after");
+}
+
+// Every input's own blocks plus two per further round, as if one thread hashed the whole byte
+// budget alone, in as many waves as the inputs need; see kWorstNsPerBlock.
+std::chrono::nanoseconds CudaBackend::worst_batch_time() const noexcept {
+  const std::uint64_t input_blocks = (std::uint64_t{limits_.max_bytes} + 9 + 63) / 64;
+  const std::uint64_t blocks_per_thread = input_blocks + 2 * (std::uint64_t{cost_} - 1);
+  const std::uint64_t waves = (limits_.max_inputs + kMinResidentThreads - 1) / kMinResidentThreads;
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(waves * blocks_per_thread) *
+                                  kWorstNsPerBlock);
+}
+
 // Called on the router's watchdog thread, whose current device is its own to set. A device the
-// runtime cannot answer for reports nothing (its batches' failures will tell).
+// runtime cannot answer for reports nothing (its batches' failures will tell); a sticky error here
+// loses it, so an idle device's loss is known too.
 DeviceMemory CudaBackend::memory(unsigned device) const noexcept {
   if (device >= devices_.size()) return {};
+  cuda::DeviceLanes& lanes = *devices_[device];
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
-  if (cudaSetDevice(devices_[device]->ordinal()) != cudaSuccess ||
-      cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+  if (lanes.track(cudaSetDevice(lanes.ordinal())) != cudaSuccess ||
+      lanes.track(cudaMemGetInfo(&free_bytes, &total_bytes)) != cudaSuccess) {
     return {};
   }
   return {total_bytes, free_bytes, 0};
@@ -175,37 +219,47 @@ void CudaBackend::stage(cuda::Lane& lane, const BatchInput& in) const noexcept {
   for (std::size_t i = 0; i <= count; ++i) lane.host_offsets[i] = in.offsets[i] - base;
 }
 
-BackendStatus CudaBackend::enqueue(cuda::Lane& lane, std::uint32_t count,
-                                   std::uint32_t input_bytes) const {
+BackendStatus CudaBackend::enqueue(cuda::DeviceLanes& device, cuda::Lane& lane,
+                                   std::uint32_t count, std::uint32_t input_bytes,
+                                   unsigned cost) const {
   lane.in_flight = true;  // from the first queued copy on, the stream owns the buffers
-  BATCHD_RETURN_IF_CUDA_ERR(cudaMemcpyAsync(lane.device_bytes, lane.host_bytes, input_bytes,
-                                            cudaMemcpyHostToDevice, lane.stream),
+  BATCHD_RETURN_IF_CUDA_ERR(device.track(cudaMemcpyAsync(lane.device_bytes, lane.host_bytes,
+                                                         input_bytes, cudaMemcpyHostToDevice,
+                                                         lane.stream)),
                             "copy of the batch to the device");
-  BATCHD_RETURN_IF_CUDA_ERR(cudaMemcpyAsync(lane.device_offsets, lane.host_offsets,
-                                            (std::size_t{count} + 1) * sizeof(std::uint32_t),
-                                            cudaMemcpyHostToDevice, lane.stream),
-                            "copy of the batch offsets to the device");
-  BATCHD_RETURN_IF_CUDA_ERR(kernels::launch_batchstring(lane.device_bytes, lane.device_offsets,
-                                                        count, cost_, lane.device_out, lane.stream),
+  BATCHD_RETURN_IF_CUDA_ERR(
+      device.track(cudaMemcpyAsync(lane.device_offsets, lane.host_offsets,
+                                   (std::size_t{count} + 1) * sizeof(std::uint32_t),
+                                   cudaMemcpyHostToDevice, lane.stream)),
+      "copy of the batch offsets to the device");
+  // The launch reports cudaGetLastError(), which still holds any earlier failed call's error on
+  // this thread (a failed copy of an earlier batch): clear it, or that batch's error fails this
+  // one too. It is not tracked: it may be another device's. A sticky error of this device's
+  // context stays, and the launch reports it.
+  (void)cudaGetLastError();
+  BATCHD_RETURN_IF_CUDA_ERR(device.track(kernels::launch_batchstring(
+                                lane.device_bytes, lane.device_offsets, count, cost,
+                                lane.device_out, lane.stream)),
                             "batchstring kernel launch");
   BATCHD_RETURN_IF_CUDA_ERR(
-      cudaMemcpyAsync(lane.host_out, lane.device_out, std::size_t{count} * kHexBytes,
-                      cudaMemcpyDeviceToHost, lane.stream),
+      device.track(cudaMemcpyAsync(lane.host_out, lane.device_out, std::size_t{count} * kHexBytes,
+                                   cudaMemcpyDeviceToHost, lane.stream)),
       "copy of the answers from the device");
-  BATCHD_RETURN_IF_CUDA_ERR(cudaEventRecord(lane.done, lane.stream), "cudaEventRecord");
+  BATCHD_RETURN_IF_CUDA_ERR(device.track(cudaEventRecord(lane.done, lane.stream)),
+                            "cudaEventRecord");
   return BackendStatus::success();
 }
 
-BackendStatus CudaBackend::wait_for(cuda::Lane& lane) const {
+BackendStatus CudaBackend::wait_for(cuda::DeviceLanes& device, cuda::Lane& lane) const {
   const auto spin_until = std::chrono::steady_clock::now() + kSpinBeforeSleep;
   for (;;) {
-    const cudaError_t err = cudaEventQuery(lane.done);
+    const cudaError_t err = device.track(cudaEventQuery(lane.done));
     if (err == cudaSuccess) {
       lane.in_flight = false;
       return BackendStatus::success();
     }
     // Errors from the kernel or the copies surface here; a sticky one (an illegal address, say)
-    // fails every later call on the device too, and the router marks it unhealthy.
+    // loses the device: every later call there fails too (device_lost()).
     if (err != cudaErrorNotReady) return cuda::failure(err, "batch on the device");
     if (shutting_down_.load(std::memory_order_acquire)) {
       return BackendStatus::failure("cuda backend: shutting down; batch abandoned");

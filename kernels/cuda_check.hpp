@@ -22,6 +22,27 @@ inline std::string error_text(cudaError_t err, std::string_view what) {
   return text;
 }
 
+// Errors after which the device's context is corrupt: every later call in this process fails
+// with the same error, and only a new process can use the device again (CUDA runtime API,
+// cudaError: "the process must be terminated and relaunched").
+inline bool is_sticky(cudaError_t err) noexcept {
+  switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorAssert:
+      return true;
+    default:
+      return false;
+  }
+}
+
 inline BackendStatus failure(cudaError_t err, std::string_view what) {
   return BackendStatus::failure(error_text(err, what));
 }

@@ -4,12 +4,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <boost/interprocess/managed_external_buffer.hpp>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "kernels/cuda_check.hpp"
 
 namespace batchd::cuda {
 
@@ -55,6 +57,20 @@ class DeviceLanes {
   [[nodiscard]] int ordinal() const noexcept { return ordinal_; }
   [[nodiscard]] Lane& lane(unsigned stream) noexcept { return lanes_[stream]; }
 
+  // Passes a runtime call's result through, remembering a sticky one (cuda::is_sticky): from
+  // then on the device is lost for good. Any thread.
+  cudaError_t track(cudaError_t err) noexcept {
+    if (is_sticky(err)) {
+      cudaError_t none = cudaSuccess;
+      lost_error_.compare_exchange_strong(none, err, std::memory_order_acq_rel);
+    }
+    return err;
+  }
+  // The sticky error that lost the device, or cudaSuccess while it is usable. Any thread.
+  [[nodiscard]] cudaError_t lost_error() const noexcept {
+    return lost_error_.load(std::memory_order_acquire);
+  }
+
  private:
   BackendStatus init_pinned(unsigned streams, BatchLimits limits);
   BackendStatus init_lane(Lane& lane, BatchLimits limits);
@@ -63,6 +79,7 @@ class DeviceLanes {
   void* pinned_block_ = nullptr;  // the cudaHostAlloc block that pinned_heap_ carves
   std::unique_ptr<boost::interprocess::managed_external_buffer> pinned_heap_;
   std::vector<Lane> lanes_;  // one per stream
+  std::atomic<cudaError_t> lost_error_{cudaSuccess};  // the first sticky error seen here
 };
 
 }  // namespace batchd::cuda

@@ -6,6 +6,14 @@
 namespace batchd::kernels {
 namespace {
 
+// The one definition of the device's round constants (see sha256::HostRoundConstants for why
+// here): the constant cache serves a warp that reads the same word in one go.
+__constant__ std::uint32_t kRoundConstants[64] = {BATCHD_SHA256_ROUND_CONSTANTS};
+
+struct DeviceRoundConstants {
+  __device__ static std::uint32_t at(int t) { return kRoundConstants[t]; }
+};
+
 // One warp per block: a batch of 4096 inputs then spreads over 128 blocks, about one per SM of
 // an H100/H200, instead of crowding onto a few SMs while the rest idle.
 constexpr unsigned kThreadsPerBlock = 32;
@@ -17,7 +25,7 @@ __global__ void batchstring_kernel(const char* __restrict__ bytes,
   if (i >= count) return;
   const std::uint32_t begin = offsets[i];
   const std::uint32_t length = offsets[i + 1] - begin;
-  sha256::batchstring_one(reinterpret_cast<const unsigned char*>(bytes) + begin, length, cost,
+  sha256::batchstring_one<DeviceRoundConstants>(reinterpret_cast<const unsigned char*>(bytes) + begin, length, cost,
                           out + std::size_t{i} * sha256::kDigestHexChars);
 }
 

@@ -23,7 +23,8 @@ namespace batchd::kernels::sha256 {
 
 inline constexpr std::uint32_t kDigestHexChars = 64;
 
-// FIPS 180-4's round constants, written once for both copies below.
+// FIPS 180-4's round constants, written once for both tables: HostRoundConstants below, and the
+// kernel's __constant__ one in sha256_kernel.cu.
 #define BATCHD_SHA256_ROUND_CONSTANTS                                                             \
   0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, \
       0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7,         \
@@ -35,20 +36,16 @@ inline constexpr std::uint32_t kDigestHexChars = 64;
       0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3, 0x748f82ee,         \
       0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2
 
-// The host copy serves the host instantiation; device code reads the __constant__ copy, because
-// device code may not read a host array (only scalar constexpr values).
-inline constexpr std::uint32_t kRoundConstants[64] = {BATCHD_SHA256_ROUND_CONSTANTS};
-#if defined(__CUDACC__)
-__constant__ std::uint32_t kRoundConstantsDevice[64] = {BATCHD_SHA256_ROUND_CONSTANTS};
-#endif
-
-BATCHD_HD std::uint32_t round_constant(int t) {
-#if defined(__CUDA_ARCH__)
-  return kRoundConstantsDevice[t];
-#else
-  return kRoundConstants[t];
-#endif
-}
+// Where the functions below read the round constants, as a template argument `K` with a static
+// at(t): HostRoundConstants on the CPU (the host tests, the fake runtime), and on the GPU a
+// __constant__ table, which sha256_kernel.cu defines once: device code may not read a host array,
+// and a __constant__ variable defined in a header would be one more copy in every translation
+// unit that includes it (and a duplicate symbol with relocatable device code).
+struct HostRoundConstants {
+  static constexpr std::uint32_t kTable[64] = {BATCHD_SHA256_ROUND_CONSTANTS};
+  // Host only: not constexpr, so nvcc never asks whether device code could call it.
+  static std::uint32_t at(int t) { return kTable[t]; }
+};
 
 BATCHD_HD std::uint32_t rotr(std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
@@ -64,6 +61,7 @@ BATCHD_HD State initial_state() {
 
 // One 64-byte block as 16 big-endian words. The schedule is a rolling window of 16 words, so a
 // fully unrolled loop keeps it in registers instead of a 64-word array in local memory.
+template <class K>
 BATCHD_HD void compress(State& state, const std::uint32_t (&block)[16]) {
   std::uint32_t w[16];
   BATCHD_UNROLL
@@ -79,7 +77,7 @@ BATCHD_HD void compress(State& state, const std::uint32_t (&block)[16]) {
       w[t & 15] += s0 + w[(t - 7) & 15] + s1;
     }
     const std::uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) +
-                             round_constant(t) + w[t & 15];
+                             K::at(t) + w[t & 15];
     const std::uint32_t t2 =
         (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
     h = g;
@@ -114,6 +112,7 @@ BATCHD_HD std::uint32_t tail_word(const unsigned char* tail, std::uint32_t tail_
 }
 
 // SHA-256 of `length` bytes at `data` (any alignment).
+template <class K>
 BATCHD_HD State hash_bytes(const unsigned char* data, std::uint32_t length) {
   State state = initial_state();
   std::uint32_t block[16];
@@ -121,21 +120,21 @@ BATCHD_HD State hash_bytes(const unsigned char* data, std::uint32_t length) {
   for (std::uint32_t blk = 0; blk < full_blocks; ++blk) {
     BATCHD_UNROLL
     for (int j = 0; j < 16; ++j) block[j] = load_be32(data + 64 * blk + 4 * j);
-    compress(state, block);
+    compress<K>(state, block);
   }
   const std::uint32_t tail_bytes = length % 64;
   const unsigned char* tail = data + 64 * full_blocks;
   BATCHD_UNROLL
   for (std::uint32_t j = 0; j < 16; ++j) block[j] = tail_word(tail, tail_bytes, j);
   if (tail_bytes >= 56) {  // no room for the 64-bit length: it goes in a block of its own
-    compress(state, block);
+    compress<K>(state, block);
     BATCHD_UNROLL
     for (int j = 0; j < 16; ++j) block[j] = 0;
   }
   const std::uint64_t length_bits = std::uint64_t{length} * 8;
   block[14] = static_cast<std::uint32_t>(length_bits >> 32);
   block[15] = static_cast<std::uint32_t>(length_bits);
-  compress(state, block);
+  compress<K>(state, block);
   return state;
 }
 
@@ -151,6 +150,7 @@ BATCHD_HD std::uint32_t hex_word(std::uint32_t value16) {
 
 // SHA-256 of the 64-character hex text of `digest`, without materialising the text: each message
 // word is four hex characters, i.e. one half of a digest word.
+template <class K>
 BATCHD_HD State hash_hex_of(const State& digest) {
   State state = initial_state();
   std::uint32_t block[16];
@@ -158,12 +158,12 @@ BATCHD_HD State hash_hex_of(const State& digest) {
   for (int j = 0; j < 16; ++j) {
     block[j] = hex_word((j % 2 == 0) ? (digest.h[j / 2] >> 16) : (digest.h[j / 2] & 0xFFFF));
   }
-  compress(state, block);
+  compress<K>(state, block);
   BATCHD_UNROLL
   for (int j = 0; j < 16; ++j) block[j] = 0;
   block[0] = 0x80000000U;           // the marker right after the 64 text bytes
   block[15] = kDigestHexChars * 8;  // the message length in bits
-  compress(state, block);
+  compress<K>(state, block);
   return state;
 }
 
@@ -178,10 +178,11 @@ BATCHD_HD void write_hex(const State& digest, char* out) {
 }
 
 // The whole batchstring of one input: `cost` (>= 1) rounds, round i hashing the hex of round i-1.
+template <class K>
 BATCHD_HD void batchstring_one(const unsigned char* data, std::uint32_t length, unsigned cost,
                                char* out) {
-  State digest = hash_bytes(data, length);
-  for (unsigned round = 1; round < cost; ++round) digest = hash_hex_of(digest);
+  State digest = hash_bytes<K>(data, length);
+  for (unsigned round = 1; round < cost; ++round) digest = hash_hex_of<K>(digest);
   write_hex(digest, out);
 }
 

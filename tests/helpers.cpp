@@ -341,7 +341,10 @@ shm::AttachStatus hello_status(int conn, std::uint32_t flags, std::span<const in
 InProcessDaemon::InProcessDaemon(DaemonConfig config, std::unique_ptr<Backend> backend)
     : daemon_(config, backend ? std::move(backend) : make_backend(config).value()) {
   daemon_.start();
-  thread_ = std::thread([this] { daemon_.run(); });
+  thread_ = std::thread([this] {
+    daemon_.run();
+    finished_.store(true, std::memory_order_release);
+  });
 }
 
 InProcessDaemon::~InProcessDaemon() { stop(); }

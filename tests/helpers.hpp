@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -142,10 +143,14 @@ class InProcessDaemon {
   [[nodiscard]] const auto& devices() const noexcept { return daemon_.devices(); }
   // What a SIGHUP reload hands the daemon.
   void update_limits(const BatchLimits& limits) { daemon_.update_limits(limits); }
+  // Daemon::run() has returned (a stop, or every device lost).
+  [[nodiscard]] bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool all_devices_lost() const noexcept { return daemon_.all_devices_lost(); }
   void stop();
 
  private:
   Daemon daemon_;
+  std::atomic<bool> finished_{false};
   std::thread thread_;
 };
 

@@ -22,14 +22,26 @@ namespace {
 Control g_control;
 std::mutex g_launch_lock;       // lanes launch from several threads; the counters are shared
 thread_local int t_device = 0;  // like the runtime, the current device is per host thread
+thread_local cudaError_t t_last_error = cudaSuccess;  // what cudaGetLastError answers
 
-cudaError_t sticky() { return g_control.sticky_error; }
+cudaError_t sticky() {
+  if (g_control.sticky_error != cudaSuccess) return g_control.sticky_error;
+  const bool known = t_device >= 0 && t_device < Control::kMaxDevices;
+  return known ? g_control.device_sticky_error[t_device] : cudaSuccess;
+}
+
+// A call's result, remembered for cudaGetLastError when it is an error.
+cudaError_t answer(cudaError_t err) {
+  if (err != cudaSuccess) t_last_error = err;
+  return err;
+}
 
 }  // namespace
 
 Control& control() { return g_control; }
 Control& reset() {
   g_control = Control{};
+  t_last_error = cudaSuccess;  // an earlier test's error on this thread
   return g_control;
 }
 
@@ -49,6 +61,8 @@ const char* cudaGetErrorString(cudaError_t err) {
       return "an illegal memory access was encountered";
     case cudaErrorNotReady:
       return "device not ready";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
     default:
       return "fake cuda error";
   }
@@ -64,6 +78,8 @@ const char* cudaGetErrorName(cudaError_t err) {
       return "cudaErrorIllegalAddress";
     case cudaErrorNotReady:
       return "cudaErrorNotReady";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
     default:
       return "cudaErrorUnknown";
   }
@@ -77,7 +93,7 @@ cudaError_t cudaGetDeviceCount(int* count) {
 cudaError_t cudaSetDevice(int device) {
   if (device < 0 || device >= g_control.device_count) return cudaErrorInvalidDevice;
   fake_cuda::t_device = device;
-  return fake_cuda::sticky();
+  return fake_cuda::answer(fake_cuda::sticky());
 }
 
 cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int /*flags*/) {
@@ -110,7 +126,20 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t /*stream*/) { return fake_cuda::sticky(); }
+cudaError_t cudaStreamSynchronize(cudaStream_t /*stream*/) {
+  return fake_cuda::answer(fake_cuda::sticky());
+}
+
+// A sticky error stays; any other is cleared by being read.
+cudaError_t cudaGetLastError() {
+  const cudaError_t err = fake_cuda::t_last_error;
+  fake_cuda::t_last_error = fake_cuda::sticky();
+  return err != cudaSuccess ? err : fake_cuda::sticky();
+}
+
+cudaError_t cudaPeekAtLastError() {
+  return fake_cuda::t_last_error != cudaSuccess ? fake_cuda::t_last_error : fake_cuda::sticky();
+}
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int /*flags*/) {
   *event = new CUevent_st;
@@ -124,18 +153,22 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t /*stream*/) {
   event->polls_left = g_control.polls_before_ready;
-  return fake_cuda::sticky();
+  return fake_cuda::answer(fake_cuda::sticky());
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  if (fake_cuda::sticky() != cudaSuccess) return fake_cuda::sticky();
+  if (fake_cuda::sticky() != cudaSuccess) return fake_cuda::answer(fake_cuda::sticky());
   if (g_control.never_ready) return cudaErrorNotReady;
   return event->polls_left.fetch_sub(1) > 0 ? cudaErrorNotReady : cudaSuccess;
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind /*kind*/,
                             cudaStream_t /*stream*/) {
-  if (fake_cuda::sticky() != cudaSuccess) return fake_cuda::sticky();
+  if (fake_cuda::sticky() != cudaSuccess) return fake_cuda::answer(fake_cuda::sticky());
+  if (const cudaError_t fail = g_control.fail_next_copy; fail != cudaSuccess) {
+    g_control.fail_next_copy = cudaSuccess;
+    return fake_cuda::answer(fail);
+  }
   std::memcpy(dst, src, count);
   return cudaSuccess;
 }
@@ -181,24 +214,26 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* props, int /*device*/) {
 
 namespace batchd::kernels {
 
-// The kernel's arithmetic, one input after another on the CPU.
+// The kernel's arithmetic, one input after another on the CPU. Like the real launch, it answers
+// cudaGetLastError(): an earlier call's error left on this thread is reported as the launch's.
 cudaError_t launch_batchstring(const char* device_bytes, const std::uint32_t* device_offsets,
                                std::uint32_t count, unsigned cost, char* device_out,
                                cudaStream_t /*stream*/) noexcept {
-  if (fake_cuda::sticky() != cudaSuccess) return fake_cuda::sticky();
+  if (fake_cuda::sticky() != cudaSuccess) return cudaGetLastError();
   {
     std::lock_guard hold(fake_cuda::g_launch_lock);
     g_control.last_launch_device = fake_cuda::t_device;
     ++g_control.launches;
+    g_control.last_launch_cost = cost;
   }
   for (std::uint32_t i = 0; i < count; ++i) {
     char* out = device_out + std::size_t{i} * sha256::kDigestHexChars;
-    sha256::batchstring_one(
+    sha256::batchstring_one<batchd::kernels::sha256::HostRoundConstants>(
         reinterpret_cast<const unsigned char*>(device_bytes) + device_offsets[i],
         device_offsets[i + 1] - device_offsets[i], cost, out);
     if (g_control.corrupt_answers) out[0] = out[0] == 'x' ? 'y' : 'x';
   }
-  return cudaSuccess;
+  return cudaGetLastError();
 }
 
 }  // namespace batchd::kernels

@@ -2,7 +2,8 @@
 // buffer carving, staging, limits, event polling, errors, shutdown) runs in a test on a machine
 // without a GPU. "Device" memory is host memory, copies and the kernel (the same
 // sha256_kernel.cuh arithmetic, on the CPU) run at once, and events can be told to stay
-// not-ready for a while, forever, or to fail with a sticky error.
+// not-ready for a while, forever, or to fail with a sticky error (on every device or on one).
+// Failed calls leave their error for cudaGetLastError, per thread, as the runtime does.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,22 +12,28 @@ namespace fake_cuda {
 
 // What the fake runtime does; tests set it before making a backend and between batches.
 struct Control {
+  static constexpr int kMaxDevices = 8;
   int device_count = 1;
   cudaError_t device_count_error = cudaSuccess;  // what cudaGetDeviceCount returns
   int polls_before_ready = 0;  // cudaEventQuery answers NotReady this often after a record
   bool never_ready = false;    // cudaEventQuery answers NotReady until this is cleared
   cudaError_t sticky_error = cudaSuccess;  // once set, every later call returns it
+  // Likewise for one device: every later call while it is the current device returns it.
+  cudaError_t device_sticky_error[kMaxDevices] = {};
+  // The next cudaMemcpyAsync fails with this (then it is cleared); like the runtime, the error
+  // also stays behind for the thread's next cudaGetLastError (and so for the next launch).
+  cudaError_t fail_next_copy = cudaSuccess;
   bool corrupt_answers = false;            // the fake kernel writes wrong answers
   int last_launch_device = -1;             // the device current at the last kernel launch
   int launches = 0;
+  unsigned last_launch_cost = 0;           // the rounds the last kernel launch was asked for
   // What cudaMemGetInfo answers for the device current at the call.
-  static constexpr int kMaxDevices = 8;
   size_t memory_free[kMaxDevices] = {};
   size_t memory_total[kMaxDevices] = {};
   cudaError_t memory_error = cudaSuccess;
 };
 
-// Resets the control to its defaults and returns it. Not thread-safe against running batches.
+// Resets the control to its defaults, and the calling thread's last error, and returns it. Not thread-safe against running batches.
 Control& reset();
 Control& control();
 

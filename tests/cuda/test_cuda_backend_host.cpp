@@ -244,3 +244,72 @@ TEST_CASE("memory() is cudaMemGetInfo on the lane's device; a batch needs none o
   fake_cuda::control().memory_error = cudaErrorInvalidValue;
   CHECK(backend->memory(0).total_bytes == 0);
 }
+
+TEST_CASE("a failed copy's error is not reported again by the next batch's launch") {
+  fake_cuda::reset();
+  auto backend = make_backend(small_options());
+  std::mt19937_64 rng(9);
+  batchd::BatchOutput out;
+  fake_cuda::control().fail_next_copy = cudaErrorInvalidValue;
+  const auto failed = backend->run({0, 0}, random_batch(rng, 4, 10).view(), out);
+  CHECK_FALSE(failed.ok);
+  CHECK(failed.message.find("copy of the batch to the device: invalid argument") !=
+        std::string::npos);
+  // Same thread, same lane: the runtime still holds the copy's error for cudaGetLastError.
+  const FlatBatch next = random_batch(rng, 4, 10);
+  const auto status = backend->run({0, 0}, next.view(), out);
+  CHECK_MESSAGE(status.ok, status.message);
+  check_answers(next.view(), out, 1);
+  CHECK_FALSE(backend->device_lost(0));
+}
+
+TEST_CASE("a sticky error loses its device for good; other devices go on") {
+  fake_cuda::reset().device_count = 2;
+  auto backend = make_backend(small_options());
+  std::mt19937_64 rng(10);
+  batchd::BatchOutput out;
+  fake_cuda::control().device_sticky_error[1] = cudaErrorLaunchFailure;
+  CHECK_FALSE(backend->run({1, 0}, random_batch(rng, 4, 10).view(), out).ok);
+  CHECK(backend->device_lost(1));
+  CHECK_FALSE(backend->device_lost(0));
+  const FlatBatch batch = random_batch(rng, 4, 10);
+  REQUIRE(backend->run({0, 1}, batch.view(), out).ok);
+  check_answers(batch.view(), out, 1);
+  // Even where the runtime would answer again, the lost device takes no batch: its context is
+  // gone, and a real runtime would keep failing.
+  fake_cuda::control().device_sticky_error[1] = cudaSuccess;
+  const int launches = fake_cuda::control().launches;
+  const auto again = backend->run({1, 1}, batch.view(), out);
+  CHECK_FALSE(again.ok);
+  CHECK(again.message.find("cuda device 1 is lost until batchd restarts") != std::string::npos);
+  CHECK(fake_cuda::control().launches == launches);
+  CHECK(backend->device_lost(1));
+}
+
+TEST_CASE("errors that do not corrupt the context do not lose the device") {
+  fake_cuda::reset();
+  auto backend = make_backend(small_options());
+  std::mt19937_64 rng(11);
+  batchd::BatchOutput out;
+  fake_cuda::control().sticky_error = cudaErrorInvalidValue;
+  CHECK_FALSE(backend->run({0, 0}, random_batch(rng, 2, 10).view(), out).ok);
+  CHECK_FALSE(backend->device_lost(0));
+  fake_cuda::control().sticky_error = cudaErrorIllegalAddress;
+  CHECK_FALSE(backend->run({0, 0}, random_batch(rng, 2, 10).view(), out).ok);
+  CHECK(backend->device_lost(0));
+}
+
+TEST_CASE("the worst batch time follows the cost; the self-test does not") {
+  fake_cuda::reset();
+  auto cheap = make_backend(small_options(1));
+  // The daemon's default --device-timeout-ms is 2000: a default configuration keeps it.
+  CHECK(cheap->worst_batch_time() > std::chrono::nanoseconds(0));
+  CHECK(cheap->worst_batch_time() < std::chrono::seconds(2));
+  const int launches = fake_cuda::control().launches;
+  auto costly = make_backend(small_options(1'000'000));
+  CHECK(costly->worst_batch_time() > std::chrono::seconds(2));
+  CHECK(costly->worst_batch_time() > 100 * cheap->worst_batch_time());
+  // One self-test launch per lane, each at two rounds rather than a million.
+  CHECK(fake_cuda::control().launches == launches + 2);
+  CHECK(fake_cuda::control().last_launch_cost == 2);
+}

@@ -10,16 +10,19 @@
 #include "kernels/cuda_backend.hpp"
 #include "backend/reference_batchstring.hpp"
 #include "kernels/sha256_kernel.cuh"
+#include "shm/layout.hpp"
 #include "tests/cuda/cuda_test_inputs.hpp"
 #include "tests/doctest_expected.hpp"
 
 namespace {
 
+namespace sha256 = batchd::kernels::sha256;
+
 std::string kernel_batchstring(std::string_view input, unsigned cost) {
-  std::string out(batchd::kernels::sha256::kDigestHexChars, '\0');
-  batchd::kernels::sha256::batchstring_one(reinterpret_cast<const unsigned char*>(input.data()),
-                                           static_cast<std::uint32_t>(input.size()), cost,
-                                           out.data());
+  std::string out(sha256::kDigestHexChars, '\0');
+  sha256::batchstring_one<sha256::HostRoundConstants>(
+      reinterpret_cast<const unsigned char*>(input.data()),
+      static_cast<std::uint32_t>(input.size()), cost, out.data());
   return out;
 }
 
@@ -70,12 +73,35 @@ TEST_CASE("random UTF-8 inputs up to 4096 bytes, costs 1, 2, 3 and 17") {
   }
 }
 
-TEST_CASE("unaligned input addresses") {
+// The kernel reads each input where the batch put it, at any byte offset of the batch buffer:
+// every length across the first 17 blocks (each padding case: tail short of, at and past the
+// 56-byte mark) at word-aligned and unaligned starts.
+TEST_CASE("every length 0..1100 at offsets 0, 1, 2, 3, 5 and 7") {
   std::mt19937_64 rng(3);
-  const std::string buffer = batchd::cuda_test::random_input(rng, 1000);
-  for (std::size_t start = 0; start < 8; ++start) {
-    const std::string_view input(buffer.data() + start, 200 + start * 37);
-    CHECK(kernel_batchstring(input, 1) == batchd::reference_batchstring(input, 1));
+  constexpr std::size_t kLongest = 1100;
+  const std::string buffer = batchd::cuda_test::random_input(rng, kLongest + 8);
+  for (const std::size_t offset : {0U, 1U, 2U, 3U, 5U, 7U}) {
+    for (std::size_t n = 0; n <= kLongest; ++n) {
+      const std::string_view input(buffer.data() + offset, n);
+      REQUIRE_MESSAGE(kernel_batchstring(input, 1) == batchd::reference_batchstring(input, 1),
+                      "length " << n << " offset " << offset);
+    }
+  }
+}
+
+// Up to the largest input a daemon can be configured to take (shm::kMaxPayloadBytes): block
+// counts past 16 bits, and bit lengths that fill the length field's fourth byte.
+TEST_CASE("random lengths up to the largest input, and the largest itself") {
+  std::mt19937_64 rng(4);
+  constexpr std::size_t kLargest = batchd::shm::kMaxPayloadBytes;
+  const std::string buffer = batchd::cuda_test::random_input(rng, kLargest + 3);
+  std::vector<std::size_t> lengths{kLargest, kLargest - 1, kLargest - 55, kLargest - 56};
+  for (int i = 0; i < 6; ++i) lengths.push_back(rng() % (kLargest + 1));
+  for (const std::size_t n : lengths) {
+    const std::size_t offset = rng() % 4;
+    const std::string_view input(buffer.data() + offset, n);
+    REQUIRE_MESSAGE(kernel_batchstring(input, 2) == batchd::reference_batchstring(input, 2),
+                    "length " << n << " offset " << offset);
   }
 }
 
