@@ -5,16 +5,56 @@
 # budget is printed and within 300 s (and that a larger one is refused), that the JSON file is
 # valid with every step, that a hanging step is cut by its timeout while the rest still run within
 # the budget, that a failing step fails the run, and that an old driver stops it at once.
-# Usage: check_gpu_check.sh GPU_CHECK_SH FAKE_GPU_CHECK PYTHON3
+# With GPU_CHECK_FAKE_CUDA (the real gpu_check linked against tests/cuda's fake runtime), first
+# a smoke run of each of its steps: exit codes and the JSON keys the script reads.
+# Usage: check_gpu_check.sh GPU_CHECK_SH FAKE_GPU_CHECK PYTHON3 [GPU_CHECK_FAKE_CUDA]
 #   (BATCHD_BIN, BATCHD_STRESS_BIN and BATCHD_TEST_SLOWDOWN from meson's test env)
 set -uo pipefail
-script=$1 fake=$2 python=$3
+script=$1 fake=$2 python=$3 fake_cuda=${4:-}
 work=$(mktemp -d /tmp/check-gpu-check.XXXXXX) || exit 1
 trap 'rm -rf "$work"' EXIT
 fail() {
   echo "FAIL: $*"
   exit 1
 }
+
+# The real gpu_check's steps, on the fake CUDA runtime (a host SHA-256 for a kernel).
+if [ -n "$fake_cuda" ]; then
+  smoke() {  # expected exit, name, gpu_check arguments...
+    local want=$1 name=$2 got
+    shift 2
+    timeout 120 "$fake_cuda" "$@" --json "$work/smoke-$name.json" >"$work/smoke-$name.log" 2>&1
+    got=$?
+    sed 's/^/   /' "$work/smoke-$name.log"
+    [ "$got" -eq "$want" ] || fail "gpu_check $*: exit $got, not $want"
+  }
+  smoke 0 versions versions
+  # Up to 2048 bytes: 32 block edges, 5 lengths at each but 2049, and 0, 1: 161 boundary inputs.
+  smoke 0 correctness correctness --strings 3000 --max-input-bytes 2048 --threads 2
+  FAKE_CUDA_CORRUPT=1 smoke 1 corrupt correctness --strings 300 --max-input-bytes 256 --threads 2
+  smoke 0 throughput throughput --seconds-per-point 0.01
+  "$python" - "$work" <<'PY' || fail "gpu_check's JSON: see above"
+import json, sys
+w = sys.argv[1]
+load = lambda name: json.load(open(f"{w}/smoke-{name}.json"))
+v, c, bad, t = load("versions"), load("correctness"), load("corrupt"), load("throughput")
+problems = []
+if not (v["driver_version"] == v["runtime_version"] > 0 and v["devices"] == 1 and v["summary"]):
+    problems.append(f"versions {v}")
+if not (c["strings"] == 3000 and c["boundary_strings"] == 161 and c["mismatches"] == 0
+        and c["failed_batches"] == 0 and c["cost"] == 1 and c["summary"]):
+    problems.append(f"correctness {c}")
+if not (bad["mismatches"] > 0 and bad["first_problem"]): problems.append(f"corrupt {bad}")
+if [p["batch"] for p in t["points"]] != [1, 64, 1024, 8192, 65536] or t["failed"]:
+    problems.append(f"throughput {t}")
+if not all(p["kernel_inputs_per_s"] > 0 and p["kernel_gb_per_s"] > 0
+           and p["input_bytes"] >= 16 * p["batch"] for p in t["points"]):
+    problems.append(f"throughput points {t['points']}")
+if problems:
+    print("\n".join(problems))
+    sys.exit(1)
+PY
+fi
 
 # The budget on the real settings: printed, within 300 s.
 env -u GPU_CHECK_STRESS_SECONDS -u GPU_CHECK_WARMUP_SECONDS -u GPU_CHECK_STEP_TIMEOUT_SCALE \

@@ -44,9 +44,9 @@ case $step in
     write "{\"step\": \"versions\", \"driver_version\": $driver, \"runtime_version\": $runtime, \"devices\": $devices, \"device_error\": \"$error\", \"summary\": \"$summary\"}"
     ;;
   correctness)
-    summary="$strings strings (5125 at padding boundaries up to 65536 B), $wrong mismatches, 0 failed batches"
-    echo "correctness cost $cost: $strings strings (5125 at padding boundaries up to 65536 bytes), $wrong mismatches, 0 failed batches, 0.1 s"
-    write "{\"step\": \"correctness\", \"cost\": $cost, \"strings\": $strings, \"boundary_strings\": 5125, \"max_input_bytes\": 65536, \"mismatches\": $wrong, \"failed_batches\": 0, \"seconds\": 0.100, \"first_problem\": \"\", \"device\": {\"name\": \"fake\", \"sm\": \"9.0\", \"multiprocessors\": 132}, \"summary\": \"$summary\"}"
+    summary="$strings strings (5121 at padding boundaries up to 65536 B), $wrong mismatches, 0 failed batches"
+    echo "correctness cost $cost: $strings strings (5121 at padding boundaries up to 65536 bytes), $wrong mismatches, 0 failed batches, 0.1 s"
+    write "{\"step\": \"correctness\", \"cost\": $cost, \"strings\": $strings, \"boundary_strings\": 5121, \"max_input_bytes\": 65536, \"mismatches\": $wrong, \"failed_batches\": 0, \"seconds\": 0.100, \"first_problem\": \"\", \"device\": {\"name\": \"fake\", \"sm\": \"9.0\", \"multiprocessors\": 132}, \"summary\": \"$summary\"}"
     if [ "$wrong" -ne 0 ]; then echo "gpu_check: MISMATCH"; exit 1; fi
     echo "gpu_check: all answers match the CPU reference"
     ;;
