@@ -516,6 +516,8 @@ int run_throughput(const Args& args, batchd::Backend& backend) {
 int parse_args(int argc, char** argv, Args& args) {
   CLI::App app{"gpu_check: the cuda backend against the CPU reference, and its throughput"};
   app.require_subcommand(1);
+  // The common options may follow the step's name (gpu_check correctness --cost 1000 --json F).
+  app.fallthrough();
   app.add_option("--json", args.json_path, "write the step's results to this file as JSON");
   app.add_option("--streams", args.streams, "streams per device")
       ->capture_default_str()
