@@ -1,7 +1,8 @@
 // The two version calls bench/gpu_check makes that tests/cuda/fake_cuda_runtime.cpp lacks, so
 // that gpu_check links against that fake for a smoke run on a machine without a GPU
 // (tests/check_gpu_check.sh). FAKE_CUDA_CORRUPT=1 in the environment makes the fake kernel write
-// wrong answers, so the smoke run can see gpu_check fail on them (the backend's self-test refuses it).
+// wrong answers, so the smoke run can see gpu_check fail on them (the backend's self-test
+// refuses such a device).
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
