@@ -84,7 +84,7 @@ struct DaemonStatus {
     [[nodiscard]] std::uint64_t count() const noexcept;
   };
   struct Device {
-    std::string state;  // "healthy", "unhealthy" or "probing"
+    std::string state;  // "healthy", "unhealthy", "probing" or "lost"
     std::uint64_t batches_ok = 0, batches_failed = 0, timeouts = 0, outstanding_requests = 0;
     std::uint64_t batch_ns = 0;  // measured batch time
     // The fitted batch cost: fixed_ns + per_item_ns x requests + per_byte_ns x input bytes, from

@@ -119,7 +119,7 @@ void render_latency(const DaemonStatus& status, std::string& out) {
 }
 
 void render_devices(const DaemonStatus& status, std::string& out) {
-  static constexpr std::string_view kStates[] = {"healthy", "unhealthy", "probing"};
+  static constexpr std::string_view kStates[] = {"healthy", "unhealthy", "probing", "lost"};
   family(out, "batchd_daemon_device_state", "gauge", "1 for each device's current state.");
   for (std::size_t d = 0; d < status.devices.size(); ++d) {
     for (const std::string_view state : kStates) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "client_lib/client_segment.hpp"
 #include "shm/clock.hpp"
@@ -52,7 +53,7 @@ std::uint64_t DaemonStatus::Histogram::count() const noexcept {
 }
 
 DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
-  static constexpr const char* kStates[] = {"healthy", "unhealthy", "probing"};
+  static constexpr const char* kStates[] = {"healthy", "unhealthy", "probing", "lost"};
   DaemonStatus out;
   char backend[sizeof(page.backend) + 1] = {};
   std::memcpy(backend, page.backend, sizeof(page.backend));
@@ -97,7 +98,7 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
     const shm::StatusDevice& dev = page.device[d];
     const std::uint32_t state = dev.state.load(std::memory_order_relaxed);
     const shm::StatusCost& cost = page.cost[d];
-    out.devices.push_back({state < 3 ? kStates[state] : "unknown", dev.batches_ok.load(std::memory_order_relaxed),
+    out.devices.push_back({state < std::size(kStates) ? kStates[state] : "unknown", dev.batches_ok.load(std::memory_order_relaxed),
                            dev.batches_failed.load(std::memory_order_relaxed),
                            dev.timeouts.load(std::memory_order_relaxed),
                            dev.outstanding_requests.load(std::memory_order_relaxed),

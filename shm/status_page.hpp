@@ -35,7 +35,7 @@ inline constexpr std::int64_t kLatencyBoundsNs[] = {
 inline constexpr std::size_t kLatencyBuckets = std::size(kLatencyBoundsNs) + 1;  // and +Inf
 
 struct alignas(64) StatusDevice {
-  std::atomic<std::uint32_t> state;  // DeviceState: 0 healthy, 1 unhealthy, 2 probing
+  std::atomic<std::uint32_t> state;  // DeviceState: 0 healthy, 1 unhealthy, 2 probing, 3 lost
   // Device memory, in what was padding (0 from a daemon without it): the largest batch, in input
   // bytes, the device's memory takes now (at most max_batch_bytes, so it fits 32 bits), and its
   // free and total memory (total 0: the backend does not report memory).
