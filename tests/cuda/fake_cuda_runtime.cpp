@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #include "kernels/sha256_kernel.cuh"
 #include "kernels/sha256_launch.hpp"
@@ -25,9 +26,9 @@ thread_local int t_device = 0;  // like the runtime, the current device is per h
 thread_local cudaError_t t_last_error = cudaSuccess;  // what cudaGetLastError answers
 
 cudaError_t sticky() {
-  if (g_control.sticky_error != cudaSuccess) return g_control.sticky_error;
+  if (const cudaError_t all = g_control.sticky_error; all != cudaSuccess) return all;
   const bool known = t_device >= 0 && t_device < Control::kMaxDevices;
-  return known ? g_control.device_sticky_error[t_device] : cudaSuccess;
+  return known ? g_control.device_sticky_error[t_device].load() : cudaSuccess;
 }
 
 // A call's result, remembered for cudaGetLastError when it is an error.
@@ -40,7 +41,10 @@ cudaError_t answer(cudaError_t err) {
 
 Control& control() { return g_control; }
 Control& reset() {
-  g_control = Control{};
+  // Atomics cannot be assigned as a whole: the control is made anew in place (no batch runs at a
+  // reset).
+  g_control.~Control();
+  new (&g_control) Control{};
   t_last_error = cudaSuccess;  // an earlier test's error on this thread
   return g_control;
 }

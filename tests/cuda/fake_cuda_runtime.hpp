@@ -8,18 +8,21 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+
 namespace fake_cuda {
 
-// What the fake runtime does; tests set it before making a backend and between batches.
+// What the fake runtime does; tests set it before making a backend and between batches. The
+// errors and never_ready are atomics: a test sets them while a whole daemon's lanes run batches.
 struct Control {
   static constexpr int kMaxDevices = 8;
   int device_count = 1;
   cudaError_t device_count_error = cudaSuccess;  // what cudaGetDeviceCount returns
   int polls_before_ready = 0;  // cudaEventQuery answers NotReady this often after a record
-  bool never_ready = false;    // cudaEventQuery answers NotReady until this is cleared
-  cudaError_t sticky_error = cudaSuccess;  // once set, every later call returns it
+  std::atomic<bool> never_ready{false};  // cudaEventQuery answers NotReady until this is cleared
+  std::atomic<cudaError_t> sticky_error{cudaSuccess};  // once set, every later call returns it
   // Likewise for one device: every later call while it is the current device returns it.
-  cudaError_t device_sticky_error[kMaxDevices] = {};
+  std::atomic<cudaError_t> device_sticky_error[kMaxDevices] = {};
   // The next cudaMemcpyAsync fails with this (then it is cleared); like the runtime, the error
   // also stays behind for the thread's next cudaGetLastError (and so for the next launch).
   cudaError_t fail_next_copy = cudaSuccess;
