@@ -17,6 +17,8 @@ start_node() {  # temp dir name, batchd-http --workers, more batchd flags...
   pids+=($!)
 }
 
+# The trap's clean-up: a process that already exited makes kill fail, and wait returns the
+# status of one stopped by the kill; neither is the test's failure, which the caller has decided.
 stop_node() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
