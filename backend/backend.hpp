@@ -69,6 +69,10 @@ struct LaneId {
 struct BatchCapacity {
   std::uint32_t max_inputs = UINT32_MAX;
   std::uint64_t max_bytes = UINT64_MAX;
+  // The batch per lane that keeps the devices full when every lane runs one (cuda: the kernel's
+  // resident threads / streams); 0: the backend knows none. A daemon not told a batch size lets
+  // the adaptive policy grow batches up to this (and max_inputs).
+  std::uint32_t fill_inputs = 0;
 };
 
 // One device's memory, as the backend reports it. total_bytes 0: the backend does not report

@@ -305,9 +305,11 @@ double kernel_us_per_batch(const FlatBatch& batch, unsigned cost, double seconds
   char* out = nullptr;
   cudaEvent_t begin, end;
   die_on_cuda(cudaSetDevice(0), "cudaSetDevice");
-  die_on_cuda(
-      cudaMalloc(reinterpret_cast<void**>(&bytes), std::max<std::size_t>(batch.bytes.size(), 1)),
-      "cudaMalloc");
+  batchd::kernels::LaunchShape shape;
+  die_on_cuda(batchd::kernels::query_launch_shape(shape), "query_launch_shape");
+  // Whole words: the kernel reads inputs in aligned 32-bit words (sha256_launch.hpp).
+  die_on_cuda(cudaMalloc(reinterpret_cast<void**>(&bytes), (batch.bytes.size() + 4) / 4 * 4),
+              "cudaMalloc");
   die_on_cuda(cudaMalloc(reinterpret_cast<void**>(&offsets), batch.offsets.size() * 4),
               "cudaMalloc");
   die_on_cuda(cudaMalloc(reinterpret_cast<void**>(&out), std::size_t{count} * kHex), "cudaMalloc");
@@ -321,7 +323,8 @@ double kernel_us_per_batch(const FlatBatch& batch, unsigned cost, double seconds
   auto time_launches = [&](int launches) {
     die_on_cuda(cudaEventRecord(begin, nullptr), "cudaEventRecord");
     for (int i = 0; i < launches; ++i) {
-      die_on_cuda(batchd::kernels::launch_batchstring(bytes, offsets, count, cost, out, nullptr),
+      die_on_cuda(batchd::kernels::launch_batchstring(bytes, offsets, count, cost, out, shape,
+                                                      nullptr),
                   "launch");
     }
     die_on_cuda(cudaEventRecord(end, nullptr), "cudaEventRecord");

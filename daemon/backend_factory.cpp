@@ -21,6 +21,7 @@ Expected<std::unique_ptr<Backend>> make_cuda(const DaemonConfig& config) {
   options.streams_per_device = config.streams_per_device;
   options.cost = config.cost;
   options.max_batch = config.batch.max_batch;
+  options.max_batch_fills_devices = config.batch.max_batch_from_backend;
   options.max_batch_bytes = config.batch.max_batch_bytes;
   return make_cuda_backend(options);
 #else

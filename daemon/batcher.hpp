@@ -28,6 +28,9 @@ struct BatchLimits {
   std::chrono::nanoseconds max_wait = std::chrono::milliseconds(50);  // 0: dispatch at once
   std::uint64_t max_batch_bytes = 8U << 20;
   PolicyKind policy = PolicyKind::kAdaptive;
+  // --max-batch was not given and the policy is adaptive: a backend that knows what batch keeps
+  // its devices full (BatchCapacity::fill_inputs, cuda) raises max_batch to that.
+  bool max_batch_from_backend = false;
 };
 
 class WaitOrFullBatcher {

@@ -56,6 +56,12 @@ void Daemon::fit_timeout_to_backend() {
 
 BatchLimits Daemon::fit_to_backend(BatchLimits limits, const char* when) const {
   const BatchCapacity capacity = backend_->capacity();
+  if (limits.max_batch_from_backend && capacity.fill_inputs > limits.max_batch) {
+    limits.max_batch = std::min(capacity.fill_inputs, capacity.max_inputs);
+    spdlog::info("{}: max batch {}, what keeps the {} backend's devices full with every lane "
+                 "running a batch (--max-batch sets a fixed ceiling)",
+                 when, limits.max_batch, backend_->name());
+  }
   if (limits.max_batch > capacity.max_inputs) {
     spdlog::warn("{}: max batch {} is more than the {} backend can run ({}: it sizes its buffers at "
                  "start; restart the daemon to change that); using {}",

@@ -134,7 +134,9 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
   app.add_option("--max-batch", raw.max_batch,
                  "flush a batch at this many requests (default: " +
                      std::to_string(kFixedDefaultMaxBatch) + " with --policy fixed, " +
-                     std::to_string(kAdaptiveDefaultMaxBatch) + " with adaptive)")
+                     std::to_string(kAdaptiveDefaultMaxBatch) +
+                     " with adaptive, or with cuda what fills a GPU: its resident threads / "
+                     "--streams-per-device)")
       ->check(CLI::Range(1U, 1U << 20));
   app.add_option("--max-wait-ms", raw.max_wait_ms,
                  "flush a batch when its oldest request has waited this long (fractional; 0: at "
@@ -185,6 +187,8 @@ void finish(DaemonOptions& o, const RawOptions& raw) {
   c.batch.policy = parse_policy(raw.policy).value_or(PolicyKind::kAdaptive);
   c.batch.max_batch = raw.max_batch.value_or(
       c.batch.policy == PolicyKind::kFixed ? kFixedDefaultMaxBatch : kAdaptiveDefaultMaxBatch);
+  c.batch.max_batch_from_backend =
+      !raw.max_batch.has_value() && c.batch.policy == PolicyKind::kAdaptive;
   c.batch.max_wait = std::chrono::nanoseconds(static_cast<std::int64_t>(raw.max_wait_ms * 1e6));
   c.routing.device_timeout = std::chrono::milliseconds(raw.device_timeout_ms);
   c.routing.inline_run_max = std::chrono::microseconds(raw.inline_max_us);

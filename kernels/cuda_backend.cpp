@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -29,18 +30,19 @@ constexpr std::uint32_t kMaxBatchInputs = 1U << 20;
 // The self-test's rounds: two run both paths of the kernel (hash of the input, hash of a hex
 // digest) whatever --cost says, so a costly configuration does not make start-up slow.
 constexpr unsigned kSelfTestCost = 2;
-// For worst_batch_time(), pessimistic on purpose: one GPU thread takes well under a microsecond
-// per SHA-256 block (64 dependent rounds), and at least this many threads of one-warp blocks are
-// resident on any supported GPU (sm_80 and later, even the smallest parts) before a batch's
-// inputs must wait for a second wave.
-constexpr std::int64_t kWorstNsPerBlock = 2'000;
-constexpr std::uint64_t kMinResidentThreads = 4096;
+// For worst_batch_time(), pessimistic on purpose (docs/GPU.md): one GPU thread alone takes about
+// 0.9 us per SHA-256 block (64 rounds of a dependent chain); and a multiprocessor hashes about
+// 40 million blocks a second when full (64 integer lanes at >= 1 GHz, ~1,500 instructions a
+// block), taken at half that.
+constexpr double kWorstNsPerBlock = 2'000;
+constexpr double kWorstBlocksPerSmSecond = 20e6;
 
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const CudaBackendOptions& options) noexcept
       : cost_(options.cost),
         streams_(options.streams_per_device),
+        fill_devices_(options.max_batch_fills_devices),
         limits_{options.max_batch, static_cast<std::uint32_t>(options.max_batch_bytes)} {}
 
   // Makes the lanes of every device in `ordinals` and self-tests each device.
@@ -52,7 +54,7 @@ class CudaBackend final : public Backend {
   }
   [[nodiscard]] unsigned streams_per_device() const noexcept override { return streams_; }
   [[nodiscard]] BatchCapacity capacity() const noexcept override {
-    return {limits_.max_inputs, limits_.max_bytes};
+    return {limits_.max_inputs, limits_.max_bytes, fill_inputs_};
   }
   BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) override;
   [[nodiscard]] bool device_lost(unsigned device) const noexcept override {
@@ -71,22 +73,48 @@ class CudaBackend final : public Backend {
                         std::uint32_t input_bytes, unsigned cost) const;
   BackendStatus wait_for(cuda::DeviceLanes& device, cuda::Lane& lane) const;
   BackendStatus self_test(unsigned device);
+  void size_to_devices();
   static BackendStatus lost(const cuda::DeviceLanes& device);
 
   unsigned cost_;             // SHA-256 rounds per input
   unsigned streams_;          // lanes per device
+  bool fill_devices_;         // CudaBackendOptions::max_batch_fills_devices
   cuda::BatchLimits limits_;  // what one batch may hold; sizes every buffer
+  // Per stream, the inputs that fill the smallest device with every stream's batch at once.
+  std::uint32_t fill_inputs_ = 0;
+  std::uint32_t multiprocessors_ = 0;  // the smallest device's
   std::vector<std::unique_ptr<cuda::DeviceLanes>> devices_;  // index = LaneId::device
   std::atomic<bool> shutting_down_{false};  // set by shutdown(); waits in run() give up
 };
 
+// Every device's shape first: the buffers of all are sized alike, from the smallest.
 BackendStatus CudaBackend::init(const std::vector<int>& ordinals) {
   for (const int ordinal : ordinals) {
     devices_.push_back(std::make_unique<cuda::DeviceLanes>(ordinal));
-    BATCHD_RETURN_IF_FAILED(devices_.back()->init(streams_, limits_));
-    BATCHD_RETURN_IF_FAILED(self_test(static_cast<unsigned>(devices_.size() - 1)));
+    BATCHD_RETURN_IF_FAILED(devices_.back()->read_shape());
+  }
+  size_to_devices();
+  for (unsigned device = 0; device < devices_.size(); ++device) {
+    BATCHD_RETURN_IF_FAILED(devices_[device]->init(streams_, limits_));
+    BATCHD_RETURN_IF_FAILED(self_test(device));
   }
   return BackendStatus::success();
+}
+
+// A device is full when its resident threads all have an input: the streams' batches together
+// then run in one wave (so a lane's batch time does not depend on what the other lanes run), and
+// nothing more runs sooner for being sent at once.
+void CudaBackend::size_to_devices() {
+  std::uint32_t resident = UINT32_MAX;
+  multiprocessors_ = UINT32_MAX;
+  for (const auto& device : devices_) {
+    resident = std::min(resident, device->shape().resident_threads);
+    multiprocessors_ = std::min(multiprocessors_, device->shape().multiprocessors);
+  }
+  constexpr std::uint32_t kWarp = 32;
+  const std::uint32_t per_stream = (resident + streams_ - 1) / streams_;
+  fill_inputs_ = std::min((per_stream + kWarp - 1) / kWarp * kWarp, kMaxFillBatch);
+  if (fill_devices_) limits_.max_inputs = std::max(limits_.max_inputs, fill_inputs_);
 }
 
 // One input through every lane of the device: proves the kernel image fits the device and the
@@ -157,14 +185,19 @@ BackendStatus CudaBackend::lost(const cuda::DeviceLanes& device) {
                                                 " is lost until batchd restarts, after");
 }
 
-// Every input's own blocks plus two per further round, as if one thread hashed the whole byte
-// budget alone, in as many waves as the inputs need; see kWorstNsPerBlock.
+// The longest thread's chain of blocks at a lone thread's pace (as if one input held the whole
+// byte budget), plus every block of a full batch at the smallest device's full pace: a bound
+// whichever of the two limits the batch. Blocks: an input's own (its bytes, the length and the
+// padding), then two per further round.
 std::chrono::nanoseconds CudaBackend::worst_batch_time() const noexcept {
-  const std::uint64_t input_blocks = (std::uint64_t{limits_.max_bytes} + 9 + 63) / 64;
-  const std::uint64_t blocks_per_thread = input_blocks + 2 * (std::uint64_t{cost_} - 1);
-  const std::uint64_t waves = (limits_.max_inputs + kMinResidentThreads - 1) / kMinResidentThreads;
-  return std::chrono::nanoseconds(static_cast<std::int64_t>(waves * blocks_per_thread) *
-                                  kWorstNsPerBlock);
+  const double rounds_blocks = 2.0 * (static_cast<double>(cost_) - 1);
+  const double chain = std::ceil((static_cast<double>(limits_.max_bytes) + 9) / 64) +
+                       rounds_blocks;
+  const double all = static_cast<double>(limits_.max_bytes) / 64 +
+                     static_cast<double>(limits_.max_inputs) * (2 + rounds_blocks);
+  const double sms = std::max(1.0, static_cast<double>(multiprocessors_));
+  const double ns = chain * kWorstNsPerBlock + all / (kWorstBlocksPerSmSecond * sms) * 1e9;
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(std::min(ns, 1e18)));
 }
 
 // Called on the router's watchdog thread, whose current device is its own to set. A device the
@@ -239,7 +272,7 @@ BackendStatus CudaBackend::enqueue(cuda::DeviceLanes& device, cuda::Lane& lane,
   (void)cudaGetLastError();
   BATCHD_RETURN_IF_CUDA_ERR(device.track(kernels::launch_batchstring(
                                 lane.device_bytes, lane.device_offsets, count, cost,
-                                lane.device_out, lane.stream)),
+                                lane.device_out, device.shape(), lane.stream)),
                             "batchstring kernel launch");
   BATCHD_RETURN_IF_CUDA_ERR(
       device.track(cudaMemcpyAsync(lane.host_out, lane.device_out, std::size_t{count} * kHexBytes,

@@ -12,11 +12,20 @@
 
 namespace batchd {
 
+// The largest batch max_batch_fills_devices makes: 65,536 inputs is 4 MiB of answers per
+// stream, pinned and on the device.
+inline constexpr std::uint32_t kMaxFillBatch = 65'536;
+
 struct CudaBackendOptions {
   std::vector<int> devices;                  // CUDA device ordinals to use; empty: all visible ones
   unsigned streams_per_device = 2;           // lanes per device; 2 lets consecutive batches overlap
   unsigned cost = 1;                         // SHA-256 rounds per input (the "model cost")
   std::uint32_t max_batch = 64;              // most inputs in one batch; sizes the pinned buffers
+  // max_batch is only a floor: each stream's batches may grow to what fills a device together
+  // with the other streams' (the kernel's resident threads / streams, the smallest device's),
+  // up to kMaxFillBatch. For a daemon not told a batch size: at a high cost a GPU is kept busy
+  // only by many inputs at once (docs/GPU.md).
+  bool max_batch_fills_devices = false;
   std::uint64_t max_batch_bytes = 8u << 20;  // most input bytes in one batch; likewise (< 4 GiB)
 };
 

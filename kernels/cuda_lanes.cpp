@@ -54,6 +54,14 @@ DeviceLanes::~DeviceLanes() {
   if (pinned_block_ != nullptr) (void)cudaFreeHost(pinned_block_);
 }
 
+BackendStatus DeviceLanes::read_shape() {
+  const std::string where = "cuda device " + std::to_string(ordinal_);
+  BATCHD_RETURN_IF_CUDA_ERR(track(cudaSetDevice(ordinal_)), where + ": cudaSetDevice");
+  BATCHD_RETURN_IF_CUDA_ERR(track(kernels::query_launch_shape(shape_)),
+                            where + ": reading the kernel's occupancy");
+  return BackendStatus::success();
+}
+
 BackendStatus DeviceLanes::init(unsigned streams, BatchLimits limits) {
   const std::string where = "cuda device " + std::to_string(ordinal_);
   BATCHD_RETURN_IF_CUDA_ERR(cudaSetDevice(ordinal_), where + ": cudaSetDevice");

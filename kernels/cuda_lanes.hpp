@@ -12,6 +12,7 @@
 
 #include "backend/backend.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/sha256_launch.hpp"
 
 namespace batchd::cuda {
 
@@ -51,10 +52,13 @@ class DeviceLanes {
   // with a sticky error still gives its host memory back).
   ~DeviceLanes();
 
+  // Reads how the kernel fits this device (before init: the batch limits may follow it).
+  BackendStatus read_shape();
   // Makes `streams` lanes sized for `limits`. Call once, before any lane() use.
   BackendStatus init(unsigned streams, BatchLimits limits);
 
   [[nodiscard]] int ordinal() const noexcept { return ordinal_; }
+  [[nodiscard]] const kernels::LaunchShape& shape() const noexcept { return shape_; }
   [[nodiscard]] Lane& lane(unsigned stream) noexcept { return lanes_[stream]; }
 
   // Passes a runtime call's result through, remembering a sticky one (cuda::is_sticky): from
@@ -76,6 +80,7 @@ class DeviceLanes {
   BackendStatus init_lane(Lane& lane, BatchLimits limits);
 
   int ordinal_;                   // CUDA device ordinal
+  kernels::LaunchShape shape_;    // read_shape()
   void* pinned_block_ = nullptr;  // the cudaHostAlloc block that pinned_heap_ carves
   std::unique_ptr<boost::interprocess::managed_external_buffer> pinned_heap_;
   std::vector<Lane> lanes_;  // one per stream

@@ -4,7 +4,9 @@
 // every bit of the kernel's arithmetic. No CUDA header is needed to include this file.
 #pragma once
 
+#include <bit>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define BATCHD_HD __host__ __device__ __forceinline__
@@ -93,39 +95,117 @@ BATCHD_HD void compress(State& state, const std::uint32_t (&block)[16]) {
   state.h[4] += e, state.h[5] += f, state.h[6] += g, state.h[7] += h;
 }
 
-BATCHD_HD std::uint32_t load_be32(const unsigned char* p) {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
-         std::uint32_t{p[3]};
-}
-
-// Word j of the last message block: the `tail_bytes` (< 64) leftover bytes, then the 0x80 marker,
-// then zeros. Built without indexing by a runtime value, so the block stays in registers.
-BATCHD_HD std::uint32_t tail_word(const unsigned char* tail, std::uint32_t tail_bytes,
-                                  std::uint32_t j) {
-  std::uint32_t word = 0;
-  for (std::uint32_t k = 0; k < 4; ++k) {
-    const std::uint32_t pos = 4 * j + k;
-    const std::uint32_t byte = pos < tail_bytes ? tail[pos] : (pos == tail_bytes ? 0x80U : 0U);
-    word = (word << 8) | byte;
+// __byte_perm(x, y, selector) on the GPU (one PRMT instruction): byte i of the result is byte
+// ((selector >> 4i) & 7) of the eight bytes y:x, x's lowest first. The host computes the same.
+BATCHD_HD std::uint32_t byte_perm(std::uint32_t x, std::uint32_t y, std::uint32_t selector) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, selector);
+#else
+  const std::uint64_t pool = (std::uint64_t{y} << 32) | x;
+  std::uint32_t result = 0;
+  for (int i = 0; i < 4; ++i) {
+    const std::uint32_t from = (selector >> (4 * i)) & 7;
+    result |= static_cast<std::uint32_t>((pool >> (8 * from)) & 0xFF) << (8 * i);
   }
-  return word;
+  return result;
+#endif
 }
 
-// SHA-256 of `length` bytes at `data` (any alignment).
+// The selector that takes the big-endian word starting `shift` (0-3) bytes into the aligned
+// word x, continuing into y: SHA-256 reads its message as big-endian words, and the GPU and x86
+// load little-endian ones.
+BATCHD_HD std::uint32_t big_endian_selector(std::uint32_t shift) {
+  return (shift << 12) | ((shift + 1) << 8) | ((shift + 2) << 4) | (shift + 3);
+}
+
+// The aligned 32-bit word at address `word`, as a little-endian load reads it. The GPU reads it
+// whole: every byte of an aligned word that holds an input byte lies inside the batch buffer
+// (cudaMalloc'd, its size a multiple of 256), so at most the neighbours' bytes come along, and
+// hash_bytes masks them out. The host reads only the bytes inside [begin, end), the input, and
+// puts 0xA5 in the others, so a host test fails if anything outside an input reaches a digest
+// (and reads nothing outside the caller's buffer).
+BATCHD_HD std::uint32_t load_word(std::uintptr_t word, std::uintptr_t begin, std::uintptr_t end) {
+#if defined(__CUDA_ARCH__)
+  (void)begin, (void)end;
+  // Through the read-only data cache: the batch buffer does not change while the kernel runs.
+  return __ldg(reinterpret_cast<const unsigned int*>(word));
+#else
+  std::uint32_t value = 0;
+  for (std::uintptr_t at = word + 4; at-- > word;) {
+    const bool inside = at >= begin && at < end;
+    value = (value << 8) | (inside ? *reinterpret_cast<const unsigned char*>(at) : 0xA5U);
+  }
+  return value;
+#endif
+}
+
+// Where an input lies and how its bytes sit against aligned words: every message word is one
+// byte_perm of two aligned loads (an input may start at any byte of the batch buffer).
+struct InputWords {
+  std::uintptr_t begin, end;  // the input's bytes
+  std::uintptr_t base;        // the aligned word its first byte is in
+  std::uint32_t shift;        // begin - base
+  std::uint32_t selector;     // big_endian_selector(shift)
+
+  BATCHD_HD static InputWords of(const unsigned char* data, std::uint32_t length) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(data);
+    const auto shift = static_cast<std::uint32_t>(begin & 3);
+    return {begin, begin + length, begin - shift, shift, big_endian_selector(shift)};
+  }
+
+  // The 16 message words of the 64 input bytes from `offset` (a multiple of 64, all inside the
+  // input): 16 aligned loads, and a 17th when the input is unaligned.
+  BATCHD_HD void full_block(std::uint32_t offset, std::uint32_t (&block)[16]) const {
+    std::uint32_t words[17];
+    BATCHD_UNROLL
+    for (int k = 0; k < 17; ++k) {
+      // Word 16 holds none of the block's bytes when the input is aligned: it may lie past the
+      // buffer, so it is not read.
+      words[k] = (k < 16 || shift != 0) ? load_word(base + offset + 4 * k, begin, end) : 0;
+    }
+    BATCHD_UNROLL
+    for (int j = 0; j < 16; ++j) block[j] = byte_perm(words[j], words[j + 1], selector);
+  }
+
+  // The last message block's words: the `tail_bytes` (< 64) input bytes from `offset`, then the
+  // 0x80 marker, then zeros. Only the aligned words that hold a tail byte are read; bytes past
+  // the input that came along with them are masked out. No register array is indexed by a
+  // runtime value, so the block stays in registers.
+  BATCHD_HD void tail_block(std::uint32_t offset, std::uint32_t tail_bytes,
+                            std::uint32_t (&block)[16]) const {
+    std::uint32_t words[17];
+    BATCHD_UNROLL
+    for (std::uint32_t k = 0; k < 17; ++k) {
+      words[k] = 4 * k < shift + tail_bytes ? load_word(base + offset + 4 * k, begin, end) : 0;
+    }
+    BATCHD_UNROLL
+    for (int j = 0; j < 16; ++j) {
+      const std::uint32_t word = byte_perm(words[j], words[j + 1], selector);
+      const int left = static_cast<int>(tail_bytes) - 4 * j;  // input bytes from this word on
+      if (left >= 4) {
+        block[j] = word;
+      } else if (left <= 0) {
+        block[j] = left == 0 ? 0x80000000U : 0U;
+      } else {  // 1-3 input bytes, then the marker
+        block[j] = (word & (~0U << (32 - 8 * left))) | (0x80U << (24 - 8 * left));
+      }
+    }
+  }
+};
+
+// SHA-256 of `length` bytes at `data` (any alignment; see load_word for what may be read).
 template <class K>
 BATCHD_HD State hash_bytes(const unsigned char* data, std::uint32_t length) {
+  const InputWords input = InputWords::of(data, length);
   State state = initial_state();
   std::uint32_t block[16];
   const std::uint32_t full_blocks = length / 64;
   for (std::uint32_t blk = 0; blk < full_blocks; ++blk) {
-    BATCHD_UNROLL
-    for (int j = 0; j < 16; ++j) block[j] = load_be32(data + 64 * blk + 4 * j);
+    input.full_block(64 * blk, block);
     compress<K>(state, block);
   }
   const std::uint32_t tail_bytes = length % 64;
-  const unsigned char* tail = data + 64 * full_blocks;
-  BATCHD_UNROLL
-  for (std::uint32_t j = 0; j < 16; ++j) block[j] = tail_word(tail, tail_bytes, j);
+  input.tail_block(64 * full_blocks, tail_bytes, block);
   if (tail_bytes >= 56) {  // no room for the 64-bit length: it goes in a block of its own
     compress<K>(state, block);
     BATCHD_UNROLL
@@ -148,6 +228,12 @@ BATCHD_HD std::uint32_t hex_word(std::uint32_t value16) {
          (hex_char((value16 >> 4) & 0xF) << 8) | hex_char(value16 & 0xF);
 }
 
+// The digest's four hex characters for message word j (half a digest word), as hash_hex_of
+// hashes them and write_hex stores them.
+BATCHD_HD std::uint32_t hex_word_of(const State& digest, int j) {
+  return hex_word((j % 2 == 0) ? (digest.h[j / 2] >> 16) : (digest.h[j / 2] & 0xFFFF));
+}
+
 // SHA-256 of the 64-character hex text of `digest`, without materialising the text: each message
 // word is four hex characters, i.e. one half of a digest word.
 template <class K>
@@ -155,9 +241,7 @@ BATCHD_HD State hash_hex_of(const State& digest) {
   State state = initial_state();
   std::uint32_t block[16];
   BATCHD_UNROLL
-  for (int j = 0; j < 16; ++j) {
-    block[j] = hex_word((j % 2 == 0) ? (digest.h[j / 2] >> 16) : (digest.h[j / 2] & 0xFFFF));
-  }
+  for (int j = 0; j < 16; ++j) block[j] = hex_word_of(digest, j);
   compress<K>(state, block);
   BATCHD_UNROLL
   for (int j = 0; j < 16; ++j) block[j] = 0;
@@ -167,14 +251,23 @@ BATCHD_HD State hash_hex_of(const State& digest) {
   return state;
 }
 
-// Writes exactly kDigestHexChars lowercase hex characters.
+// Writes exactly kDigestHexChars lowercase hex characters to `out`, which is 16-byte aligned
+// (answers lie 64 bytes apart in a cudaMalloc'd buffer): the GPU stores them as four 16-byte
+// vectors instead of 64 single bytes.
 BATCHD_HD void write_hex(const State& digest, char* out) {
+  std::uint32_t text[16];  // in memory order: hex_word's first character in the lowest byte
   BATCHD_UNROLL
-  for (int i = 0; i < 8; ++i) {
-    BATCHD_UNROLL
-    for (int k = 0; k < 8; ++k)
-      out[8 * i + k] = static_cast<char>(hex_char((digest.h[i] >> (28 - 4 * k)) & 0xF));
+  for (int j = 0; j < 16; ++j) text[j] = byte_perm(hex_word_of(digest, j), 0, 0x0123);
+#if defined(__CUDA_ARCH__)
+  uint4* vectors = reinterpret_cast<uint4*>(out);
+  BATCHD_UNROLL
+  for (int q = 0; q < 4; ++q) {
+    vectors[q] = make_uint4(text[4 * q], text[4 * q + 1], text[4 * q + 2], text[4 * q + 3]);
   }
+#else
+  static_assert(std::endian::native == std::endian::little, "the host path stores as the GPU");
+  std::memcpy(out, text, sizeof text);
+#endif
 }
 
 // The whole batchstring of one input: `cost` (>= 1) rounds, round i hashing the hex of round i-1.

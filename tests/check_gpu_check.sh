@@ -173,6 +173,11 @@ for call in "correctness --cost 1 --strings 1000000" "correctness --cost 1000 --
             "throughput --cost 1" "throughput --cost 1000"; do
   grep -qx "$call --json .*" "$work/calls" || fail "no gpu_check $call: $(cat "$work/calls")"
 done
+# The daemons' logs come back with the results (they say which batch ceiling the daemon chose).
+for cost in 1 1000; do
+  grep -q "batchd listening on .* max batch [0-9]*" "$work/pass/batchd-cost$cost.log" ||
+    fail "no daemon log for cost $cost in the output folder: $(ls "$work/pass")"
+done
 
 # A hanging step is cut by its timeout and a failing one fails the run; the rest still run.
 run hang "$work/bin" FAKE_HANG=throughput-cost1000 FAKE_FAIL=correctness-cost1000

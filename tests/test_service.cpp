@@ -58,6 +58,27 @@ TEST_CASE("the config file sets options and flags override it") {
   CHECK(options.config.sim.fail_every[1] == std::pair<unsigned, unsigned>{2, 7});
 }
 
+// Only an adaptive daemon told no batch size lets the backend raise its ceiling (cuda: to what
+// fills a GPU); a size from a flag or the config file, or the fixed rule, is kept as given.
+TEST_CASE("the batch ceiling is left to the backend only when no batch size was given") {
+  DaemonOptions options;
+  std::string message;
+  REQUIRE(parse({"--backend", "cpu"}, options, message) == -1);
+  CHECK(options.config.batch.max_batch == kAdaptiveDefaultMaxBatch);
+  CHECK(options.config.batch.max_batch_from_backend);
+  options = {};
+  REQUIRE(parse({"--max-batch", "256"}, options, message) == -1);
+  CHECK_FALSE(options.config.batch.max_batch_from_backend);
+  options = {};
+  REQUIRE(parse({"--config", write_file("size.toml", "max_batch = 300\n")}, options, message) == -1);
+  CHECK(options.config.batch.max_batch == 300);
+  CHECK_FALSE(options.config.batch.max_batch_from_backend);
+  options = {};
+  REQUIRE(parse({"--policy", "fixed"}, options, message) == -1);
+  CHECK(options.config.batch.max_batch == kFixedDefaultMaxBatch);
+  CHECK_FALSE(options.config.batch.max_batch_from_backend);
+}
+
 TEST_CASE("a bad config file is refused with its line and the reason") {
   DaemonOptions options;
   std::string message;

@@ -1,5 +1,6 @@
 #include "tests/cuda/fake_cuda_runtime.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -220,15 +221,24 @@ namespace batchd::kernels {
 
 // The kernel's arithmetic, one input after another on the CPU. Like the real launch, it answers
 // cudaGetLastError(): an earlier call's error left on this thread is reported as the launch's.
+cudaError_t query_launch_shape(LaunchShape& shape) noexcept {
+  if (const cudaError_t err = fake_cuda::sticky(); err != cudaSuccess) return err;
+  if (g_control.shape_error != cudaSuccess) return g_control.shape_error;
+  shape = g_control.shape;
+  return cudaSuccess;
+}
+
 cudaError_t launch_batchstring(const char* device_bytes, const std::uint32_t* device_offsets,
                                std::uint32_t count, unsigned cost, char* device_out,
-                               cudaStream_t /*stream*/) noexcept {
+                               const LaunchShape& shape, cudaStream_t /*stream*/) noexcept {
   if (fake_cuda::sticky() != cudaSuccess) return cudaGetLastError();
   {
     std::lock_guard hold(fake_cuda::g_launch_lock);
     g_control.last_launch_device = fake_cuda::t_device;
     ++g_control.launches;
     g_control.last_launch_cost = cost;
+    g_control.last_launch_threads_per_block = threads_per_block(count, shape);
+    g_control.largest_launch = std::max(g_control.largest_launch.load(), count);
   }
   for (std::uint32_t i = 0; i < count; ++i) {
     char* out = device_out + std::size_t{i} * sha256::kDigestHexChars;

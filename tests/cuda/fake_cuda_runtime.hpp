@@ -9,6 +9,9 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <cstdint>
+
+#include "kernels/sha256_launch.hpp"
 
 namespace fake_cuda {
 
@@ -30,6 +33,14 @@ struct Control {
   int last_launch_device = -1;             // the device current at the last kernel launch
   int launches = 0;
   unsigned last_launch_cost = 0;           // the rounds the last kernel launch was asked for
+  // How the last launch was shaped, and the most inputs one launch was given: atomics, as a test
+  // reads them while a daemon's lanes launch.
+  std::atomic<std::uint32_t> last_launch_threads_per_block{0};
+  std::atomic<std::uint32_t> largest_launch{0};
+  // What query_launch_shape answers, for every device: a small GPU (4 SMs, 16 blocks each,
+  // 1,024 threads resident).
+  batchd::kernels::LaunchShape shape{4, 16, 1024, 1024};
+  cudaError_t shape_error = cudaSuccess;   // query_launch_shape fails with this
   // What cudaMemGetInfo answers for the device current at the call.
   size_t memory_free[kMaxDevices] = {};
   size_t memory_total[kMaxDevices] = {};

@@ -313,3 +313,71 @@ TEST_CASE("the worst batch time follows the cost; the self-test does not") {
   CHECK(fake_cuda::control().launches == launches + 2);
   CHECK(fake_cuda::control().last_launch_cost == 2);
 }
+
+TEST_CASE("launches are shaped for the device: one warp per block until the SMs' block slots run out") {
+  using batchd::kernels::LaunchShape;
+  using batchd::kernels::threads_per_block;
+  const LaunchShape h200{132, 32, 1024, 135'168};
+  CHECK(threads_per_block(0, h200) == 32);
+  CHECK(threads_per_block(1, h200) == 32);
+  CHECK(threads_per_block(4096, h200) == 32);
+  CHECK(threads_per_block(132 * 32 * 32, h200) == 32);  // one warp in every block slot
+  CHECK(threads_per_block(132 * 32 * 32 + 1, h200) == 64);
+  CHECK(threads_per_block(1U << 20, h200) == 256);  // 32,768 warps over 4,224 slots
+  // Never past the kernel's own limit, in whole warps.
+  CHECK(threads_per_block(1U << 20, LaunchShape{2, 1, 100, 192}) == 96);
+  CHECK(threads_per_block(1U << 20, LaunchShape{0, 0, 0, 0}) == 32);
+}
+
+TEST_CASE("a backend asked to fill its devices sizes each stream's batches from the occupancy") {
+  auto& control = fake_cuda::reset();
+  control.shape = {4, 8, 1024, 4096};
+  batchd::CudaBackendOptions options = small_options();
+  options.max_batch_fills_devices = true;
+  auto filling = make_backend(options);
+  // 4,096 resident threads over 2 streams; max_batch (64) was only a floor.
+  CHECK(filling->capacity().max_inputs == 2048);
+  CHECK(filling->capacity().fill_inputs == 2048);
+  std::mt19937_64 rng(31);
+  const FlatBatch batch = random_batch(rng, 2048, 40);
+  batchd::BatchOutput out;
+  REQUIRE(filling->run({0, 1}, batch.view(), out).ok);
+  check_answers(batch.view(), out, 1);
+  // 64 warps over 32 block slots: two warps a block.
+  CHECK(control.last_launch_threads_per_block.load() == 64);
+
+  SUBCASE("told a batch size, the backend keeps it and still says what would fill") {
+    options.max_batch_fills_devices = false;
+    auto told = make_backend(options);
+    CHECK(told->capacity().max_inputs == 64);
+    CHECK(told->capacity().fill_inputs == 2048);
+  }
+  SUBCASE("whole warps, and at most kMaxFillBatch") {
+    control.shape.resident_threads = 1000;
+    options.streams_per_device = 3;
+    CHECK(make_backend(options)->capacity().max_inputs == 352);  // 334 rounded up to warps
+    control.shape.resident_threads = 10'000'000;
+    CHECK(make_backend(options)->capacity().max_inputs == batchd::kMaxFillBatch);
+  }
+  SUBCASE("a device whose occupancy cannot be read does not start") {
+    control.shape_error = cudaErrorInvalidDeviceFunction;
+    const batchd::Failure why = refusal(options);
+    CHECK(why.code == std::errc::io_error);
+    CHECK(why.message.find("occupancy") != std::string::npos);
+  }
+}
+
+TEST_CASE("an H200 filled at the default byte budget keeps the daemon's 2 s device timeout") {
+  fake_cuda::reset().shape = {132, 32, 1024, 135'168};
+  batchd::CudaBackendOptions options;  // 2 streams, 8 MiB a batch
+  options.max_batch = 256;
+  options.max_batch_fills_devices = true;
+  auto cheap = make_backend(options);
+  CHECK(cheap->capacity().max_inputs == batchd::kMaxFillBatch);
+  CHECK(cheap->worst_batch_time() < std::chrono::seconds(2));
+  options.cost = 1000;
+  CHECK(make_backend(options)->worst_batch_time() < std::chrono::seconds(2));
+  // 65,536 inputs x 2,000,000 blocks: seconds even on a full H200.
+  options.cost = 1'000'000;
+  CHECK(make_backend(options)->worst_batch_time() > std::chrono::seconds(10));
+}

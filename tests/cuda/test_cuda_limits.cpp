@@ -69,3 +69,53 @@ TEST_CASE("a policy past the cuda backend's buffers is clamped to them, at start
   CHECK(within > 0);
   CHECK(beyond == 0);
 }
+
+// Not told a batch size, the adaptive daemon takes the ceiling from the GPU: at a high cost a
+// device is kept busy only by many inputs at once, far more than the 256 a CPU-sized ceiling
+// allows.
+TEST_CASE("without --max-batch the ceiling is what fills the GPU, at start and on reload") {
+  auto& control = fake_cuda::reset();
+  control.shape = {4, 16, 1024, 1024};  // 1,024 resident threads: 512 a stream
+  control.polls_before_ready = 200;    // batches take a while, so a burst queues behind them
+  DaemonConfig config;
+  config.socket_path = test::temp_socket_path();
+  config.backend = "cuda";
+  config.segment = shm::SegmentParams{4096, 1024, 1024};
+  config.batch.max_batch = kAdaptiveDefaultMaxBatch;
+  config.batch.max_batch_from_backend = true;
+  CudaBackendOptions options;
+  options.max_batch = config.batch.max_batch;
+  options.max_batch_fills_devices = true;
+  auto made = make_cuda_backend(options);
+  REQUIRE(made);
+  test::InProcessDaemon daemon(config, std::move(*made));
+  auto client = test::connect(daemon.socket_path());
+  CHECK(client->daemon_status().max_batch == 512);
+
+  // A burst larger than the old ceiling while the lanes are busy: batches grow past 256, never
+  // past the fill.
+  const int requests = 3000;
+  std::atomic<int> answered{0}, correct{0};
+  for (int i = 0; i < requests; ++i) {
+    const std::string input = "fill " + std::to_string(i);
+    REQUIRE_FALSE(client->submit_async(input, 60s, [&, input](Result&& r) {
+      if (r.ok() && r.output() == reference_batchstring(input, 1)) correct.fetch_add(1);
+      answered.fetch_add(1);
+    }).has_value());
+  }
+  REQUIRE(test::eventually([&] { client->poll(); return answered.load() == requests; }, 60s));
+  CHECK(correct.load() == requests);
+  CHECK(control.largest_launch.load() > kAdaptiveDefaultMaxBatch);
+  CHECK(control.largest_launch.load() <= 512);
+
+  // A reload still without a batch size keeps the GPU's ceiling; one with a size takes it.
+  BatchLimits reloaded = config.batch;
+  reloaded.max_wait = 20ms;
+  daemon.update_limits(reloaded);
+  REQUIRE(test::eventually([&] { return client->daemon_status().max_wait_ns == 20'000'000; }, 5s));
+  CHECK(client->daemon_status().max_batch == 512);
+  reloaded.max_batch = 100;
+  reloaded.max_batch_from_backend = false;
+  daemon.update_limits(reloaded);
+  REQUIRE(test::eventually([&] { return client->daemon_status().max_batch == 100; }, 5s));
+}
