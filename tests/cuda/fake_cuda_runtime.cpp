@@ -1,5 +1,7 @@
 #include "tests/cuda/fake_cuda_runtime.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -21,7 +23,9 @@ struct CUstream_st {
 namespace fake_cuda {
 namespace {
 
-Control g_control;
+// Constant-initialized, so that code run before main() in other files (fake_cuda_env.cpp) may
+// set it whatever the order of static initialization.
+constinit Control g_control;
 std::mutex g_launch_lock;       // lanes launch from several threads; the counters are shared
 thread_local int t_device = 0;  // like the runtime, the current device is per host thread
 thread_local cudaError_t t_last_error = cudaSuccess;  // what cudaGetLastError answers
@@ -30,6 +34,11 @@ cudaError_t sticky() {
   if (const cudaError_t all = g_control.sticky_error; all != cudaSuccess) return all;
   const bool known = t_device >= 0 && t_device < Control::kMaxDevices;
   return known ? g_control.device_sticky_error[t_device].load() : cudaSuccess;
+}
+
+bool launch_faults() {
+  const char* path = g_control.fault_file;
+  return path != nullptr && ::access(path, F_OK) == 0;
 }
 
 // A call's result, remembered for cudaGetLastError when it is an error.
@@ -239,6 +248,12 @@ cudaError_t launch_batchstring(const char* device_bytes, const std::uint32_t* de
     g_control.last_launch_cost = cost;
     g_control.last_launch_threads_per_block = threads_per_block(count, shape);
     g_control.largest_launch = std::max(g_control.largest_launch.load(), count);
+  }
+  if (fake_cuda::launch_faults()) {
+    // A kernel's fault is asynchronous: the launch itself succeeds, the stream's next call fails.
+    const cudaError_t launched = cudaGetLastError();
+    g_control.sticky_error = cudaErrorIllegalAddress;
+    return launched;
   }
   for (std::uint32_t i = 0; i < count; ++i) {
     char* out = device_out + std::size_t{i} * sha256::kDigestHexChars;

@@ -2,7 +2,8 @@
 // buffer carving, staging, limits, event polling, errors, shutdown) runs in a test on a machine
 // without a GPU. "Device" memory is host memory, copies and the kernel (the same
 // sha256_kernel.cuh arithmetic, on the CPU) run at once, and events can be told to stay
-// not-ready for a while, forever, or to fail with a sticky error (on every device or on one).
+// not-ready for a while, forever, or to fail with a sticky error (on every device or on one),
+// at once or from a kernel launch that faults.
 // Failed calls leave their error for cudaGetLastError, per thread, as the runtime does.
 #pragma once
 
@@ -30,6 +31,10 @@ struct Control {
   // also stays behind for the thread's next cudaGetLastError (and so for the next launch).
   cudaError_t fail_next_copy = cudaSuccess;
   bool corrupt_answers = false;            // the fake kernel writes wrong answers
+  // A kernel launched while a file of this name exists faults, as on an illegal access: the
+  // launch is accepted, then sticky_error becomes cudaErrorIllegalAddress and every device is
+  // lost. Lets a test outside the process choose the moment (fake_cuda_env.cpp). nullptr: never.
+  const char* fault_file = nullptr;
   int last_launch_device = -1;             // the device current at the last kernel launch
   int launches = 0;
   unsigned last_launch_cost = 0;           // the rounds the last kernel launch was asked for
