@@ -111,7 +111,7 @@ void CudaBackend::size_to_devices() {
     resident = std::min(resident, device->shape().resident_threads);
     multiprocessors_ = std::min(multiprocessors_, device->shape().multiprocessors);
   }
-  constexpr std::uint32_t kWarp = 32;
+  constexpr std::uint32_t kWarp = kernels::kWarpThreads;
   const std::uint32_t per_stream = (resident + streams_ - 1) / streams_;
   fill_inputs_ = std::min((per_stream + kWarp - 1) / kWarp * kWarp, kMaxFillBatch);
   if (fill_devices_) limits_.max_inputs = std::max(limits_.max_inputs, fill_inputs_);

@@ -4,6 +4,7 @@
 // every bit of the kernel's arithmetic. No CUDA header is needed to include this file.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -118,12 +119,6 @@ BATCHD_HD std::uint32_t big_endian_selector(std::uint32_t shift) {
   return (shift << 12) | ((shift + 1) << 8) | ((shift + 2) << 4) | (shift + 3);
 }
 
-// The aligned 32-bit word at address `word`, as a little-endian load reads it. The GPU reads it
-// whole: every byte of an aligned word that holds an input byte lies inside the batch buffer
-// (cudaMalloc'd, its size a multiple of 256), so at most the neighbours' bytes come along, and
-// hash_bytes masks them out. The host reads only the bytes inside [begin, end), the input, and
-// puts 0xA5 in the others, so a host test fails if anything outside an input reaches a digest
-// (and reads nothing outside the caller's buffer).
 #if !defined(__CUDA_ARCH__)
 // Host only: words load_word was asked for that hold no byte of the input. The GPU reads them
 // whole, and only a word with an input byte is sure to lie inside the batch buffer, so the host
@@ -131,13 +126,19 @@ BATCHD_HD std::uint32_t big_endian_selector(std::uint32_t shift) {
 inline thread_local std::uint64_t stray_word_loads = 0;
 #endif
 
+// The aligned 32-bit word at address `word`, as a little-endian load reads it. The GPU reads it
+// whole: every byte of an aligned word that holds an input byte lies inside the batch buffer
+// (cudaMalloc'd, its size a multiple of 256), so at most the neighbours' bytes come along, and
+// hash_bytes masks them out. The host reads only the bytes inside [begin, end), the input, and
+// puts 0xA5 in the others, so a host test fails if anything outside an input reaches a digest
+// (and reads nothing outside the caller's buffer).
 BATCHD_HD std::uint32_t load_word(std::uintptr_t word, std::uintptr_t begin, std::uintptr_t end) {
 #if defined(__CUDA_ARCH__)
   (void)begin, (void)end;
   // Through the read-only data cache: the batch buffer does not change while the kernel runs.
   return __ldg(reinterpret_cast<const unsigned int*>(word));
 #else
-  if ((word > begin ? word : begin) >= (word + 4 < end ? word + 4 : end)) ++stray_word_loads;
+  if (std::max(word, begin) >= std::min(word + 4, end)) ++stray_word_loads;
   std::uint32_t value = 0;
   for (std::uintptr_t at = word + 4; at-- > word;) {
     const bool inside = at >= begin && at < end;
@@ -265,9 +266,12 @@ BATCHD_HD State hash_hex_of(const State& digest) {
 // (answers lie 64 bytes apart in a cudaMalloc'd buffer): the GPU stores them as four 16-byte
 // vectors instead of 64 single bytes.
 BATCHD_HD void write_hex(const State& digest, char* out) {
-  std::uint32_t text[16];  // in memory order: hex_word's first character in the lowest byte
+  // In memory order, hex_word's first character in the lowest byte: each word byte-swapped.
+  std::uint32_t text[16];
   BATCHD_UNROLL
-  for (int j = 0; j < 16; ++j) text[j] = byte_perm(hex_word_of(digest, j), 0, 0x0123);
+  for (int j = 0; j < 16; ++j) {
+    text[j] = byte_perm(hex_word_of(digest, j), 0, big_endian_selector(0));
+  }
 #if defined(__CUDA_ARCH__)
   uint4* vectors = reinterpret_cast<uint4*>(out);
   BATCHD_UNROLL

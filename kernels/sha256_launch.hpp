@@ -9,6 +9,9 @@
 
 namespace batchd::kernels {
 
+// Threads in a warp: the unit of blocks and of the batches sized to fill a device.
+inline constexpr std::uint32_t kWarpThreads = 32;
+
 // How the kernel fits one device, read once per device at start (query_launch_shape).
 struct LaunchShape {
   std::uint32_t multiprocessors = 1;
@@ -27,7 +30,7 @@ cudaError_t query_launch_shape(LaunchShape& shape) noexcept;
 // would crowd 16); blocks grow only when one-warp blocks would be more than the SMs can hold at
 // once, and never past the kernel's own limit.
 constexpr std::uint32_t threads_per_block(std::uint32_t count, const LaunchShape& shape) noexcept {
-  constexpr std::uint64_t kWarp = 32;
+  constexpr std::uint64_t kWarp = kWarpThreads;
   const std::uint64_t slots = std::max<std::uint64_t>(
       1, std::uint64_t{shape.multiprocessors} * shape.max_blocks_per_multiprocessor);
   const std::uint64_t warps = (std::uint64_t{count} + kWarp - 1) / kWarp;

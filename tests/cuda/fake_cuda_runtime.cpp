@@ -228,8 +228,6 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* props, int /*device*/) {
 
 namespace batchd::kernels {
 
-// The kernel's arithmetic, one input after another on the CPU. Like the real launch, it answers
-// cudaGetLastError(): an earlier call's error left on this thread is reported as the launch's.
 cudaError_t query_launch_shape(LaunchShape& shape) noexcept {
   if (const cudaError_t err = fake_cuda::sticky(); err != cudaSuccess) return err;
   if (g_control.shape_error != cudaSuccess) return g_control.shape_error;
@@ -237,6 +235,8 @@ cudaError_t query_launch_shape(LaunchShape& shape) noexcept {
   return cudaSuccess;
 }
 
+// The kernel's arithmetic, one input after another on the CPU. Like the real launch, it answers
+// cudaGetLastError(): an earlier call's error left on this thread is reported as the launch's.
 cudaError_t launch_batchstring(const char* device_bytes, const std::uint32_t* device_offsets,
                                std::uint32_t count, unsigned cost, char* device_out,
                                const LaunchShape& shape, cudaStream_t /*stream*/) noexcept {
