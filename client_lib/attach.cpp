@@ -19,6 +19,8 @@ namespace batchd {
 namespace {
 
 constexpr auto kConnectRetry = std::chrono::milliseconds(10);
+// A refusal as busy (shm::AttachStatus::kBusy) is retried after this, within the deadline.
+constexpr auto kBusyRetry = std::chrono::milliseconds(10);
 
 // The typed error a refusal means, and a reason for a person.
 Error refusal_error(shm::AttachStatus status, const std::string& socket_path, const char* message) {
@@ -49,6 +51,10 @@ Error refusal_error(shm::AttachStatus status, const std::string& socket_path, co
     case shm::AttachStatus::kShuttingDown: reason = "the daemon is shutting down"; break;
     case shm::AttachStatus::kInternalError: reason = "the daemon could not set up a segment"; break;
     case shm::AttachStatus::kAttachTimeout: reason = "the attach request came too late"; break;
+    case shm::AttachStatus::kBusy:
+      code = ErrorCode::kOverloaded;
+      reason = "this user starts attaching faster than the daemon allows";
+      break;
   }
   return {code, fmt::format("daemon at {} refused to attach: {} ({})", socket_path, reason, message)};
 }
@@ -133,10 +139,11 @@ std::string client_default_socket_path() {
   return std::string(runtime) + "/batchd/batchd.sock";
 }
 
-client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_path,
-                                                    std::chrono::milliseconds timeout,
-                                                    std::uint32_t flags) {
-  const std::int64_t deadline_ns = client_detail::deadline_after(timeout);
+namespace {
+
+client_detail::Attempt<Attachment> attach_once(const std::string& socket_path,
+                                               std::chrono::milliseconds timeout,
+                                               std::uint32_t flags, std::int64_t deadline_ns) {
   auto conn = connect_until(socket_path, deadline_ns);
   if (!conn) return conn.error();
   const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, flags, 0};
@@ -152,6 +159,24 @@ client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_pa
   }
   return await_reply(std::move(*conn), sent, socket_path, timeout, deadline_ns,
                      flags == 0 ? std::size_t{shm::kAttachFdCount} : std::size_t{1});
+}
+
+}  // namespace
+
+client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_path,
+                                                    std::chrono::milliseconds timeout,
+                                                    std::uint32_t flags) {
+  const std::int64_t deadline_ns = client_detail::deadline_after(timeout);
+  for (;;) {
+    auto attempt = attach_once(socket_path, timeout, flags, deadline_ns);
+    // Busy: this user's handshake rate is spent (others of its processes attach at once, or one
+    // floods); a token comes back within milliseconds, so try again while the deadline allows.
+    if (attempt || attempt.error().code != ErrorCode::kOverloaded ||
+        shm::monotonic_ns() + kBusyRetry.count() * 1'000'000 > deadline_ns) {
+      return attempt;
+    }
+    std::this_thread::sleep_for(kBusyRetry);
+  }
 }
 
 }  // namespace batchd

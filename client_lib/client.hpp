@@ -128,6 +128,9 @@ struct DaemonStatus {
   // Requests whose input failed alone, each recorded once in the daemon's dead-letter log, and
   // records lost on the way (read_dead_letters lists the recent ones).
   std::uint64_t dead_letters = 0, dead_letters_dropped = 0;
+  // Requests that claimed high priority without their user's grant (they ran at normal), and
+  // connections refused at accept because their user started handshakes too fast.
+  std::uint64_t priority_downgrades = 0, connections_shed = 0;
   // The histograms' bucket bounds; empty when the daemon publishes no histograms (one built
   // before them), and then the histograms are empty too.
   std::vector<std::int64_t> latency_bounds_ns;

@@ -213,6 +213,12 @@ void render_daemon_status(const DaemonStatus* status, std::string& out) {
   gauge("batchd_daemon_dead_letters_dropped_total", "counter",
         "Dead-letter records lost: the log's queue was full, or its file refused the write.",
         status->dead_letters_dropped);
+  gauge("batchd_daemon_priority_downgrades_total", "counter",
+        "Requests that claimed high priority without their user's grant, and ran at normal.",
+        status->priority_downgrades);
+  gauge("batchd_daemon_connections_shed_total", "counter",
+        "Connections refused at accept: their user started handshakes faster than its rate.",
+        status->connections_shed);
   render_batch_sizes(*status, out);
   render_policy(*status, out);
   render_devices(*status, out);

@@ -89,6 +89,8 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
   }
   out.dead_letters = page.dead_letters.load(std::memory_order_relaxed);
   out.dead_letters_dropped = page.dead_letters_dropped.load(std::memory_order_relaxed);
+  out.priority_downgrades = page.priority_downgrades.load(std::memory_order_relaxed);
+  out.connections_shed = page.connections_shed.load(std::memory_order_relaxed);
   out.max_batch = page.max_batch.load(std::memory_order_relaxed);
   out.max_wait_ns = page.max_wait_ns.load(std::memory_order_relaxed);
   out.max_batch_bytes = page.max_batch_bytes.load(std::memory_order_relaxed);

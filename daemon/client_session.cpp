@@ -17,9 +17,10 @@ namespace batchd {
 
 Expected<std::unique_ptr<ClientSession>> ClientSession::create(std::uint64_t id,
                                                                const shm::SegmentParams& params,
-                                                               pid_t pid, uid_t uid) noexcept {
+                                                               pid_t pid, uid_t uid,
+                                                               shm::WirePriority granted) noexcept {
   // Allocated without exceptions: a client's attach must not throw, even out of memory.
-  std::unique_ptr<ClientSession> session(new (std::nothrow) ClientSession(id, pid, uid));
+  std::unique_ptr<ClientSession> session(new (std::nothrow) ClientSession(id, pid, uid, granted));
   if (session == nullptr) return errno_failure("client session", ENOMEM);
   if (auto made = session->make_segment(params); !made) return made.error();
   session->in_flight_.reset(new (std::nothrow) std::atomic<std::uint32_t>[params.slot_count]);
@@ -140,6 +141,9 @@ TakeResult ClientSession::take(TakenRequest& out, std::string& why) noexcept {
   out.input_bytes = input_bytes;
   out.input = view_.request_input(slot);
   out.priority = static_cast<shm::WirePriority>(priority);
+  // A claim above the grant runs at the grant (high is the only class above normal).
+  out.downgraded = out.priority == shm::WirePriority::kHigh && granted_ != shm::WirePriority::kHigh;
+  if (out.downgraded) out.priority = granted_;
   out.request_id = shm::load_once(header.request_id);
   return TakeResult::kTaken;
 }

@@ -32,6 +32,7 @@ struct TakenRequest {
   const std::byte* input = nullptr;
   shm::WirePriority priority = shm::WirePriority::kNormal;  // checked: one of the three classes
   std::uint64_t request_id = 0;  // the client's; any value is harmless (shm::RequestSlotHeader)
+  bool downgraded = false;  // claimed a class above its client's grant, and runs at the grant
 };
 
 enum class TakeResult { kEmpty, kTaken, kViolation };
@@ -40,16 +41,24 @@ class ClientSession {
  public:
   // Creates the client's segment, or says why it could not (out of memory or descriptors). The
   // connection is handed over only once this succeeded (set_connection), so a refusal can still
-  // be sent on it. Precondition: shm::check_params(params) succeeded.
+  // be sent on it. `granted`: the highest class the operator lets this client's user run at; a
+  // request claiming more runs at it. Precondition: shm::check_params(params) succeeded.
   static Expected<std::unique_ptr<ClientSession>> create(std::uint64_t id,
                                                          const shm::SegmentParams& params,
-                                                         pid_t pid, uid_t uid) noexcept;
+                                                         pid_t pid, uid_t uid,
+                                                         shm::WirePriority granted) noexcept;
   ClientSession(const ClientSession&) = delete;
   ClientSession& operator=(const ClientSession&) = delete;
 
   [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
   [[nodiscard]] int connection() const noexcept { return connection_.get(); }
   void set_connection(shm::UniqueFd connection) noexcept { connection_ = std::move(connection); }
+  // Drain thread: takes the connection out, for the daemon to close where a peer cannot stall it.
+  [[nodiscard]] shm::UniqueFd release_connection() noexcept { return std::move(connection_); }
+  [[nodiscard]] shm::WirePriority granted() const noexcept { return granted_; }
+  // Drain thread: when the drain loop last took a request of this client (0: never).
+  [[nodiscard]] std::int64_t last_taken_ns() const noexcept { return last_taken_ns_; }
+  void note_taken(std::int64_t now_ns) noexcept { last_taken_ns_ = now_ns; }
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
   [[nodiscard]] uid_t uid() const noexcept { return uid_; }
   [[nodiscard]] const shm::SegmentView& view() const noexcept { return view_; }
@@ -94,7 +103,8 @@ class ClientSession {
   [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_relaxed); }
 
  private:
-  ClientSession(std::uint64_t id, pid_t pid, uid_t uid) noexcept : id_(id), pid_(pid), uid_(uid) {}
+  ClientSession(std::uint64_t id, pid_t pid, uid_t uid, shm::WirePriority granted) noexcept
+      : id_(id), pid_(pid), uid_(uid), granted_(granted) {}
   // Creates, maps and seals both regions and writes the header.
   Expected<void> make_segment(const shm::SegmentParams& params) noexcept;
 
@@ -102,6 +112,8 @@ class ClientSession {
   shm::UniqueFd connection_;
   pid_t pid_;
   uid_t uid_;
+  shm::WirePriority granted_;
+  std::int64_t last_taken_ns_ = 0;  // drain thread only
   shm::UniqueFd request_fd_;
   shm::UniqueFd completion_fd_;
   shm::UniqueFd doorbell_;

@@ -32,7 +32,19 @@ struct DaemonConfig {
   std::uint32_t attach_timeout_ms = 2000;  // a connection's hello must arrive within this
   std::vector<uid_t> allowed_uids;    // besides the daemon's own uid
   std::vector<gid_t> allowed_gids;
+  // Who may run requests at high priority, besides the daemon's own uid: a grant of the
+  // operator's, never a client's claim. Others' high requests run at normal.
+  std::vector<uid_t> high_priority_uids;
+  std::vector<gid_t> high_priority_gids;
+  // Whether the control socket refuses descriptors in the kernel (SO_PASSRIGHTS, Linux 6.16)
+  // where it can. Tests turn it off to reach the older kernels' path: received, then closed on
+  // the reaper.
+  bool refuse_passed_fds = true;
   std::uint32_t drain_spin_us = 20;   // busy-poll this long before the drain loop sleeps
+  // While two or more clients are active, a batch closes before its predicted run would pass
+  // this (or twice the device's fixed cost, if more), so a client of large inputs cannot hold
+  // the lanes for long while another's request waits. 0: batches are cut by the policy only.
+  std::uint32_t fair_slice_us = 250;
   DeadLetterOptions dead_letters;     // requests whose input fails alone: where they are recorded
   std::string metrics_listen;         // ADDR:PORT for GET /metrics (metrics_listener.hpp); empty: none
 };

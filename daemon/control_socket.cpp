@@ -43,7 +43,14 @@ std::string default_socket_path() {
   return std::string(runtime) + "/batchd/batchd.sock";
 }
 
-ControlSocket::ControlSocket(std::string path) : path_(std::move(path)) {
+namespace {
+
+// SO_PASSRIGHTS from Linux 6.16's <asm-generic/socket.h>; Debian 12's headers predate it.
+constexpr int kSoPassRights = 83;
+
+}  // namespace
+
+ControlSocket::ControlSocket(std::string path, bool refuse_fds) : path_(std::move(path)) {
   sockaddr_un addr{};
   if (path_.empty() || path_.size() >= sizeof(addr.sun_path)) {
     throw std::runtime_error("socket path '" + path_ + "' is empty or longer than " +
@@ -56,6 +63,11 @@ ControlSocket::ControlSocket(std::string path) : path_(std::move(path)) {
   ::unlink(path_.c_str());  // stale: its daemon is gone, since we hold the lock
   listener_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!listener_.valid()) throw std::system_error(errno, std::generic_category(), "socket");
+  // Accepted connections inherit it: no peer can queue a descriptor on them at all. Older
+  // kernels say ENOPROTOOPT, and the daemon receives what comes and closes it on its reaper.
+  const int off = 0;
+  refuses_fds_ = refuse_fds &&
+                 ::setsockopt(listener_.get(), SOL_SOCKET, kSoPassRights, &off, sizeof(off)) == 0;
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
   if (::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {

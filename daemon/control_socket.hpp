@@ -22,14 +22,17 @@ struct PeerCredentials {
 class ControlSocket {
  public:
   // Takes the lock (throws std::runtime_error naming the holder's path if another daemon has
-  // it), removes a stale socket file, binds and listens (non-blocking).
-  explicit ControlSocket(std::string path);
+  // it), removes a stale socket file, binds and listens (non-blocking). With `refuse_fds`, asks
+  // the kernel to refuse descriptors sent to any connection (SO_PASSRIGHTS, Linux 6.16 and
+  // later: the sender's sendmsg fails with EPERM); refuses_fds() says whether it could.
+  ControlSocket(std::string path, bool refuse_fds);
   ~ControlSocket();
   ControlSocket(const ControlSocket&) = delete;
   ControlSocket& operator=(const ControlSocket&) = delete;
 
   [[nodiscard]] int fd() const noexcept { return listener_.get(); }
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] bool refuses_fds() const noexcept { return refuses_fds_; }
 
   // Accepts one pending connection (non-blocking, close-on-exec) with its peer's credentials;
   // nothing when none is pending.
@@ -43,6 +46,7 @@ class ControlSocket {
   std::string lock_path_;
   boost::interprocess::file_lock lock_;
   shm::UniqueFd listener_;
+  bool refuses_fds_ = false;
 };
 
 // Same uid as the daemon, or a uid or gid on the allow lists.

@@ -84,6 +84,10 @@ Daemon::~Daemon() {
   }
   if (dead_letters_) dead_letters_->stop();  // writes what the lanes recorded last
   if (ring_ready_) io_uring_queue_exit(&ring_);
+  // The ring's polls are gone with it: the connections still parked for them (and those of
+  // handshakes never finished) close on the reaper, whatever a peer queued on them.
+  for (auto& [user_data, fd] : parked_) reaper_.drop(std::move(fd));
+  for (auto& [id, pending] : attaching_) reaper_.drop(std::move(pending.connection));
 }
 
 void Daemon::start() {
@@ -144,7 +148,13 @@ void Daemon::start() {
   // Before the socket: a dead-letter file that cannot be opened stops the start with its reason.
   dead_letters_ = std::make_unique<DeadLetterLog>(config_.dead_letters);
   dead_letters_->start();
-  control_ = std::make_unique<ControlSocket>(config_.socket_path);
+  control_ = std::make_unique<ControlSocket>(config_.socket_path, config_.refuse_passed_fds);
+  if (control_->refuses_fds()) {
+    spdlog::info("control socket: the kernel refuses descriptors sent by peers (SO_PASSRIGHTS)");
+  } else {
+    spdlog::info("control socket: descriptors a peer sends are taken and closed on the reaper's "
+                 "threads (this kernel cannot refuse them; SO_PASSRIGHTS needs Linux 6.16)");
+  }
   router_ = std::make_unique<Router>(
       *backend_, completer_, config_.routing,
       [this] {
@@ -241,6 +251,8 @@ void Daemon::publish_status() noexcept {
   }
   page.dead_letters.store(dead_letters_->recorded(), relaxed);
   page.dead_letters_dropped.store(dead_letters_->dropped(), relaxed);
+  page.priority_downgrades.store(stats_.priority_downgrades.load(relaxed), relaxed);
+  page.connections_shed.store(stats_.connections_shed.load(relaxed), relaxed);
   publish_latency();
   page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
 }
@@ -328,7 +340,10 @@ void Daemon::run() {
   bool spinning = false;
   const std::int64_t spin_ns = static_cast<std::int64_t>(config_.drain_spin_us) * 1000;
   for (;;) {
+    handshakes_.new_pass();
     handle_completions();
+    if (listen_deferred_ && !stop_requested_.load(std::memory_order_relaxed)) accept_clients();
+    read_due_hellos();
     apply_pending_limits();
     const std::int64_t now_ns = shm::monotonic_ns();
     ping_watchdog_if_due(now_ns);

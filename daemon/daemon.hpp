@@ -13,6 +13,7 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <fmt/format.h>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -28,6 +29,8 @@
 #include "daemon/completer.hpp"
 #include "daemon/config.hpp"
 #include "daemon/control_socket.hpp"
+#include "daemon/fd_reaper.hpp"
+#include "daemon/handshake_limiter.hpp"
 #include "daemon/log_limiter.hpp"
 #include "daemon/metrics_listener.hpp"
 #include "daemon/pending_queue.hpp"
@@ -94,26 +97,45 @@ class Daemon {
     shm::UniqueFd connection;
     PeerCredentials peer;
     std::int64_t deadline_ns = 0;  // refused (and closed) if no hello came by then
+    bool polled = false;           // an io_uring poll on the connection is armed
   };
 
   void handle_completions();
   void handle_event(std::uint64_t user_data, int result);
 
-  // The attach handshake (daemon_attach.cpp).
+  // The attach handshake (daemon_attach.cpp). Accepts within the pass's handshake budget.
   void accept_clients();
-  void finish_attach(std::uint64_t id);
+  // Refuses a connection whose user starts handshakes past its rate, right after accept.
+  void shed(shm::UniqueFd connection, const PeerCredentials& peer);
+  void start_handshake(shm::UniqueFd connection, const PeerCredentials& peer, std::int64_t now_ns);
+  // The handshake's poll fired: reads its hello now, or in a later pass once this one's budget
+  // is spent (read_due_hellos).
+  void on_attach_readable(std::uint64_t id);
+  void read_due_hellos();
+  // Reads a hello (or keeps waiting for it) and answers it; the handshake ends unless it waits.
+  void read_hello(std::uint64_t id);
+  void answer_hello(PendingAttach& pending, const Expected<std::size_t>& n, const shm::Hello& hello,
+                    bool carried_fds, std::uint64_t id);
+  void attach_session(PendingAttach& pending, std::uint64_t id);
   // Refuses a client whose hello was read (or who is past its handshake's deadline): the reply
-  // says why, then the connection closes.
+  // says why. The caller releases the connection.
   void refuse(PendingAttach& pending, shm::AttachStatus status, const std::string& why);
-  // Answers a hello that asked for the dead letters (shm::kHelloDeadLetters) and closes the
-  // connection (daemon_dead_letters.cpp).
+  // Answers a hello that asked for the dead letters (shm::kHelloDeadLetters); the caller
+  // releases the connection (daemon_dead_letters.cpp).
   void answer_dead_letters(PendingAttach& pending);
   // Ends a handshake early: refuses it, stops waiting for its hello and forgets it.
   void evict_attach(std::map<std::uint64_t, PendingAttach>::iterator it, const std::string& why);
   // Evicts the handshakes past their deadline; returns the next deadline (0: none waiting).
   std::int64_t expire_attaches(std::int64_t now_ns);
   void on_session_readable(std::uint64_t id);
-  void drop_session(std::uint64_t id, const char* why);
+  // `connection_polled`: the session's connection poll is armed (false only while its
+  // completion is being handled).
+  void drop_session(std::uint64_t id, const char* why, bool connection_polled = true);
+  // A peer's connection is done with: to the reaper, or, while the io_uring poll `armed_poll`
+  // (its user_data; 0: none) still references it, parked until that poll's completion.
+  void release_connection(shm::UniqueFd connection, std::uint64_t armed_poll);
+  // A completion for a parked connection's poll: hands the connection to the reaper.
+  bool release_parked(std::uint64_t user_data);
   // Logs a warning a client can trigger at will, within LogLimiter's budget.
   template <class... Args>
   void warn_limited(LogKind kind, fmt::format_string<Args...> format, Args&&... args);
@@ -136,6 +158,12 @@ class Daemon {
   // whether it did.
   bool rejected_as_gone(const PendingRequest& request, std::int64_t now_ns, const char* late_why);
   bool fill_batches(std::int64_t now_ns);
+  // The longest a batch may be predicted to run while clients share the lanes (fair_slice_us);
+  // 0: no limit (one client active, the slice off, or no fitted cost yet).
+  [[nodiscard]] std::int64_t fair_slice_ns(std::int64_t now_ns) const noexcept;
+  // Whether `request` would take the open batch past the fair slice.
+  [[nodiscard]] bool past_slice(const PendingRequest& request, std::int64_t slice_ns,
+                                const CostFit& cost) const noexcept;
   // The policy's verdict on the open batch now; remembers when to look again while it holds.
   FlushDecision decide_flush(std::int64_t now_ns);
   // The adaptive rule holds the open batch until a lane frees (every lane is busy): requests
@@ -182,6 +210,11 @@ class Daemon {
   void publish_policy() noexcept;
 
   DaemonConfig config_;
+  // First, so destroyed last: everything else may hand it descriptors until then.
+  FdReaper reaper_;
+  // Connections waiting for their io_uring poll's completion before the reaper closes them, by
+  // that poll's user_data (see release_connection).
+  std::unordered_map<std::uint64_t, shm::UniqueFd> parked_;
   std::unique_ptr<Backend> backend_;
   DaemonStats stats_;
   Completer completer_{stats_};
@@ -205,10 +238,16 @@ class Daemon {
   std::map<std::uint64_t, PendingAttach> attaching_;
   std::unordered_map<uid_t, unsigned> attaching_per_uid_;  // handshakes per peer uid
   std::unordered_map<uid_t, unsigned> attached_per_uid_;   // sessions per peer uid
+  HandshakeLimiter handshakes_;
+  bool listen_deferred_ = false;            // connections wait in the backlog for the next pass
+  std::deque<std::uint64_t> hellos_due_;    // handshakes whose hello waits for the next pass
   std::unordered_map<std::uint64_t, std::shared_ptr<ClientSession>> sessions_;
   LogLimiter log_limit_;
   std::vector<std::shared_ptr<ClientSession>> drain_order_;  // round-robin order of sessions_
   std::size_t drain_cursor_ = 0;
+  // Clients the drain loop took a request from within kActiveWindowNs, as of its last pass.
+  static constexpr std::int64_t kActiveWindowNs = 100'000'000;
+  std::size_t active_clients_ = 0;
 
   PendingQueue pending_;  // admitted, waiting for a batch
   WaitOrFullBatcher batcher_;

@@ -1,7 +1,11 @@
 // The daemon's attach handshake and the end of a session. Every state a client reaches before
-// it is attached has a deadline and a bound: handshakes are limited per uid and in all (the
-// oldest makes way for a new one), attached clients in all and per uid, and each refusal is an
-// AttachReply sent after the hello was read, so the client can say why.
+// it is attached has a deadline and a bound: handshakes are limited per uid (a rate and a count)
+// and in all (the user holding the most makes way for a newcomer), the drain loop spends a
+// bounded budget on them per pass, attached clients are limited in all and per uid, and each
+// refusal is an AttachReply, so the client can say why. No descriptor a peer could make a close
+// of block is closed here: connections and whatever a peer passed go to the reaper, and a
+// connection an io_uring poll still references is parked until that poll's completion, so the
+// reaper's close is the last one.
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -20,9 +24,9 @@ using io_ops::pack;
 
 namespace {
 
-// Handshakes in progress at once, per peer uid and in all. A legitimate client sends its hello
-// right after connecting, so making the oldest handshake of a full table give way only ever
-// evicts connections that sat idle.
+// Handshakes in progress at once, per peer uid. A legitimate client sends its hello right after
+// connecting, so making the oldest handshake of a full table give way only ever evicts
+// connections that sat idle.
 constexpr unsigned kMaxAttachingPerUid = 8;
 
 }  // namespace
@@ -34,25 +38,76 @@ void Daemon::warn_limited(LogKind kind, fmt::format_string<Args...> format, Args
   spdlog::warn("{}{}", fmt::format(format, std::forward<Args>(args)...), note);
 }
 
+void Daemon::release_connection(shm::UniqueFd connection, std::uint64_t armed_poll) {
+  if (!connection.valid()) return;
+  if (armed_poll != 0) {
+    parked_.emplace(armed_poll, std::move(connection));
+  } else {
+    reaper_.drop(std::move(connection));
+  }
+}
+
+bool Daemon::release_parked(std::uint64_t user_data) {
+  auto it = parked_.find(user_data);
+  if (it == parked_.end()) return false;
+  reaper_.drop(std::move(it->second));
+  parked_.erase(it);
+  return true;
+}
+
 void Daemon::accept_clients() {
   const std::int64_t now_ns = shm::monotonic_ns();
-  while (auto accepted = control_->accept_one()) {
+  listen_deferred_ = false;
+  for (;;) {
+    if (!handshakes_.take_step()) {
+      listen_deferred_ = true;  // the rest wait in the backlog for the next pass
+      return;
+    }
+    auto accepted = control_->accept_one();
+    if (!accepted) break;
     auto& [fd, peer] = *accepted;
-    unsigned& of_uid = attaching_per_uid_[peer.uid];
-    if (of_uid >= kMaxAttachingPerUid) {
-      auto oldest = std::find_if(attaching_.begin(), attaching_.end(),
-                                 [&](const auto& entry) { return entry.second.peer.uid == peer.uid; });
-      evict_attach(oldest, "newer connections of the same user are attaching");
+    if (!handshakes_.admit(peer.uid, now_ns)) {
+      shed(std::move(fd), peer);
+      continue;
     }
-    if (attaching_.size() >= kMaxAttaching) {
-      evict_attach(attaching_.begin(), "too many connections are attaching");
-    }
-    const std::uint64_t id = next_id_++;
-    arm_poll(fd.get(), pack(Op::kAttach, id));
-    ++attaching_per_uid_[peer.uid];
-    attaching_.emplace(id, PendingAttach{std::move(fd), peer,
-                                         now_ns + std::int64_t{config_.attach_timeout_ms} * 1'000'000});
+    start_handshake(std::move(fd), peer, now_ns);
   }
+  if (control_->fd() >= 0 && !stop_requested_.load(std::memory_order_relaxed)) {
+    arm_poll(control_->fd(), pack(Op::kListen, 0));
+  }
+}
+
+void Daemon::shed(shm::UniqueFd connection, const PeerCredentials& peer) {
+  stats_.connections_shed.fetch_add(1, std::memory_order_relaxed);
+  PendingAttach pending{std::move(connection), peer, 0, false};
+  refuse(pending, shm::AttachStatus::kBusy,
+         "uid " + std::to_string(peer.uid) + " starts handshakes faster than " +
+             std::to_string(static_cast<unsigned>(HandshakeLimiter::kPerUidPerSecond)) +
+             " a second; retry later");
+  release_connection(std::move(pending.connection), 0);
+}
+
+void Daemon::start_handshake(shm::UniqueFd connection, const PeerCredentials& peer, std::int64_t now_ns) {
+  if (auto of_uid = attaching_per_uid_.find(peer.uid);
+      of_uid != attaching_per_uid_.end() && of_uid->second >= kMaxAttachingPerUid) {
+    auto oldest = std::find_if(attaching_.begin(), attaching_.end(),
+                               [&](const auto& entry) { return entry.second.peer.uid == peer.uid; });
+    evict_attach(oldest, "newer connections of the same user are attaching");
+  }
+  if (attaching_.size() >= kMaxAttaching) {
+    // The user with the most handshakes open gives way: a flood of many users' idle connections
+    // evicts its own, and a newcomer with none open always gets in.
+    const uid_t heaviest = HandshakeLimiter::heaviest(attaching_per_uid_, peer.uid);
+    auto oldest = std::find_if(attaching_.begin(), attaching_.end(),
+                               [&](const auto& entry) { return entry.second.peer.uid == heaviest; });
+    evict_attach(oldest, "too many connections are attaching");
+  }
+  const std::uint64_t id = next_id_++;
+  ++attaching_per_uid_[peer.uid];
+  attaching_.emplace(id, PendingAttach{std::move(connection), peer,
+                                       now_ns + std::int64_t{config_.attach_timeout_ms} * 1'000'000, false});
+  // Most clients send their hello with the connect: read it now rather than after a poll.
+  read_hello(id);
 }
 
 void Daemon::refuse(PendingAttach& pending, shm::AttachStatus status, const std::string& why) {
@@ -65,17 +120,21 @@ void Daemon::refuse(PendingAttach& pending, shm::AttachStatus status, const std:
   (void)shm::send_with_fds(pending.connection.get(), std::as_bytes(std::span(&reply, 1)), {});
   warn_limited(LogKind::kRefusal, "refused attach from pid {} uid {}: {}", pending.peer.pid,
                pending.peer.uid, why);
-  pending.connection.reset();
 }
 
 void Daemon::evict_attach(std::map<std::uint64_t, PendingAttach>::iterator it, const std::string& why) {
   if (it == attaching_.end()) return;
-  // Its poll holds the socket open until removed; the removal's completion is ignored, and a
-  // poll that completed meanwhile finds no handshake under its id.
-  io_uring_sqe* sqe = next_sqe();
-  io_uring_prep_poll_remove(sqe, pack(Op::kAttach, it->first));
-  io_uring_sqe_set_data64(sqe, pack(Op::kIgnore, 0));
+  std::uint64_t armed = 0;
+  if (it->second.polled) {
+    // Its poll references the socket until its completion comes (the removal's is ignored);
+    // the connection is parked until then.
+    armed = pack(Op::kAttach, it->first);
+    io_uring_sqe* sqe = next_sqe();
+    io_uring_prep_poll_remove(sqe, armed);
+    io_uring_sqe_set_data64(sqe, pack(Op::kIgnore, 0));
+  }
   refuse(it->second, shm::AttachStatus::kAttachTimeout, why);
+  release_connection(std::move(it->second.connection), armed);
   if (--attaching_per_uid_[it->second.peer.uid] == 0) attaching_per_uid_.erase(it->second.peer.uid);
   attaching_.erase(it);
 }
@@ -88,21 +147,49 @@ std::int64_t Daemon::expire_attaches(std::int64_t now_ns) {
   return attaching_.empty() ? 0 : attaching_.begin()->second.deadline_ns;
 }
 
-void Daemon::finish_attach(std::uint64_t id) {
+void Daemon::on_attach_readable(std::uint64_t id) {
+  auto it = attaching_.find(id);
+  if (it == attaching_.end()) return;
+  it->second.polled = false;
+  if (!handshakes_.take_step()) {
+    hellos_due_.push_back(id);  // read in a later pass; its deadline still holds
+    return;
+  }
+  read_hello(id);
+}
+
+void Daemon::read_due_hellos() {
+  while (!hellos_due_.empty() && handshakes_.take_step()) {
+    const std::uint64_t id = hellos_due_.front();
+    hellos_due_.pop_front();
+    read_hello(id);
+  }
+}
+
+void Daemon::read_hello(std::uint64_t id) {
   auto it = attaching_.find(id);
   if (it == attaching_.end()) return;
   const int fd = it->second.connection.get();
   shm::Hello hello{};
-  std::vector<shm::UniqueFd> fds;  // a client has no fds to give; any it sent are closed here
+  std::vector<shm::UniqueFd> fds;  // a client has no fds to give; any it sent go to the reaper
   const Expected<std::size_t> n =
       shm::recv_with_fds(fd, std::as_writable_bytes(std::span(&hello, 1)), fds);
+  for (shm::UniqueFd& passed : fds) reaper_.drop(std::move(passed));
   if (!n && n.error().code == std::errc::resource_unavailable_try_again) {
-    arm_poll(fd, pack(Op::kAttach, id));  // woken without data: keep waiting, until the deadline
+    it->second.polled = true;
+    arm_poll(fd, pack(Op::kAttach, id));  // no hello yet: keep waiting, until the deadline
     return;
   }
   PendingAttach pending = std::move(it->second);
   if (--attaching_per_uid_[pending.peer.uid] == 0) attaching_per_uid_.erase(pending.peer.uid);
   attaching_.erase(it);
+  answer_hello(pending, n, hello, !fds.empty(), id);
+  // Unless it became a session, the connection is done with; no poll references it.
+  release_connection(std::move(pending.connection), 0);
+}
+
+void Daemon::answer_hello(PendingAttach& pending, const Expected<std::size_t>& n, const shm::Hello& hello,
+                          bool carried_fds, std::uint64_t id) {
   const PeerCredentials& peer = pending.peer;
   const bool truncated = !n && n.error().code == std::errc::protocol_error;
   if (!truncated && (!n || *n == 0)) return;  // gone before its hello: nobody to tell
@@ -116,7 +203,7 @@ void Daemon::finish_attach(std::uint64_t id) {
                std::to_string(hello.protocol_version));
     return;
   }
-  if (!fds.empty() || (hello.flags != 0 && hello.flags != shm::kHelloDeadLetters)) {
+  if (carried_fds || (hello.flags != 0 && hello.flags != shm::kHelloDeadLetters)) {
     refuse(pending, shm::AttachStatus::kBadHello, "attach request carried fds or unknown flags");
     return;
   }
@@ -146,7 +233,16 @@ void Daemon::finish_attach(std::uint64_t id) {
                std::to_string(config_.max_clients_per_uid) + " clients attached");
     return;
   }
-  auto created = ClientSession::create(id, config_.segment, peer.pid, peer.uid);
+  attach_session(pending, id);
+}
+
+void Daemon::attach_session(PendingAttach& pending, std::uint64_t id) {
+  const PeerCredentials& peer = pending.peer;
+  const shm::WirePriority granted =
+      peer_allowed(peer, config_.high_priority_uids, config_.high_priority_gids)
+          ? shm::WirePriority::kHigh
+          : shm::WirePriority::kNormal;
+  auto created = ClientSession::create(id, config_.segment, peer.pid, peer.uid, granted);
   if (!created) {
     const std::string why = created.error().message;
     spdlog::error("cannot create a segment for pid {}: {}", peer.pid, why);
@@ -159,6 +255,7 @@ void Daemon::finish_attach(std::uint64_t id) {
   reply.protocol_version = shm::kProtocolVersion;
   reply.status = shm::AttachStatus::kOk;
   reply.client_id = static_cast<std::uint32_t>(id);
+  const int fd = pending.connection.get();
   const int out_fds[shm::kAttachFdCount] = {session->request_fd(), session->completion_fd(),
                                             session->doorbell_fd(), status_fd_.get()};
   if (auto sent = shm::send_with_fds(fd, std::as_bytes(std::span(&reply, 1)), out_fds); !sent) {
@@ -179,22 +276,24 @@ void Daemon::finish_attach(std::uint64_t id) {
 void Daemon::on_session_readable(std::uint64_t id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
-  char buf[64];
-  const ssize_t n = ::recv(it->second->connection(), buf, sizeof(buf), MSG_DONTWAIT);
+  char byte = 0;
+  // A peek: reading would take the descriptors a message may carry into this thread, and their
+  // close could block; the reaper drains them with the connection.
+  const ssize_t n = ::recv(it->second->connection(), &byte, 1, MSG_DONTWAIT | MSG_PEEK);
   if (n > 0) {
     // The protocol has nothing to say after the hello: whatever comes is garbage, and reading
     // it one poll at a time would let a client keep the drain loop busy.
-    drop_session(id, "sent data on its control connection after attaching");
+    drop_session(id, "sent data on its control connection after attaching", false);
     return;
   }
   if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-    drop_session(id, nullptr);
+    drop_session(id, nullptr, false);
     return;
   }
   arm_poll(it->second->connection(), pack(Op::kSession, id));
 }
 
-void Daemon::drop_session(std::uint64_t id, const char* why) {
+void Daemon::drop_session(std::uint64_t id, const char* why, bool connection_polled) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
   std::shared_ptr<ClientSession> session = std::move(it->second);
@@ -214,9 +313,12 @@ void Daemon::drop_session(std::uint64_t id, const char* why) {
     spdlog::debug("client {} (pid {}) detached", id, session->pid());
   }
   stats_.clients_detached.fetch_add(1, std::memory_order_relaxed);
-  // shutdown, not close: the pending poll holds the socket open, and the client must see the
-  // hang-up now. The segment stays mapped until batches holding the session complete.
+  // The client must see the hang-up now; the shutdown also completes the connection's poll,
+  // which holds a reference to it until then. The connection leaves the session here, so the
+  // last reference to the session (in a lane, once its batches complete) closes nothing a
+  // client controls. The segment stays mapped until then.
   ::shutdown(session->connection(), SHUT_RDWR);
+  release_connection(session->release_connection(), connection_polled ? pack(Op::kSession, id) : 0);
   // The doorbell's poll would otherwise hold its eventfd (and an io_uring entry) forever.
   io_uring_sqe* sqe = next_sqe();
   io_uring_prep_poll_remove(sqe, pack(Op::kClientDoorbell, id));

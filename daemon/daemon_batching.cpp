@@ -3,6 +3,7 @@
 // admitted into the open batch, and hand full or due batches to the router.
 #include <simdjson.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -115,10 +116,29 @@ bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
   return true;
 }
 
+std::int64_t Daemon::fair_slice_ns(std::int64_t now_ns) const noexcept {
+  if (active_clients_ < 2 || config_.fair_slice_us == 0) return 0;
+  const Router::LaneView lanes = router_->lane_view(now_ns);
+  if (!lanes.cost.fitted) return 0;
+  // A device whose every batch costs more than the slice still batches: the slice then grows
+  // to twice its fixed cost, so at least half of each run is the requests' own work.
+  const auto slice_ns = static_cast<double>(config_.fair_slice_us) * 1e3;
+  return static_cast<std::int64_t>(std::max(slice_ns, 2 * lanes.cost.fixed_ns));
+}
+
+bool Daemon::past_slice(const PendingRequest& request, std::int64_t slice_ns, const CostFit& cost) const noexcept {
+  if (slice_ns == 0 || batcher_.count() == 0) return false;
+  const double predicted =
+      cost.predict_ns(batcher_.count() + 1.0, static_cast<double>(batcher_.bytes() + request.taken.input_bytes));
+  return predicted > static_cast<double>(slice_ns);
+}
+
 bool Daemon::fill_batches(std::int64_t now_ns) {
   bool progressed = false;
   const std::int64_t urgent_ns = pending_.empty() ? 0 : urgent_ns_before_deadline(now_ns);
   batcher_.cap_bytes(router_->byte_budget(now_ns));  // device memory (router_memory.cpp)
+  const std::int64_t slice_ns = pending_.empty() ? 0 : fair_slice_ns(now_ns);
+  const CostFit cost = slice_ns != 0 ? router_->lane_view(now_ns).cost : CostFit{};
   while (!pending_.empty()) {
     if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) break;
     // While the open batch is held for a lane, the rest wait here, in class order, until a lane
@@ -126,7 +146,7 @@ bool Daemon::fill_batches(std::int64_t now_ns) {
     // request arriving meanwhile would wait behind them.
     if (batcher_.count() > 0 && holding_for_lane(now_ns)) break;
     PendingRequest& request = pending_.front(now_ns, urgent_ns);
-    if (!batcher_.fits(request.taken.input_bytes)) {
+    if (!batcher_.fits(request.taken.input_bytes) || past_slice(request, slice_ns, cost)) {
       batcher_.mark_full();
       flush_open_batch(FlushReason::kFull);
       continue;  // the same request goes into the next batch
@@ -219,9 +239,11 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
   std::array<std::uint64_t, shm::kWirePriorities> taken_count{};
   std::array<std::uint64_t, shm::kWirePriorities> taken_bytes{};
   const std::size_t clients = drain_order_.size();
+  std::size_t active = 0;
   for (std::size_t visited = 0; visited < clients && !drain_order_.empty(); ++visited) {
     if (drain_cursor_ >= drain_order_.size()) drain_cursor_ = 0;
     std::shared_ptr<ClientSession> session = drain_order_[drain_cursor_++];
+
     for (unsigned taken_here = 0; taken_here < kBurstPerClient; ++taken_here) {
       TakenRequest taken;
       const TakeResult result = session->take(taken, why);
@@ -232,7 +254,9 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
       }
       session->mark_in_flight(taken.slot, taken.generation);
       session->pop();
+      session->note_taken(now_ns);
       stats_.requests_taken.fetch_add(1, std::memory_order_relaxed);
+      if (taken.downgraded) stats_.priority_downgrades.fetch_add(1, std::memory_order_relaxed);
       stats_.requests_taken_by_class[static_cast<std::size_t>(taken.priority)].fetch_add(1, std::memory_order_relaxed);
       ++taken_count[static_cast<std::size_t>(taken.priority)];
       taken_bytes[static_cast<std::size_t>(taken.priority)] += taken.input_bytes;
@@ -240,10 +264,12 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
       progressed = true;
     }
     session->publish();
+    if (session->last_taken_ns() != 0 && now_ns - session->last_taken_ns() < kActiveWindowNs) ++active;
   }
   for (std::size_t c = 0; c < arrivals_.size(); ++c) {
     if (taken_count[c] > 0) arrivals_[c].add(taken_count[c], taken_bytes[c], now_ns);
   }
+  active_clients_ = active;
   return progressed;
 }
 

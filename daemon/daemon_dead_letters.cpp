@@ -73,7 +73,6 @@ void Daemon::answer_dead_letters(PendingAttach& pending) {
   const int fds[] = {memfd->get()};
   // Non-blocking, as every send to a client: one that does not read loses only its answer.
   (void)shm::send_with_fds(pending.connection.get(), std::as_bytes(std::span(&reply, 1)), fds);
-  pending.connection.reset();
 }
 
 }  // namespace batchd

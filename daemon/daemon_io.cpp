@@ -68,19 +68,16 @@ void Daemon::handle_completions() {
 void Daemon::handle_event(std::uint64_t user_data, int result) {
   switch (op_of(user_data)) {
     case Op::kListen:
-      if (!stop_requested_.load(std::memory_order_relaxed)) {
-        accept_clients();
-        arm_poll(control_->fd(), pack(Op::kListen, 0));
-      }
+      if (!stop_requested_.load(std::memory_order_relaxed)) accept_clients();
       break;
     case Op::kDoorbell:
       arm_doorbell_read();
       break;
     case Op::kAttach:
-      finish_attach(id_of(user_data));
+      if (!release_parked(user_data)) on_attach_readable(id_of(user_data));
       break;
     case Op::kSession:
-      if (result >= 0) on_session_readable(id_of(user_data));
+      if (!release_parked(user_data) && result >= 0) on_session_readable(id_of(user_data));
       break;
     case Op::kClientDoorbell:
       if (auto it = sessions_.find(id_of(user_data)); it != sessions_.end() && result >= 0) {
@@ -94,6 +91,8 @@ void Daemon::handle_event(std::uint64_t user_data, int result) {
 }
 
 bool Daemon::work_waiting() {
+  // Handshake steps left over by the last pass's budget.
+  if (listen_deferred_ || !hellos_due_.empty()) return true;
   if (std::any_of(drain_order_.begin(), drain_order_.end(),
                   [](const auto& s) { return s->has_pending(); })) {
     return true;  // rings are drained whether or not a batch object is free

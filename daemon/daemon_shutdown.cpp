@@ -22,6 +22,7 @@ bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {
   if (stop_at_ns_ == 0) {
     stop_at_ns_ = now_ns;
     control_->close_listener();  // new attaches are refused from here on
+    listen_deferred_ = false;
     spdlog::info("stopping: finishing in-flight requests");
   }
   const bool rings_empty = !work_waiting() || now_ns - stop_at_ns_ > kStopGraceNs;

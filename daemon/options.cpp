@@ -167,6 +167,13 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
       ->capture_default_str()->check(CLI::Range(1U, 600'000U));
   app.add_option("--allow-uid", c.allowed_uids, "also accept clients with this uid")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--allow-gid", c.allowed_gids, "also accept clients with this gid")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--high-priority-uid", c.high_priority_uids,
+                 "clients with this uid may run requests at high priority (besides the daemon's own "
+                 "user; anyone else's high requests run at normal, counted as downgrades)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--high-priority-gid", c.high_priority_gids,
+                 "clients with this gid may run requests at high priority")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--inline-max-us", raw.inline_max_us,
                  "a backend that allows it (cpu) runs a batch on the drain thread, without a hand-off "
                  "to a worker, while its measured run time is at most this; 0: never")
@@ -178,6 +185,11 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
         const auto address = parse_listen_address(text, "--metrics-listen");
         return address ? std::string() : address.error().message;
       });
+  app.add_option("--fair-slice-us", c.fair_slice_us,
+                 "while two or more clients are active, close a batch before its predicted run "
+                 "passes this (at least twice the device's fixed batch cost), so one client's large "
+                 "inputs cannot hold the lanes while another waits; 0: off")
+      ->capture_default_str()->check(CLI::Range(0U, 10'000'000U));
   app.add_option("--drain-spin-us", c.drain_spin_us,
                  "busy-poll this long before the drain loop sleeps")->capture_default_str();
 }

@@ -1,9 +1,10 @@
 // Requests taken out of the clients' rings and admitted, waiting for a batch. Per priority class
-// (high, then normal, then low) one FIFO per client, served round-robin one request at a time, so
-// a client's flood queues behind its own requests only, and while k clients wait each batch of n
-// takes at most ceil(n / k) of any one client's. Queues grow by doubling and never shrink while
-// their client stays, so steady state allocates nothing; their size is bounded by the clients'
-// slots (each entry holds one). Drain thread only.
+// (high, then normal, then low) one FIFO per client, served by deficit round-robin on what the
+// requests cost (their input bytes and a per-request share), so a client's flood queues behind
+// its own requests only, and a client of large inputs gets the same share of the batches' work
+// as one of small inputs, not the same count of requests. Queues grow by doubling and never
+// shrink while their client stays, so steady state allocates nothing; their size is bounded by
+// the clients' slots (each entry holds one). Drain thread only.
 #pragma once
 
 #include <array>
@@ -55,25 +56,43 @@ class Fifo {
   std::size_t size_ = 0;
 };
 
-// One class's requests, round-robin across clients.
+// One class's requests, deficit round-robin across clients: each turn credits a client
+// kQuantumBytes of work, and it is served while its credit covers its next request.
 class ClassQueue {
  public:
+  // What one turn lets a client's requests cost. Larger than any one small request's cost, so
+  // small requests go several to a turn; a request of the largest inputs waits a few turns.
+  static constexpr std::uint64_t kQuantumBytes = 16 * 1024;
+  // A request's cost besides its bytes, in bytes: its share of a batch's per-request work.
+  static constexpr std::uint64_t kRequestOverheadBytes = 256;
+
+  [[nodiscard]] static std::uint64_t cost_of(const PendingRequest& request) noexcept {
+    return request.taken.input_bytes + kRequestOverheadBytes;
+  }
+
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
-  // Precondition: !empty(). The next request in round-robin order; the same one until pop_front().
-  [[nodiscard]] PendingRequest& front() noexcept { return round_.front()->requests.front(); }
+  // Precondition: !empty(). The next request in deficit round-robin order; the same one until
+  // pop_front().
+  [[nodiscard]] PendingRequest& front() noexcept {
+    settle();
+    return round_.front()->requests.front();
+  }
 
-  // Removes front() and moves its client to the back of the round.
+  // Removes front(), charging its cost to its client; the client keeps its turn while its credit
+  // lasts.
   void pop_front() noexcept {
     ClientQueue* queue = round_.front();
-    round_.pop_front();
+    const std::uint64_t cost = cost_of(queue->requests.front());
+    queue->credit = queue->credit > cost ? queue->credit - cost : 0;
     queue->requests.pop_front();
     --size_;
     if (queue->requests.empty()) {
+      round_.pop_front();
       queue->in_round = false;
-    } else {
-      round_.push_back(queue);  // cannot allocate: the round never holds more than its capacity
+      queue->credit = 0;  // credit is for waiting work, not saved up while idle
+      queue->credited = false;
     }
   }
 
@@ -109,8 +128,27 @@ class ClassQueue {
  private:
   struct ClientQueue {
     Fifo<PendingRequest> requests;
-    bool in_round = false;  // listed in round_
+    bool in_round = false;       // listed in round_
+    bool credited = false;       // got this turn's quantum
+    std::uint64_t credit = 0;    // bytes of work it may still be served this turn
   };
+
+  // Brings to the front of the round a client whose credit covers its next request. Ends: every
+  // turn adds a quantum, so the front client's credit grows until it does.
+  void settle() noexcept {
+    for (;;) {
+      ClientQueue* queue = round_.front();
+      if (queue->credited && queue->credit >= cost_of(queue->requests.front())) return;
+      if (!queue->credited) {
+        queue->credit += kQuantumBytes;
+        queue->credited = true;
+        continue;
+      }
+      queue->credited = false;  // its turn is over: to the back, keeping what credit is left
+      round_.pop_front();
+      round_.push_back(queue);  // cannot allocate: the round never holds more than its capacity
+    }
+  }
 
   std::unordered_map<std::uint64_t, ClientQueue> queues_;  // by session id
   Fifo<ClientQueue*> round_;  // clients with waiting requests, next to serve first

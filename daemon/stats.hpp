@@ -44,8 +44,13 @@ struct DaemonStats {
   std::atomic<std::uint64_t> clients_attached{0};
   std::atomic<std::uint64_t> clients_detached{0};  // including those dropped for violations
   std::atomic<std::uint64_t> clients_dropped_for_violation{0};
+  // Connections refused right after accept: their user started handshakes past its rate.
+  std::atomic<std::uint64_t> connections_shed{0};
+  // Requests that claimed high priority without their user's grant, and ran at normal.
+  std::atomic<std::uint64_t> priority_downgrades{0};
   std::atomic<std::uint64_t> requests_taken{0};
-  // requests_taken by the class the client asked for; index: shm::WirePriority.
+  // requests_taken by the class they run at (a claim above the grant counts at the grant);
+  // index: shm::WirePriority.
   std::array<std::atomic<std::uint64_t>, shm::kWirePriorities> requests_taken_by_class{};
   // Refused at admission as overloaded (their deadline would pass in the backlog), by class.
   std::array<std::atomic<std::uint64_t>, shm::kWirePriorities> requests_shed_by_class{};

@@ -38,6 +38,7 @@ enum class AttachStatus : std::int32_t {
   kInternalError = 6,
   kTooManyClientsForUser = 7,  // this uid holds its maximum of attached clients
   kAttachTimeout = 8,          // no hello before the handshake's deadline, or evicted by newer ones
+  kBusy = 9,                   // this uid starts handshakes faster than its rate: retry shortly
 };
 
 // Fds that follow a successful AttachReply, in this order.

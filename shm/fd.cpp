@@ -11,7 +11,10 @@ Expected<void> send_with_fds(int socket, std::span<const std::byte> message,
                              std::span<const int> fds) noexcept {
   if (fds.size() > kMaxPassedFds) return errno_failure("sendmsg: too many fds", EINVAL);
   iovec iov{const_cast<std::byte*>(message.data()), message.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)]{};
+  // Room for the most fds one message can carry (SCM_MAX_FD): fds that do not fit are dropped
+  // by the kernel in this thread, and the last close of a peer's fd can block (a lingering
+  // socket); received, they are the caller's to close where it likes.
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxReceivedFds)]{};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -35,7 +38,10 @@ Expected<void> send_with_fds(int socket, std::span<const std::byte> message,
 Expected<std::size_t> recv_with_fds(int socket, std::span<std::byte> message,
                                     std::vector<UniqueFd>& fds) noexcept {
   iovec iov{message.data(), message.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)]{};
+  // Room for the most fds one message can carry (SCM_MAX_FD): fds that do not fit are dropped
+  // by the kernel in this thread, and the last close of a peer's fd can block (a lingering
+  // socket); received, they are the caller's to close where it likes.
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxReceivedFds)]{};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -58,7 +64,6 @@ Expected<std::size_t> recv_with_fds(int socket, std::span<std::byte> message,
     }
   }
   if (bad) {
-    fds.clear();
     return errno_failure("recvmsg: message or fds truncated", EPROTO);
   }
   return static_cast<std::size_t>(n);

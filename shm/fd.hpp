@@ -39,6 +39,8 @@ class UniqueFd {
 };
 
 inline constexpr std::size_t kMaxPassedFds = 8;
+// The most fds one message can carry (the kernel's SCM_MAX_FD).
+inline constexpr std::size_t kMaxReceivedFds = 253;
 
 // Sends one message with fds attached, whole (else EMSGSIZE); the errno in the failure's code
 // otherwise. Retries EINTR.
@@ -46,8 +48,9 @@ Expected<void> send_with_fds(int socket, std::span<const std::byte> message,
                              std::span<const int> fds) noexcept;
 
 // Receives one message (up to message.size() bytes) and any fds sent with it. Returns the byte
-// count, 0 when the peer closed, or the errno in the failure's code. Truncated messages and
-// surplus fds are refused (and the fds closed) with EPROTO.
+// count, 0 when the peer closed, or the errno in the failure's code. A truncated message is
+// refused with EPROTO; the fds that came with any message are in `fds` all the same, for the
+// caller to close (a daemon closes a peer's fds off its own threads).
 Expected<std::size_t> recv_with_fds(int socket, std::span<std::byte> message,
                                     std::vector<UniqueFd>& fds) noexcept;
 

@@ -102,6 +102,10 @@ struct alignas(64) DaemonStatusPage {
   // records lost on the way (the writer's queue was full, or the file refused the write).
   std::atomic<std::uint64_t> dead_letters;
   std::atomic<std::uint64_t> dead_letters_dropped;
+  // Appended in turn: requests that claimed high priority without their user's grant and ran at
+  // normal, and connections refused right after accept (their user's handshake rate was spent).
+  std::atomic<std::uint64_t> priority_downgrades;
+  std::atomic<std::uint64_t> connections_shed;
 };
 
 static_assert(std::is_standard_layout_v<DaemonStatusPage>);

@@ -19,11 +19,12 @@ struct Fixture {
   shm::RingProducer producer;
   shm::UniqueFd peer;
 
-  Fixture() {
+  // `granted`: the highest class the session's user may run at.
+  explicit Fixture(shm::WirePriority granted = shm::WirePriority::kHigh) {
     int fds[2];
     REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds) == 0);
     peer.reset(fds[1]);
-    auto created = ClientSession::create(1, params, 0, 0);
+    auto created = ClientSession::create(1, params, 0, 0, granted);
     REQUIRE(created);
     session = std::move(*created);
     session->set_connection(shm::UniqueFd(fds[0]));
@@ -59,6 +60,23 @@ TEST_CASE("a well-formed request is taken with its own slot's fields") {
   CHECK(t.input == f.session->view().request_input(3));
   f.session->pop();
   CHECK(f.take(t, why) == TakeResult::kEmpty);
+}
+
+TEST_CASE("a claim of high priority without the grant runs at normal and says it was downgraded") {
+  Fixture f(shm::WirePriority::kNormal);
+  f.submit(0, 1, 1, static_cast<std::uint32_t>(shm::WirePriority::kHigh));
+  f.submit(1, 1, 1, static_cast<std::uint32_t>(shm::WirePriority::kLow));
+  f.submit(2, 1, 1, static_cast<std::uint32_t>(shm::WirePriority::kNormal));
+  TakenRequest t;
+  std::string why;
+  const std::pair<shm::WirePriority, bool> expected[] = {
+      {shm::WirePriority::kNormal, true}, {shm::WirePriority::kLow, false}, {shm::WirePriority::kNormal, false}};
+  for (const auto& [priority, downgraded] : expected) {
+    REQUIRE(f.take(t, why) == TakeResult::kTaken);
+    CHECK(t.priority == priority);
+    CHECK(t.downgraded == downgraded);
+    f.session->pop();
+  }
 }
 
 TEST_CASE("each priority class is taken as the slot names it; a slot never written is normal") {

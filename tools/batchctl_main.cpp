@@ -48,6 +48,7 @@ std::string as_text(const batchd::DaemonStatus& s) {
       "requests: {} taken, {} ok, {} failed ({} refused before running), {} in flight, {} "
       "abandoned by their client\n"
       "by class (high, normal, low): taken {} / {} / {}, shed as overloaded {} / {} / {}, arriving {} / {} / {} per s\n"
+      "high priority claimed without a grant (ran at normal): {}; connections shed at accept: {}\n"
       "dead letters: {} recorded, {} dropped (batchctl dead-letters lists them)\n"
       "batches: {} ({} failed); sizes:",
       s.backend, s.daemon_pid, s.healthy_devices, s.devices.size(), s.clients, s.policy, s.max_batch,
@@ -59,7 +60,8 @@ std::string as_text(const batchd::DaemonStatus& s) {
       s.requests_abandoned, taken(s, batchd::Priority::kHigh), taken(s, batchd::Priority::kNormal),
       taken(s, batchd::Priority::kLow), s.requests_shed_by_class[0], s.requests_shed_by_class[1],
       s.requests_shed_by_class[2], s.arrivals_per_s_by_class[0], s.arrivals_per_s_by_class[1],
-      s.arrivals_per_s_by_class[2], s.dead_letters, s.dead_letters_dropped, s.batches, s.batch_failures);
+      s.arrivals_per_s_by_class[2], s.priority_downgrades, s.connections_shed, s.dead_letters,
+      s.dead_letters_dropped, s.batches, s.batch_failures);
   for (std::size_t b = 0; b < s.batch_sizes.size(); ++b) {
     if (s.batch_sizes[b] != 0) out += fmt::format(" [{}..{}]:{}", 1U << b, (2U << b) - 1, s.batch_sizes[b]);
   }
@@ -111,12 +113,14 @@ std::string as_json(const batchd::DaemonStatus& s) {
       "\"requests_failed\":{},\"requests_rejected\":{},"
       "\"in_flight\":{},\"requests_abandoned\":{},\"policy\":\"{}\",\"target_batch\":{},"
       "\"arrivals_per_s\":{},\"flushes\":{{{}}},\"max_batch\":{},\"max_wait_ns\":{},"
-      "\"max_batch_bytes\":{},\"dead_letters\":{},\"dead_letters_dropped\":{},\"batches\":{},"
+      "\"max_batch_bytes\":{},\"dead_letters\":{},\"dead_letters_dropped\":{},"
+      "\"priority_downgrades\":{},\"connections_shed\":{},\"batches\":{},"
       "\"batch_failures\":{},\"batch_sizes\":[{}],\"devices\":[{}]}}",
       s.backend, s.daemon_pid, s.healthy_devices, s.clients, s.requests_taken, by_class, s.requests_ok,
       s.requests_failed, s.requests_rejected, s.in_flight, s.requests_abandoned, s.policy,
       s.target_batch, s.arrivals_per_s, flushes, s.max_batch,
-      s.max_wait_ns, s.max_batch_bytes, s.dead_letters, s.dead_letters_dropped, s.batches, s.batch_failures,
+      s.max_wait_ns, s.max_batch_bytes, s.dead_letters, s.dead_letters_dropped, s.priority_downgrades,
+      s.connections_shed, s.batches, s.batch_failures,
       fmt::join(s.batch_sizes, ","), devices);
 }
 

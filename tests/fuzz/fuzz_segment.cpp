@@ -24,7 +24,7 @@ struct Target {
     int fds[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds) != 0) __builtin_trap();
     peer.reset(fds[1]);
-    auto created = batchd::ClientSession::create(1, kParams, 0, 0);
+    auto created = batchd::ClientSession::create(1, kParams, 0, 0, batchd::shm::WirePriority::kHigh);
     if (!created) __builtin_trap();
     session = std::move(*created);
     session->set_connection(batchd::shm::UniqueFd(fds[0]));

@@ -149,6 +149,8 @@ nb::dict daemon_status(const batchd::DaemonStatus& s) {
   out["devices"] = devices;
   out["dead_letters"] = s.dead_letters;
   out["dead_letters_dropped"] = s.dead_letters_dropped;
+  out["priority_downgrades"] = s.priority_downgrades;
+  out["connections_shed"] = s.connections_shed;
   return out;
 }
 

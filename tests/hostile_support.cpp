@@ -1,0 +1,144 @@
+#include "tests/hostile_support.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "shm/clock.hpp"
+
+namespace batchd::test {
+
+std::size_t open_fds(pid_t pid) {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    ++n;
+  }
+  return n;
+}
+
+void stop_within_bound(DaemonProcess& daemon, std::chrono::milliseconds bound) {
+  const pid_t pid = daemon.pid();
+  std::atomic<bool> stopped{false};
+  std::thread guard([&] {
+    if (!eventually([&] { return stopped.load(); }, bound)) {
+      FAIL_CHECK("batchd did not stop within ", bound.count(), " ms of SIGTERM");
+      ::kill(pid, SIGKILL);
+    }
+  });
+  daemon.stop();
+  stopped.store(true);
+  guard.join();
+}
+
+ChildAttackers::ChildAttackers(unsigned count, std::optional<RunAs> as,
+                               const std::function<void(unsigned)>& attack)
+    : ChildAttackers(count, [as](unsigned) { return as; }, attack) {}
+
+ChildAttackers::ChildAttackers(unsigned count, const std::function<std::optional<RunAs>(unsigned)>& as_of,
+                               const std::function<void(unsigned)>& attack) {
+  std::vector<std::optional<RunAs>> users;
+  for (unsigned i = 0; i < count; ++i) users.push_back(as_of(i));
+  for (unsigned i = 0; i < count; ++i) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      if (users[i] && (::setgid(users[i]->gid) != 0 || ::setuid(users[i]->uid) != 0)) ::_exit(100);
+      attack(i);
+      ::_exit(0);
+    }
+    pids_.push_back(pid);
+  }
+}
+
+void ChildAttackers::stop() {
+  for (const pid_t pid : pids_) ::kill(pid, SIGKILL);
+  for (const pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
+  pids_.clear();
+}
+
+UnixAddress::UnixAddress(const std::string& path) {
+  static_assert(sizeof(storage) >= sizeof(sockaddr_un));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  std::memcpy(storage, &addr, sizeof(addr));
+}
+
+int UnixAddress::connect() const noexcept {
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(storage), sizeof(sockaddr_un)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+shm::UniqueFd lingering_tcp_socket(shm::UniqueFd& peer, int linger_s) {
+  shm::UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(listener.valid());
+  const int small = 4096;
+  ::setsockopt(listener.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));  // inherited
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(listener.get(), 1) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  shm::UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(sock.valid());
+  ::setsockopt(sock.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+  REQUIRE(::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  peer.reset(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  REQUIRE(peer.valid());
+  // Fill everything between the two ends: the peer never reads, so nothing more can leave.
+  const int flags = ::fcntl(sock.get(), F_GETFL);
+  ::fcntl(sock.get(), F_SETFL, flags | O_NONBLOCK);
+  const std::vector<char> chunk(4096, 'x');
+  while (::send(sock.get(), chunk.data(), chunk.size(), MSG_NOSIGNAL) > 0) {
+  }
+  ::fcntl(sock.get(), F_SETFL, flags);
+  const linger lingering{1, linger_s};
+  REQUIRE(::setsockopt(sock.get(), SOL_SOCKET, SO_LINGER, &lingering, sizeof(lingering)) == 0);
+  return sock;
+}
+
+NewClientProber::NewClientProber(std::string socket, std::chrono::milliseconds period,
+                                 std::chrono::milliseconds bound) {
+  thread_ = std::thread([this, socket = std::move(socket), period, bound] {
+    while (!stop_.load()) {
+      ClientOptions options;
+      options.socket_path = socket;
+      options.connect_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(bound * 3);
+      const std::int64_t start_ns = shm::monotonic_ns();
+      Error error;
+      auto client = Client::connect(options, &error);
+      const std::int64_t took_us = (shm::monotonic_ns() - start_ns) / 1000;
+      tried_.fetch_add(1);
+      if (client && took_us <= bound.count() * 1000) in_time_.fetch_add(1);
+      if (took_us > slowest_us_.load()) slowest_us_.store(took_us);
+      for (auto waited = std::chrono::milliseconds(0); waited < period && !stop_.load();
+           waited += std::chrono::milliseconds(10)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  });
+}
+
+void NewClientProber::stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace batchd::test

@@ -1,0 +1,271 @@
+// Hostile local users, round two: what a peer can do to the daemon through its control socket
+// and its share of the lanes, each case beside a normal client whose every answer is checked.
+// Whatever the attack, the normal client gets no error and no wrong answer, new clients (of
+// another user than the attacker's, where the test may switch users) attach within a second,
+// SIGTERM ends the daemon within a second, and its descriptors come back to where they were.
+// The latency figures each case prints are measured as ratios in bench/hostile-bench.sh.
+#include <doctest/doctest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "client_lib/attach.hpp"
+#include "daemon/cpu_backend.hpp"
+#include "shm/attach_protocol.hpp"
+#include "shm/clock.hpp"
+#include "tests/helpers.hpp"
+#include "tests/hostile_support.hpp"
+
+using namespace batchd;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uid_t kAttackerUid = 65534;  // nobody
+// Only root can run an attacker as another user; elsewhere the attacker is the test's own user.
+std::optional<test::RunAs> attacker_user() {
+  if (::geteuid() != 0) return std::nullopt;
+  return test::RunAs{kAttackerUid, kAttackerUid};
+}
+
+// Lets another user reach the socket in the tests' private directory.
+void open_socket_dir(const std::string& socket) {
+  REQUIRE(::chmod(std::filesystem::path(socket).parent_path().c_str(), 0711) == 0);
+}
+
+// A batchd-stress run at `rate` requests a second for `seconds`, every answer checked.
+struct LoadFigures {
+  double ok = 0, errors = 0, wrong = 0, p99_us = 0;
+};
+LoadFigures paced_load(const std::string& socket, unsigned rate, double seconds) {
+  const test::StressRun run = test::run_stress(
+      {"--socket", socket, "--rate", std::to_string(rate), "--duration", std::to_string(seconds),
+       "--timeout-ms", "10000"});
+  INFO("stress stderr: ", run.process.err);
+  CHECK(run.process.exit_code() == 0);
+  return {run.field("ok"), run.field("errors"), run.field("wrong"), run.field("/by_class/normal/p99_us")};
+}
+
+// The normal client's figures under attack: all answered, none wrong; its p99 beside the same
+// client's with no attack, from this run.
+void check_normal(const LoadFigures& alone, const LoadFigures& attacked) {
+  MESSAGE("normal client: alone p99 ", alone.p99_us, " us; under attack ", attacked.ok, " ok, ",
+          attacked.errors, " errors, ", attacked.wrong, " wrong, p99 ", attacked.p99_us, " us (",
+          attacked.p99_us / std::max(alone.p99_us, 1.0), "x)");
+  CHECK(alone.errors == 0);
+  CHECK(attacked.ok > 0);
+  CHECK(attacked.errors == 0);
+  CHECK(attacked.wrong == 0);
+}
+
+void check_new_clients(const test::NewClientProber& prober) {
+  MESSAGE("new clients: ", prober.in_time(), " of ", prober.tried(), " attached within 1 s (slowest ",
+          prober.slowest_ms(), " ms)");
+  CHECK(prober.tried() > 0);
+  CHECK(prober.in_time() == prober.tried());
+}
+
+// Sends `message` with `fd` attached on `conn`: true if the kernel took it (false: it refused
+// descriptors to that socket, SO_PASSRIGHTS).
+bool send_fd(int conn, std::span<const std::byte> message, int fd) {
+  const int fds[] = {fd};
+  const auto sent = shm::send_with_fds(conn, message, fds);
+  if (!sent) CHECK(sent.error().code == std::errc::operation_not_permitted);
+  return bool(sent);
+}
+
+}  // namespace
+
+TEST_CASE("a descriptor whose close lingers stalls nothing, sent attached or before any permission check") {
+  for (const bool kernel_refuses : {false, true}) {
+    CAPTURE(kernel_refuses);
+    DaemonConfig config;
+    config.socket_path = test::temp_socket_path();
+    config.batch.max_wait = 1ms;
+    // Off: the path of kernels before 6.16, where descriptors arrive and the reaper closes them.
+    config.refuse_passed_fds = kernel_refuses;
+    auto daemon = std::make_unique<test::InProcessDaemon>(config, std::make_unique<CpuBackend>(1, 1));
+    const std::string socket = config.socket_path;
+    test::NormalLoad load(socket);
+    REQUIRE(load.progresses());
+    const std::size_t fds_before = test::open_fds(::getpid());
+    std::vector<shm::UniqueFd> peers;  // the TCP ends that never read: held to the end
+    unsigned delivered = 0;
+    {
+      test::NewClientProber prober(socket, 200ms, test::grace(1000ms));
+      for (int round = 0; round < 3; ++round) {
+        // Attached: a junk byte after the hello, carrying a socket that lingers 30 s on close.
+        auto attachment = attach_to_daemon(socket, 5s);
+        REQUIRE(attachment);
+        shm::UniqueFd peer;
+        shm::UniqueFd tcp = test::lingering_tcp_socket(peer, 30);
+        peers.push_back(std::move(peer));
+        const char junk = 'x';
+        if (send_fd(attachment->connection.get(), std::as_bytes(std::span(&junk, 1)), tcp.get())) {
+          ++delivered;
+        } else {
+          REQUIRE(::send(attachment->connection.get(), &junk, 1, MSG_NOSIGNAL) == 1);  // junk alone
+        }
+        tcp.reset();  // the message in flight holds the last reference
+        char byte;
+        CHECK(test::eventually([&] { return ::recv(attachment->connection.get(), &byte, 1, MSG_DONTWAIT) == 0; }, 5s));
+      }
+      // Not attached, and not allowed to be (another user, where the test can switch): the hello
+      // itself carries one. It is read before any permission check.
+      shm::UniqueFd peer;
+      shm::UniqueFd tcp = test::lingering_tcp_socket(peer, 30);
+      peers.push_back(std::move(peer));
+      const test::UnixAddress address(socket);
+      open_socket_dir(socket);
+      const int tcp_fd = tcp.get();
+      test::ChildAttackers stranger(1, attacker_user(), [&](unsigned) {
+        const int conn = address.connect();
+        const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, 0, 0};
+        const int fds[] = {tcp_fd};
+        if (!shm::send_with_fds(conn, std::as_bytes(std::span(&hello, 1)), fds)) ::_exit(3);
+        char reply[sizeof(shm::AttachReply)];
+        (void)::recv(conn, reply, sizeof(reply), 0);
+        ::_exit(0);
+      });
+      tcp.reset();
+      std::this_thread::sleep_for(1500ms);  // the new-client prober runs meanwhile
+      stranger.stop();
+      CHECK(load.progresses());
+      prober.stop();
+      check_new_clients(prober);
+    }
+    MESSAGE("descriptors the kernel delivered to the daemon: ", delivered, " of 3");
+    CHECK((kernel_refuses || delivered == 3));
+    // The TCP ends the test holds are its own; every descriptor the daemon took is closed again.
+    CHECK(test::eventually([&] { return test::open_fds(::getpid()) <= fds_before + peers.size(); }, 5s));
+    load.check_clean();
+    const std::int64_t stop_from_ns = shm::monotonic_ns();
+    daemon->stop();
+    const double stop_ms = static_cast<double>(shm::monotonic_ns() - stop_from_ns) / 1e6;
+    MESSAGE("stop took ", stop_ms, " ms");
+    CHECK(stop_ms < static_cast<double>(test::grace(1000ms).count()));
+  }
+}
+
+TEST_CASE("high priority is the operator's grant: another user's flood claiming it runs at normal") {
+  if (::geteuid() != 0) {
+    MESSAGE("not root: the flood cannot run as another user, and the test's own user holds the grant");
+    return;
+  }
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--allow-uid", std::to_string(kAttackerUid)});
+  const LoadFigures alone = paced_load(socket, 200, 2 * test::scale() + 1);
+  open_socket_dir(socket);
+  std::atomic<bool> flooding{true};
+  test::ProcessOutput flood;
+  std::thread flooder([&] {
+    flood = test::run_captured({test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--threads", "2",
+                                "--input-bytes", "65536:65536", "--priority", "high", "--duration", "5",
+                                "--timeout-ms", "10000", "--quiet"},
+                               60s, attacker_user());
+    flooding.store(false);
+  });
+  std::this_thread::sleep_for(500ms);
+  const LoadFigures attacked = paced_load(socket, 200, 2 * test::scale() + 1);
+  flooder.join();
+  INFO("flood: ", flood.out, flood.err);
+  CHECK(flood.exit_code() == 0);
+  check_normal(alone, attacked);
+  auto observer = test::connect(socket);
+  const DaemonStatus status = observer->daemon_status();
+  MESSAGE("downgraded: ", status.priority_downgrades, "; taken at high: ",
+          status.requests_taken_by_class[static_cast<std::size_t>(Priority::kHigh)]);
+  CHECK(status.priority_downgrades > 0);
+  CHECK(status.requests_taken_by_class[static_cast<std::size_t>(Priority::kHigh)] == 0);
+  observer.reset();
+  test::stop_within_bound(daemon, test::grace(1000ms));
+}
+
+TEST_CASE("a connect-and-close storm neither starves the drain loop nor keeps others out") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu"});
+  const LoadFigures alone = paced_load(socket, 2000, 2 * test::scale() + 1);
+  const std::size_t fds_before = test::open_fds(daemon.pid());
+  open_socket_dir(socket);
+  const test::UnixAddress address(socket);
+  LoadFigures attacked;
+  {
+    test::ChildAttackers storm(2, attacker_user(), [&](unsigned) {
+      for (;;) {
+        const int fd = address.connect();
+        if (fd >= 0) ::close(fd);
+      }
+    });
+    test::NewClientProber prober(socket, 200ms, test::grace(1000ms));
+    attacked = paced_load(socket, 2000, 2 * test::scale() + 1);
+    prober.stop();
+    storm.stop();
+    if (attacker_user()) {
+      check_new_clients(prober);
+    } else {
+      MESSAGE("not root: the storm is the test's own user's, whose new clients wait for its rate");
+    }
+  }
+  check_normal(alone, attacked);
+  CHECK(test::eventually([&] { return test::open_fds(daemon.pid()) <= fds_before; }, 5s));
+  test::stop_within_bound(daemon, test::grace(1000ms));
+}
+
+TEST_CASE("handshakes held open by twenty users evict only their own, and a newcomer always gets in") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu"});
+  const LoadFigures alone = paced_load(socket, 2000, 2 * test::scale() + 1);
+  const std::size_t fds_before = test::open_fds(daemon.pid());
+  open_socket_dir(socket);
+  const test::UnixAddress address(socket);
+  const bool root = ::geteuid() == 0;
+  LoadFigures attacked;
+  {
+    // Each user keeps eight connections in the handshake, never sending a hello, and opens a
+    // new one whenever the daemon gives up on one.
+    test::ChildAttackers holders(
+        20, [&](unsigned i) { return root ? std::optional<test::RunAs>({60001 + i, 60001 + i}) : std::nullopt; },
+        [&](unsigned) {
+          pollfd held[8];
+          for (pollfd& p : held) p = {address.connect(), POLLIN, 0};
+          for (;;) {
+            (void)::poll(held, 8, 50);
+            for (pollfd& p : held) {
+              if (p.fd >= 0 && p.revents == 0) continue;
+              if (p.fd >= 0) ::close(p.fd);
+              p = {address.connect(), POLLIN, 0};
+            }
+          }
+        });
+    test::NewClientProber prober(socket, 200ms, test::grace(1000ms));
+    attacked = paced_load(socket, 2000, 2 * test::scale() + 1);
+    prober.stop();
+    holders.stop();
+    check_new_clients(prober);
+  }
+  check_normal(alone, attacked);
+  CHECK(test::eventually([&] { return test::open_fds(daemon.pid()) <= fds_before; }, 5s));
+  test::stop_within_bound(daemon, test::grace(1000ms));
+}
+
+TEST_CASE("a flood of large inputs cannot hold the lanes: a light client is served between its batches") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu"});
+  const LoadFigures alone = paced_load(socket, 200, 2 * test::scale() + 1);
+  test::ProcessOutput flood;
+  std::thread flooder([&] {
+    flood = test::run_captured({test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--threads", "2",
+                                "--input-bytes", "65536:65536", "--duration", "5", "--timeout-ms", "10000",
+                                "--quiet"},
+                               60s);
+  });
+  std::this_thread::sleep_for(500ms);
+  const LoadFigures attacked = paced_load(socket, 200, 2 * test::scale() + 1);
+  flooder.join();
+  INFO("flood: ", flood.out, flood.err);
+  CHECK(flood.exit_code() == 0);
+  check_normal(alone, attacked);
+  test::stop_within_bound(daemon, test::grace(1000ms));
+}
