@@ -114,6 +114,11 @@ shm::UniqueFd lingering_tcp_socket(shm::UniqueFd& peer, int linger_s) {
   return sock;
 }
 
+void stop_lingering(int fd) {
+  const linger none{1, 0};
+  REQUIRE(::setsockopt(fd, SOL_SOCKET, SO_LINGER, &none, sizeof(none)) == 0);
+}
+
 NewClientProber::NewClientProber(std::string socket, std::chrono::milliseconds period,
                                  std::chrono::milliseconds bound) {
   thread_ = std::thread([this, socket = std::move(socket), period, bound] {

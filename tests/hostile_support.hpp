@@ -118,6 +118,8 @@ struct UnixAddress {
 // A TCP socket on loopback whose close lingers: SO_LINGER for `linger_s`, its send buffer full,
 // and its peer (held in `peer`) never reading. Its last close blocks for up to linger_s.
 shm::UniqueFd lingering_tcp_socket(shm::UniqueFd& peer, int linger_s);
+// Sets a socket to reset rather than linger at its close.
+void stop_lingering(int fd);
 
 // Attaches a new client every `period` while running; counts those that attached within
 // `bound` (each attach is timed from its start to its client being ready).
