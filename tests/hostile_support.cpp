@@ -6,6 +6,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <grp.h>
+#include <sys/mman.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,12 +52,12 @@ ChildAttackers::ChildAttackers(unsigned count, const std::function<std::optional
   for (unsigned i = 0; i < count; ++i) users.push_back(as_of(i));
   for (unsigned i = 0; i < count; ++i) {
     const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
+    if (pid == 0) {  // no assertion here: the child may take no lock another thread held
       if (users[i] && (::setgid(users[i]->gid) != 0 || ::setuid(users[i]->uid) != 0)) ::_exit(100);
       attack(i);
       ::_exit(0);
     }
+    REQUIRE(pid > 0);
     pids_.push_back(pid);
   }
 }
@@ -112,6 +114,52 @@ shm::UniqueFd lingering_tcp_socket(shm::UniqueFd& peer, int linger_s) {
   const linger lingering{1, linger_s};
   REQUIRE(::setsockopt(sock.get(), SOL_SOCKET, SO_LINGER, &lingering, sizeof(lingering)) == 0);
   return sock;
+}
+
+BackgroundRun::BackgroundRun(const std::vector<std::string>& argv_storage, std::optional<RunAs> as)
+    : out_(::memfd_create("output", MFD_CLOEXEC)) {
+  REQUIRE(out_.valid());
+  std::vector<std::string> copy = argv_storage;
+  std::vector<char*> argv;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const int out = out_.get();
+  const bool switch_user = as.has_value();
+  const RunAs user = as.value_or(RunAs{0, 0});
+  pid_ = ::fork();
+  if (pid_ == 0) {  // system calls only until exec: the child may take no lock another thread held
+    if (::dup2(out, STDOUT_FILENO) < 0 || ::dup2(out, STDERR_FILENO) < 0) ::_exit(126);
+    if (switch_user && (::setgroups(0, nullptr) != 0 || ::setgid(user.gid) != 0 || ::setuid(user.uid) != 0)) {
+      ::_exit(125);
+    }
+    ::execve(argv[0], argv.data(), environ);
+    ::_exit(127);
+  }
+  REQUIRE(pid_ > 0);
+}
+
+BackgroundRun::~BackgroundRun() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+}
+
+ProcessOutput BackgroundRun::wait(std::chrono::milliseconds timeout) {
+  ProcessOutput result;
+  const bool exited = eventually([&] { return ::waitpid(pid_, &result.status, WNOHANG) == pid_; }, timeout);
+  if (!exited) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &result.status, 0);
+  }
+  pid_ = -1;
+  char buf[4096];
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(out_.get(), buf, sizeof(buf), at);
+    if (n <= 0) break;
+    result.out.append(buf, static_cast<std::size_t>(n));
+    at += n;
+  }
+  return result;
 }
 
 void stop_lingering(int fd) {

@@ -121,6 +121,22 @@ shm::UniqueFd lingering_tcp_socket(shm::UniqueFd& peer, int linger_s);
 // Sets a socket to reset rather than linger at its close.
 void stop_lingering(int fd);
 
+// A program run in the background (as `as` if given), its output kept; started from the calling
+// thread, so that no two threads fork at once (TSan's fork handling does not survive that).
+class BackgroundRun {
+ public:
+  BackgroundRun(const std::vector<std::string>& argv, std::optional<RunAs> as = std::nullopt);
+  ~BackgroundRun();
+  BackgroundRun(const BackgroundRun&) = delete;
+  BackgroundRun& operator=(const BackgroundRun&) = delete;
+  // Waits for its exit (killing it past `timeout`); its status and output.
+  ProcessOutput wait(std::chrono::milliseconds timeout);
+
+ private:
+  pid_t pid_ = -1;
+  shm::UniqueFd out_;
+};
+
 // Attaches a new client every `period` while running; counts those that attached within
 // `bound` (each attach is timed from its start to its client being ready).
 class NewClientProber {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "client_lib/attach.hpp"
 #include "daemon/cpu_backend.hpp"
@@ -33,6 +34,23 @@ std::optional<test::RunAs> attacker_user() {
 // Lets another user reach the socket in the tests' private directory.
 void open_socket_dir(const std::string& socket) {
   REQUIRE(::chmod(std::filesystem::path(socket).parent_path().c_str(), 0711) == 0);
+}
+
+// 64 inputs of 64 KiB, one a line, readable by any user, beside `socket`: what the floods send
+// (random inputs that large take the sanitizer builds' stress tool a minute to make).
+std::string large_inputs_file(const std::string& socket) {
+  const std::string path = std::filesystem::path(socket).parent_path() / "large-inputs.txt";
+  std::ofstream file(path);
+  for (int i = 0; i < 64; ++i) {
+    std::string line = std::to_string(i) + "-";
+    line.resize(65536, static_cast<char>('a' + i % 26));
+    file << line << '\n';
+  }
+  file.close();
+  REQUIRE(file);
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::group_read |
+                                         std::filesystem::perms::others_read);
+  return path;
 }
 
 // A batchd-stress run at `rate` requests a second for `seconds`, every answer checked.
@@ -161,19 +179,14 @@ TEST_CASE("high priority is the operator's grant: another user's flood claiming 
   test::DaemonProcess daemon(socket, {"--backend", "cpu", "--allow-uid", std::to_string(kAttackerUid)});
   const LoadFigures alone = paced_load(socket, 200, 2 * test::scale() + 1);
   open_socket_dir(socket);
-  std::atomic<bool> flooding{true};
-  test::ProcessOutput flood;
-  std::thread flooder([&] {
-    flood = test::run_captured({test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--threads", "2",
-                                "--input-bytes", "65536:65536", "--priority", "high", "--duration", "5",
-                                "--timeout-ms", "10000", "--quiet"},
-                               60s, attacker_user());
-    flooding.store(false);
-  });
+  test::BackgroundRun flooder({test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--threads", "2",
+                               "--input-file", large_inputs_file(socket), "--priority", "high", "--duration", "5",
+                               "--timeout-ms", "10000", "--quiet"},
+                              attacker_user());
   std::this_thread::sleep_for(500ms);
   const LoadFigures attacked = paced_load(socket, 200, 2 * test::scale() + 1);
-  flooder.join();
-  INFO("flood: ", flood.out, flood.err);
+  const test::ProcessOutput flood = flooder.wait(60s);
+  INFO("flood: ", flood.out);
   CHECK(flood.exit_code() == 0);
   check_normal(alone, attacked);
   auto observer = test::connect(socket);
@@ -257,17 +270,13 @@ TEST_CASE("a flood of large inputs cannot hold the lanes: a light client is serv
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--backend", "cpu"});
   const LoadFigures alone = paced_load(socket, 200, 2 * test::scale() + 1);
-  test::ProcessOutput flood;
-  std::thread flooder([&] {
-    flood = test::run_captured({test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--threads", "2",
-                                "--input-bytes", "65536:65536", "--duration", "5", "--timeout-ms", "10000",
-                                "--quiet"},
-                               60s);
-  });
+  test::BackgroundRun flooder({test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--threads", "2",
+                               "--input-file", large_inputs_file(socket), "--duration", "5", "--timeout-ms", "10000",
+                               "--quiet"});
   std::this_thread::sleep_for(500ms);
   const LoadFigures attacked = paced_load(socket, 200, 2 * test::scale() + 1);
-  flooder.join();
-  INFO("flood: ", flood.out, flood.err);
+  const test::ProcessOutput flood = flooder.wait(60s);
+  INFO("flood: ", flood.out);
   CHECK(flood.exit_code() == 0);
   check_normal(alone, attacked);
   test::stop_within_bound(daemon, test::grace(1000ms));
