@@ -40,6 +40,13 @@ void Daemon::warn_limited(LogKind kind, fmt::format_string<Args...> format, Args
 
 void Daemon::release_connection(shm::UniqueFd connection, std::uint64_t armed_poll) {
   if (!connection.valid()) return;
+  if (control_->refuses_fds()) {
+    // No peer could queue a descriptor on it, and a Unix socket does not linger: its close
+    // cannot block, here or wherever io_uring drops its last reference. A connect-and-close
+    // storm then costs no hand-off to the reaper per connection.
+    connection.reset();
+    return;
+  }
   if (armed_poll != 0) {
     parked_.emplace(armed_poll, std::move(connection));
   } else {
