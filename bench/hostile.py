@@ -48,7 +48,7 @@ def flood(sock: Path, name: str, seconds: float) -> subprocess.Popen:
 
 def main():
     floods = [f for f in FLOODS if not f.endswith("-high") or os.geteuid() == 0]
-    results = {"run_s": RUN_S, "daemon_nice": NICE, "alone": [], "floods": {}}
+    results = {"run_s": RUN_S, "daemon_nice": NICE, "build": benchlib.build_dir().name, "alone": [], "floods": {}}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         os.chmod(workdir, 0o711)

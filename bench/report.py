@@ -334,6 +334,25 @@ def service_section(service):
     ])
 
 
+def hostile_section(hostile):
+    if hostile is None:
+        return "_Not measured yet: run `bench/run-all.sh hostile report`._"
+    alone = hostile["alone"]
+    rows = [f"{hostile['run_s']:g} s per light run; the light client alone ran {len(alone)} times, between the "
+            f"floods (p99 {', '.join(f'{a['p99_us']:.0f}' for a in alone)} µs; median "
+            f"{hostile['alone_p99_us_median']:.0f} µs). Build: `{hostile.get('build', 'build-release')}`"
+            + (f", daemon at nice {hostile['daemon_nice']}" if hostile.get("daemon_nice") else "") + ".", "",
+            "| flood beside the light client | flood answers | light p50 µs | light p99 µs | p99 / alone | "
+            "light errors |", "|---|---:|---:|---:|---:|---:|"]
+    names = {"small": "16-byte inputs, normal", "large": "64 KiB inputs, normal",
+             "large-high": "64 KiB inputs claiming high, no grant (another user)"}
+    for name, r in hostile["floods"].items():
+        light = r["light"]
+        rows.append(f"| {names.get(name, name)} | {r['flood']['ok']} | {light['p50_us']:.0f} | {light['p99_us']:.0f} | "
+                    f"**{r['p99_ratio']:.1f}x** | {light['errors']} |")
+    return "\n".join(rows)
+
+
 def ratio(value):
     return "n/a" if value is None else f"{value:.3f}"
 
@@ -378,10 +397,12 @@ def main():
     service, openloop = load("service.json"), load("openloop.json")
     adaptive, closed, step = load("sweep-adaptive.json"), load("closed-loop.json"), load("load-step.json")
     scale, python_client = load("scale-out.json"), load("python_client.json")
+    hostile = load("hostile.json")
     sections = [("1", ipc), ("1b", openloop), ("2", gain), ("3", sweep), ("3b", adaptive), ("3c", closed),
-                ("3d", step), ("4", http), ("4b", scale), ("4c", python_client), ("5", service)]
+                ("3d", step), ("4", http), ("4b", scale), ("4c", python_client), ("5", service),
+                ("5b", hostile)]
     parts = {"MACHINE": machine_line(sections), "IPC": ipc_section(ipc), "GAIN": gain_section(gain),
-             "HTTP": http_section(http), "SERVICE": service_section(service), "SCALE_OUT": scale_out_section(scale),
+             "HTTP": http_section(http), "SERVICE": service_section(service), "HOSTILE": hostile_section(hostile), "SCALE_OUT": scale_out_section(scale),
              "PYTHON_CLIENT": python_client_section(python_client),
              "OPENLOOP": openloop_section(openloop), **sweep_parts(sweep),
              **adaptive_parts(adaptive, closed, step, PLOTS)}

@@ -9,15 +9,17 @@
 #   4. bench/sweep.py   batching gain and the max-batch x max-wait x load sweep (sim backend),
 #   5. bench/http-bench.sh  batchd-http vs nginx under wrk, and 10,000/s over HTTP,
 #   6. bench/service.py  overload, idle CPU and a slow device, each against a same-run baseline,
+#      bench/hostile.py  a light client beside a flood of small and of large inputs (and one
+#      claiming high priority without a grant), against the light client alone,
 #   7. bench/report.py  docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
-# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service report
+# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service hostile report
 # Environment: SWEEP_QUICK=1 (a 3x3x3 sweep, for trying the pipeline), SWEEP_POINT_S, IPC_DURATION,
 # IPC_REPEATS, OPENLOOP_DURATION, OPENLOOP_RATES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-release
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service report)
+[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service hostile report)
 wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 started=$SECONDS
 
@@ -46,5 +48,6 @@ if wants http; then
   BUILD=0 DURATION=${DURATION:-10} STRESS_DURATION=${STRESS_DURATION:-20} bash bench/http-bench.sh "$build"
 fi
 if wants service; then echo "== service: overload, idle, a slow device"; /usr/bin/python3 bench/service.py; fi
+if wants hostile; then echo "== hostile: a light client beside floods"; /usr/bin/python3 bench/hostile.py; fi
 if wants report; then /usr/bin/python3 bench/report.py; fi
 echo "== done in $((SECONDS - started)) s"

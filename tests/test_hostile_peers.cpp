@@ -78,6 +78,33 @@ void check_normal(const LoadFigures& alone, const LoadFigures& attacked) {
   CHECK(attacked.wrong == 0);
 }
 
+// The daemon's resident memory, in KiB.
+std::uint64_t rss_kib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+  }
+  FAIL("no VmRSS for pid ", pid);
+  return 0;
+}
+
+// What an attack may leave the daemon holding: its descriptors come back to where they were,
+// and its memory stays within a bound (the sanitizers' allocators keep more).
+struct Footprint {
+  explicit Footprint(pid_t pid) : pid_(pid), fds_(test::open_fds(pid)), rss_kib_(rss_kib(pid)) {}
+  void check_back() const {
+    CHECK(test::eventually([&] { return test::open_fds(pid_) <= fds_; }, 5s));
+    const std::uint64_t now_kib = rss_kib(pid_);
+    MESSAGE("daemon RSS: ", rss_kib_ / 1024, " MiB before the attack, ", now_kib / 1024, " MiB after");
+    CHECK(now_kib <= rss_kib_ + static_cast<std::uint64_t>(64 * 1024 * test::slowdown()));
+  }
+
+ private:
+  pid_t pid_;
+  std::size_t fds_;
+  std::uint64_t rss_kib_;
+};
+
 void check_new_clients(const test::NewClientProber& prober) {
   MESSAGE("new clients: ", prober.in_time(), " of ", prober.tried(), " attached within 1 s (slowest ",
           prober.slowest_ms(), " ms)");
@@ -178,6 +205,7 @@ TEST_CASE("high priority is the operator's grant: another user's flood claiming 
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--backend", "cpu", "--allow-uid", std::to_string(kAttackerUid)});
   const LoadFigures alone = paced_load(socket, 200, 2 * test::scale() + 1);
+  const Footprint footprint(daemon.pid());
   open_socket_dir(socket);
   test::BackgroundRun flooder({test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--threads", "2",
                                "--input-file", large_inputs_file(socket), "--priority", "high", "--duration", "5",
@@ -196,6 +224,7 @@ TEST_CASE("high priority is the operator's grant: another user's flood claiming 
   CHECK(status.priority_downgrades > 0);
   CHECK(status.requests_taken_by_class[static_cast<std::size_t>(Priority::kHigh)] == 0);
   observer.reset();
+  footprint.check_back();
   test::stop_within_bound(daemon, test::grace(1000ms));
 }
 
@@ -203,7 +232,7 @@ TEST_CASE("a connect-and-close storm neither starves the drain loop nor keeps ot
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--backend", "cpu"});
   const LoadFigures alone = paced_load(socket, 2000, 2 * test::scale() + 1);
-  const std::size_t fds_before = test::open_fds(daemon.pid());
+  const Footprint footprint(daemon.pid());
   open_socket_dir(socket);
   const test::UnixAddress address(socket);
   LoadFigures attacked;
@@ -225,7 +254,7 @@ TEST_CASE("a connect-and-close storm neither starves the drain loop nor keeps ot
     }
   }
   check_normal(alone, attacked);
-  CHECK(test::eventually([&] { return test::open_fds(daemon.pid()) <= fds_before; }, 5s));
+  footprint.check_back();
   test::stop_within_bound(daemon, test::grace(1000ms));
 }
 
@@ -233,7 +262,7 @@ TEST_CASE("handshakes held open by twenty users evict only their own, and a newc
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--backend", "cpu"});
   const LoadFigures alone = paced_load(socket, 2000, 2 * test::scale() + 1);
-  const std::size_t fds_before = test::open_fds(daemon.pid());
+  const Footprint footprint(daemon.pid());
   open_socket_dir(socket);
   const test::UnixAddress address(socket);
   const bool root = ::geteuid() == 0;
@@ -262,7 +291,7 @@ TEST_CASE("handshakes held open by twenty users evict only their own, and a newc
     check_new_clients(prober);
   }
   check_normal(alone, attacked);
-  CHECK(test::eventually([&] { return test::open_fds(daemon.pid()) <= fds_before; }, 5s));
+  footprint.check_back();
   test::stop_within_bound(daemon, test::grace(1000ms));
 }
 
@@ -270,6 +299,7 @@ TEST_CASE("a flood of large inputs cannot hold the lanes: a light client is serv
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--backend", "cpu"});
   const LoadFigures alone = paced_load(socket, 200, 2 * test::scale() + 1);
+  const Footprint footprint(daemon.pid());
   test::BackgroundRun flooder({test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--threads", "2",
                                "--input-file", large_inputs_file(socket), "--duration", "5", "--timeout-ms", "10000",
                                "--quiet"});
@@ -279,5 +309,6 @@ TEST_CASE("a flood of large inputs cannot hold the lanes: a light client is serv
   INFO("flood: ", flood.out);
   CHECK(flood.exit_code() == 0);
   check_normal(alone, attacked);
+  footprint.check_back();
   test::stop_within_bound(daemon, test::grace(1000ms));
 }
