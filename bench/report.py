@@ -338,8 +338,9 @@ def hostile_section(hostile):
     if hostile is None:
         return "_Not measured yet: run `bench/run-all.sh hostile report`._"
     alone = hostile["alone"]
+    alone_p99s = ", ".join(f"{a['p99_us']:.0f}" for a in alone)
     rows = [f"{hostile['run_s']:g} s per light run; the light client alone ran {len(alone)} times, between the "
-            f"floods (p99 {', '.join(f'{a['p99_us']:.0f}' for a in alone)} µs; median "
+            f"floods (p99 {alone_p99s} µs; median "
             f"{hostile['alone_p99_us_median']:.0f} µs). Build: `{hostile.get('build', 'build-release')}`"
             + (f", daemon at nice {hostile['daemon_nice']}" if hostile.get("daemon_nice") else "") + ".", "",
             "| flood beside the light client | flood answers | light p50 µs | light p99 µs | p99 / alone | "
