@@ -72,27 +72,16 @@ void run(const std::shared_ptr<FdReaper::State>& s) {
 
 void discard_queued_fds(int connection, unsigned max_messages) noexcept {
   for (unsigned m = 0; m < max_messages; ++m) {
-    char data[64];
-    iovec iov{data, sizeof(data)};
-    // Room for the most a message carries (SCM_MAX_FD): none is left for the kernel to drop.
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 253)];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    if (::recvmsg(connection, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) <= 0) return;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (std::size_t i = 0; i < count; ++i) {
-        int fd = -1;
-        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        // One level only: what a passed connection itself holds, the kernel releases.
-        if (is_socket(fd)) stop_lingering(fd);
-        ::close(fd);
-      }
+    std::byte data[64];
+    std::vector<shm::UniqueFd> fds;
+    // Every fd a message carries is received (none left for the kernel to drop) and closes here.
+    const Expected<std::size_t> n = shm::recv_with_fds(connection, data, fds, MSG_DONTWAIT);
+    for (const shm::UniqueFd& fd : fds) {
+      // One level only: what a passed connection itself holds, the kernel releases.
+      if (is_socket(fd.get())) stop_lingering(fd.get());
     }
+    const bool truncated = !n && n.error().code == std::errc::protocol_error;
+    if (!truncated && (!n || *n == 0)) return;  // nothing more queued, or the peer is gone
   }
 }
 

@@ -36,7 +36,7 @@ Expected<void> send_with_fds(int socket, std::span<const std::byte> message,
 }
 
 Expected<std::size_t> recv_with_fds(int socket, std::span<std::byte> message,
-                                    std::vector<UniqueFd>& fds) noexcept {
+                                    std::vector<UniqueFd>& fds, int flags) noexcept {
   iovec iov{message.data(), message.size()};
   // Room for the most fds one message can carry (SCM_MAX_FD): fds that do not fit are dropped
   // by the kernel in this thread, and the last close of a peer's fd can block (a lingering
@@ -49,7 +49,7 @@ Expected<std::size_t> recv_with_fds(int socket, std::span<std::byte> message,
   msg.msg_controllen = sizeof(control);
   ssize_t n = 0;
   for (;;) {
-    n = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
+    n = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC | flags);
     if (n >= 0) break;
     if (errno != EINTR) return errno_failure("recvmsg");
   }

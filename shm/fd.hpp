@@ -51,7 +51,8 @@ Expected<void> send_with_fds(int socket, std::span<const std::byte> message,
 // count, 0 when the peer closed, or the errno in the failure's code. A truncated message is
 // refused with EPROTO; the fds that came with any message are in `fds` all the same, for the
 // caller to close (a daemon closes a peer's fds off its own threads).
+// `flags`: more recvmsg flags (MSG_DONTWAIT for a socket whose blocking mode a peer controls).
 Expected<std::size_t> recv_with_fds(int socket, std::span<std::byte> message,
-                                    std::vector<UniqueFd>& fds) noexcept;
+                                    std::vector<UniqueFd>& fds, int flags = 0) noexcept;
 
 }  // namespace batchd::shm

@@ -228,7 +228,15 @@ TEST_CASE("high priority is the operator's grant: another user's flood claiming 
   test::stop_within_bound(daemon, test::grace(1000ms));
 }
 
-TEST_CASE("a connect-and-close storm neither starves the drain loop nor keeps others out") {
+namespace {
+
+// A daemon serving the normal client at 2,000 requests/s, and new clients attaching every 200 ms,
+// while the attack `start_attack` returns runs; checks them all against the same client alone.
+// `others_attach`: whether new clients must attach within 1 s (they are another user's than
+// the attacker's only where the test can switch users).
+void beside_the_normal_client(
+    const std::function<std::unique_ptr<test::ChildAttackers>(const test::UnixAddress&)>& start_attack,
+    bool others_attach) {
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--backend", "cpu"});
   const LoadFigures alone = paced_load(socket, 2000, 2 * test::scale() + 1);
@@ -237,20 +245,15 @@ TEST_CASE("a connect-and-close storm neither starves the drain loop nor keeps ot
   const test::UnixAddress address(socket);
   LoadFigures attacked;
   {
-    test::ChildAttackers storm(2, attacker_user(), [&](unsigned) {
-      for (;;) {
-        const int fd = address.connect();
-        if (fd >= 0) ::close(fd);
-      }
-    });
+    const std::unique_ptr<test::ChildAttackers> attack = start_attack(address);
     test::NewClientProber prober(socket, 200ms, test::grace(1000ms));
     attacked = paced_load(socket, 2000, 2 * test::scale() + 1);
     prober.stop();
-    storm.stop();
-    if (attacker_user()) {
+    attack->stop();
+    if (others_attach) {
       check_new_clients(prober);
     } else {
-      MESSAGE("not root: the storm is the test's own user's, whose new clients wait for its rate");
+      MESSAGE("not root: the attacker is the test's own user, whose new clients wait for its rate");
     }
   }
   check_normal(alone, attacked);
@@ -258,41 +261,43 @@ TEST_CASE("a connect-and-close storm neither starves the drain loop nor keeps ot
   test::stop_within_bound(daemon, test::grace(1000ms));
 }
 
-TEST_CASE("handshakes held open by twenty users evict only their own, and a newcomer always gets in") {
-  const std::string socket = test::temp_socket_path();
-  test::DaemonProcess daemon(socket, {"--backend", "cpu"});
-  const LoadFigures alone = paced_load(socket, 2000, 2 * test::scale() + 1);
-  const Footprint footprint(daemon.pid());
-  open_socket_dir(socket);
-  const test::UnixAddress address(socket);
-  const bool root = ::geteuid() == 0;
-  LoadFigures attacked;
-  {
-    // Each user keeps eight connections in the handshake, never sending a hello, and opens a
-    // new one whenever the daemon gives up on one.
-    test::ChildAttackers holders(
-        20, [&](unsigned i) { return root ? std::optional<test::RunAs>({60001 + i, 60001 + i}) : std::nullopt; },
-        [&](unsigned) {
-          pollfd held[8];
-          for (pollfd& p : held) p = {address.connect(), POLLIN, 0};
+}  // namespace
+
+TEST_CASE("a connect-and-close storm neither starves the drain loop nor keeps others out") {
+  beside_the_normal_client(
+      [](const test::UnixAddress& address) {
+        return std::make_unique<test::ChildAttackers>(2, attacker_user(), [&address](unsigned) {
           for (;;) {
-            (void)::poll(held, 8, 50);
-            for (pollfd& p : held) {
-              if (p.fd >= 0 && p.revents == 0) continue;
-              if (p.fd >= 0) ::close(p.fd);
-              p = {address.connect(), POLLIN, 0};
-            }
+            const int fd = address.connect();
+            if (fd >= 0) ::close(fd);
           }
         });
-    test::NewClientProber prober(socket, 200ms, test::grace(1000ms));
-    attacked = paced_load(socket, 2000, 2 * test::scale() + 1);
-    prober.stop();
-    holders.stop();
-    check_new_clients(prober);
-  }
-  check_normal(alone, attacked);
-  footprint.check_back();
-  test::stop_within_bound(daemon, test::grace(1000ms));
+      },
+      attacker_user().has_value());
+}
+
+TEST_CASE("handshakes held open by twenty users evict only their own, and a newcomer always gets in") {
+  const bool root = ::geteuid() == 0;
+  beside_the_normal_client(
+      [root](const test::UnixAddress& address) {
+        // Each user keeps eight connections in the handshake, never sending a hello, and opens a
+        // new one whenever the daemon gives up on one.
+        return std::make_unique<test::ChildAttackers>(
+            20, [root](unsigned i) { return root ? std::optional<test::RunAs>({60001 + i, 60001 + i}) : std::nullopt; },
+            [&address](unsigned) {
+              pollfd held[8];
+              for (pollfd& p : held) p = {address.connect(), POLLIN, 0};
+              for (;;) {
+                (void)::poll(held, 8, 50);
+                for (pollfd& p : held) {
+                  if (p.fd >= 0 && p.revents == 0) continue;
+                  if (p.fd >= 0) ::close(p.fd);
+                  p = {address.connect(), POLLIN, 0};
+                }
+              }
+            });
+      },
+      root);
 }
 
 TEST_CASE("a flood of large inputs cannot hold the lanes: a light client is served between its batches") {
