@@ -2,10 +2,13 @@
 """What a flood from one client costs a light one, measured against the light client alone in the
 same run (issue 23's bar: its p99 at most 3x, aim 2x, and no timeout). One daemon (cpu backend,
 default flags); the light client sends 200 requests/s, open loop, every answer checked. Beside it,
-one flooding client at full speed (a closed loop of 2 threads):
-  small          16-byte inputs at normal priority
-  large          64 KiB inputs at normal priority
+one flooding client at full speed: a closed loop of 2 threads (one request each in flight), or an
+open loop far past the daemon's capacity, which keeps the flooding client's ring full:
+  small          16-byte inputs at normal priority, closed loop
+  large          64 KiB inputs at normal priority, closed loop
   large-high     64 KiB inputs claiming high priority without a grant (another user; root only)
+  small-open     16-byte inputs, open loop at 400,000/s
+  large-open     64 KiB inputs, open loop at 40,000/s
 Each flood runs alone first and then beside the light client, and the light client alone runs
 between them, so drift in the machine shows. Writes bench/results/hostile.json.
 Usage: hostile.py   Environment: HOSTILE_S (seconds per light run, default 5), HOSTILE_DAEMON_NICE
@@ -25,10 +28,15 @@ import benchlib  # noqa: E402
 RUN_S = float(os.environ.get("HOSTILE_S", "5"))
 NICE = os.environ.get("HOSTILE_DAEMON_NICE")
 OTHER_UID = 65534
+LARGE = "{workdir}/large-inputs.txt"  # 64 inputs of 64 KiB: random ones take seconds to make
+# Closed loops (2 threads, one request each in flight), then open loops far past what the daemon
+# can serve, which keep the flooding client's ring full.
 FLOODS = {
-    "small": ["--input-bytes", "16:16"],
-    "large": ["--input-bytes", "65536:65536"],
-    "large-high": ["--input-bytes", "65536:65536", "--priority", "high"],
+    "small": ["--threads", "2", "--input-bytes", "16:16"],
+    "large": ["--threads", "2", "--input-file", LARGE],
+    "large-high": ["--threads", "2", "--input-file", LARGE, "--priority", "high"],
+    "small-open": ["--rate", "400000", "--input-bytes", "16:16"],
+    "large-open": ["--rate", "40000", "--input-file", LARGE],
 }
 
 
@@ -38,9 +46,16 @@ def light(sock: Path) -> dict:
     return {k: normal[k] for k in ("sent", "ok", "errors", "wrong", "p50_us", "p99_us", "max_us")}
 
 
-def flood(sock: Path, name: str, seconds: float) -> subprocess.Popen:
-    args = [benchlib.binary("tools/batchd-stress"), "--socket", str(sock), "--threads", "2", "--duration",
-            str(seconds), "--timeout-ms", "10000", "--json", "--quiet", *FLOODS[name]]
+def write_large_inputs(workdir: Path):
+    with open(LARGE.format(workdir=workdir), "w") as f:
+        for i in range(64):
+            f.write(f"{i}-".ljust(65536, chr(ord("a") + i % 26)) + "\n")
+    os.chmod(LARGE.format(workdir=workdir), 0o644)
+
+
+def flood(sock: Path, workdir: Path, name: str, seconds: float) -> subprocess.Popen:
+    args = [benchlib.binary("tools/batchd-stress"), "--socket", str(sock), "--duration", str(seconds),
+            "--timeout-ms", "10000", "--json", "--quiet", *(a.format(workdir=workdir) for a in FLOODS[name])]
     as_other = name.endswith("-high")
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             user=OTHER_UID if as_other else None, group=OTHER_UID if as_other else None)
@@ -52,6 +67,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         os.chmod(workdir, 0o711)
+        write_large_inputs(workdir)
         flags = ["--backend", "cpu", "--allow-uid", str(OTHER_UID)]
         daemon, sock = benchlib.start_daemon(workdir, *flags)
         with daemon:
@@ -60,7 +76,7 @@ def main():
                                capture_output=True)
             results["alone"].append(light(sock))
             for name in floods:
-                proc = flood(sock, name, RUN_S + 2)
+                proc = flood(sock, workdir, name, RUN_S + 2)
                 time.sleep(1)
                 beside = light(sock)
                 out, _ = proc.communicate(timeout=120)

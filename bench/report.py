@@ -345,8 +345,10 @@ def hostile_section(hostile):
             + (f", daemon at nice {hostile['daemon_nice']}" if hostile.get("daemon_nice") else "") + ".", "",
             "| flood beside the light client | flood answers | light p50 µs | light p99 µs | p99 / alone | "
             "light errors |", "|---|---:|---:|---:|---:|---:|"]
-    names = {"small": "16-byte inputs, normal", "large": "64 KiB inputs, normal",
-             "large-high": "64 KiB inputs claiming high, no grant (another user)"}
+    names = {"small": "16-byte inputs, closed loop", "large": "64 KiB inputs, closed loop",
+             "large-high": "64 KiB inputs claiming high, no grant (another user), closed loop",
+             "small-open": "16-byte inputs, open loop at 400,000/s (ring full)",
+             "large-open": "64 KiB inputs, open loop at 40,000/s (ring full)"}
     for name, r in hostile["floods"].items():
         light = r["light"]
         rows.append(f"| {names.get(name, name)} | {r['flood']['ok']} | {light['p50_us']:.0f} | {light['p99_us']:.0f} | "
