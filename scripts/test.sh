@@ -6,8 +6,16 @@
 # failed, and so does a test without a result; only the GPU test may be skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's wall time, printed at the end of every run (setup, each build's compile and tests).
+phases=()
+phase_started=$SECONDS
+phase_done() {  # name
+  phases+=("$(printf '%-28s %5d s' "$1" $((SECONDS - phase_started)))")
+  phase_started=$SECONDS
+}
 scripts/setup.sh || exit 1
 source scripts/env.sh
+phase_done "setup"
 
 configure() {  # dir, meson options...
   local dir=$1
@@ -55,6 +63,7 @@ run_suite() {  # dir, label
   echo "== $label: building"
   local built=1
   ninja -C "$dir" >"$dir.build.log" 2>&1 || built=0
+  phase_done "$label: compile"
   # The tests this build defines: each must report a result, or counts as failed.
   meson test -C "$dir" --no-rebuild --list >"$list" || echo "== $label: meson test --list failed"
   local listed
@@ -70,6 +79,7 @@ run_suite() {  # dir, label
   meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes 2 2>&1 |
     grep -vE '^\s*$' | tail -40
   local meson_rc=${PIPESTATUS[0]}
+  phase_done "$label: tests"
   local counts
   counts=$(python3 - "$list" "$log" "$meson_rc" "${may_skip[*]}" <<'PY'
 import json, sys
@@ -120,10 +130,13 @@ configure build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef
   -Dcuda=disabled -Dtest_scale=0.25 || exit 1
 configure build-tsan -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false \
   -Dcuda=disabled -Dtest_scale=0.2 || exit 1
+phase_done "configure (meson setup)"
 
 run_suite build-debug "debug build"
 run_suite build-asan "ASan+UBSan build"
 run_suite build-tsan "TSan build"
 
+echo "== wall time by phase ($SECONDS s in all):"
+printf '   %s\n' "${phases[@]}"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
