@@ -159,8 +159,9 @@ class Daemon {
   bool rejected_as_gone(const PendingRequest& request, std::int64_t now_ns, const char* late_why);
   bool fill_batches(std::int64_t now_ns);
   // The longest a batch may be predicted to run while clients share the lanes (fair_slice_us);
-  // 0: no limit (one client active, the slice off, or no fitted cost yet).
-  [[nodiscard]] std::int64_t fair_slice_ns(std::int64_t now_ns) const noexcept;
+  // 0: no limit (one client active, the slice off, or no fitted cost yet). Fills `cost` with
+  // the lanes' fitted cost when it looked (one lane view a pass).
+  [[nodiscard]] std::int64_t fair_slice_ns(std::int64_t now_ns, CostFit& cost) const noexcept;
   // Whether `request` would take the open batch past the fair slice.
   [[nodiscard]] bool past_slice(const PendingRequest& request, std::int64_t slice_ns,
                                 const CostFit& cost) const noexcept;

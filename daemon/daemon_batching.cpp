@@ -116,14 +116,14 @@ bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
   return true;
 }
 
-std::int64_t Daemon::fair_slice_ns(std::int64_t now_ns) const noexcept {
+std::int64_t Daemon::fair_slice_ns(std::int64_t now_ns, CostFit& cost) const noexcept {
   if (active_clients_ < 2 || config_.fair_slice_us == 0) return 0;
-  const Router::LaneView lanes = router_->lane_view(now_ns);
-  if (!lanes.cost.fitted) return 0;
+  cost = router_->lane_view(now_ns).cost;
+  if (!cost.fitted) return 0;
   // A device whose every batch costs more than the slice still batches: the slice then grows
   // to twice its fixed cost, so at least half of each run is the requests' own work.
   const auto slice_ns = static_cast<double>(config_.fair_slice_us) * 1e3;
-  return static_cast<std::int64_t>(std::max(slice_ns, 2 * lanes.cost.fixed_ns));
+  return static_cast<std::int64_t>(std::max(slice_ns, 2 * cost.fixed_ns));
 }
 
 bool Daemon::past_slice(const PendingRequest& request, std::int64_t slice_ns, const CostFit& cost) const noexcept {
@@ -137,8 +137,8 @@ bool Daemon::fill_batches(std::int64_t now_ns) {
   bool progressed = false;
   const std::int64_t urgent_ns = pending_.empty() ? 0 : urgent_ns_before_deadline(now_ns);
   batcher_.cap_bytes(router_->byte_budget(now_ns));  // device memory (router_memory.cpp)
-  const std::int64_t slice_ns = pending_.empty() ? 0 : fair_slice_ns(now_ns);
-  const CostFit cost = slice_ns != 0 ? router_->lane_view(now_ns).cost : CostFit{};
+  CostFit cost;
+  const std::int64_t slice_ns = pending_.empty() ? 0 : fair_slice_ns(now_ns, cost);
   while (!pending_.empty()) {
     if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) break;
     // While the open batch is held for a lane, the rest wait here, in class order, until a lane
@@ -244,7 +244,8 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
     if (drain_cursor_ >= drain_order_.size()) drain_cursor_ = 0;
     std::shared_ptr<ClientSession> session = drain_order_[drain_cursor_++];
 
-    for (unsigned taken_here = 0; taken_here < kBurstPerClient; ++taken_here) {
+    unsigned taken_here = 0;
+    for (; taken_here < kBurstPerClient; ++taken_here) {
       TakenRequest taken;
       const TakeResult result = session->take(taken, why);
       if (result == TakeResult::kEmpty) break;
@@ -254,7 +255,6 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
       }
       session->mark_in_flight(taken.slot, taken.generation);
       session->pop();
-      session->note_taken(now_ns);
       stats_.requests_taken.fetch_add(1, std::memory_order_relaxed);
       if (taken.downgraded) stats_.priority_downgrades.fetch_add(1, std::memory_order_relaxed);
       stats_.requests_taken_by_class[static_cast<std::size_t>(taken.priority)].fetch_add(1, std::memory_order_relaxed);
@@ -264,6 +264,7 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
       progressed = true;
     }
     session->publish();
+    if (taken_here > 0) session->note_taken(now_ns);
     if (session->last_taken_ns() != 0 && now_ns - session->last_taken_ns() < kActiveWindowNs) ++active;
   }
   for (std::size_t c = 0; c < arrivals_.size(); ++c) {

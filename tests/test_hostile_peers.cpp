@@ -112,6 +112,24 @@ void check_new_clients(const test::NewClientProber& prober) {
   CHECK(prober.in_time() == prober.tried());
 }
 
+// The light client (200 requests/s) alone, then beside a closed-loop flood of 64 KiB inputs
+// (`extra` flags, run as `as`): the flood ends cleanly and the light client is checked.
+void light_client_beside_large_flood(const std::string& socket, const std::vector<std::string>& extra,
+                                     std::optional<test::RunAs> as) {
+  const LoadFigures alone = paced_load(socket, 200, 2 * test::scale() + 1);
+  std::vector<std::string> argv{test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--threads", "2",
+                                "--input-file", large_inputs_file(socket), "--duration", "5",
+                                "--timeout-ms", "10000", "--quiet"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  test::BackgroundRun flooder(argv, as);
+  std::this_thread::sleep_for(500ms);
+  const LoadFigures attacked = paced_load(socket, 200, 2 * test::scale() + 1);
+  const test::ProcessOutput flood = flooder.wait(60s);
+  INFO("flood: ", flood.out);
+  CHECK(flood.exit_code() == 0);
+  check_normal(alone, attacked);
+}
+
 // Sends `message` with `fd` attached on `conn`: true if the kernel took it (false: it refused
 // descriptors to that socket, SO_PASSRIGHTS).
 bool send_fd(int conn, std::span<const std::byte> message, int fd) {
@@ -204,19 +222,9 @@ TEST_CASE("high priority is the operator's grant: another user's flood claiming 
   }
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--backend", "cpu", "--allow-uid", std::to_string(kAttackerUid)});
-  const LoadFigures alone = paced_load(socket, 200, 2 * test::scale() + 1);
   const Footprint footprint(daemon.pid());
   open_socket_dir(socket);
-  test::BackgroundRun flooder({test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--threads", "2",
-                               "--input-file", large_inputs_file(socket), "--priority", "high", "--duration", "5",
-                               "--timeout-ms", "10000", "--quiet"},
-                              attacker_user());
-  std::this_thread::sleep_for(500ms);
-  const LoadFigures attacked = paced_load(socket, 200, 2 * test::scale() + 1);
-  const test::ProcessOutput flood = flooder.wait(60s);
-  INFO("flood: ", flood.out);
-  CHECK(flood.exit_code() == 0);
-  check_normal(alone, attacked);
+  light_client_beside_large_flood(socket, {"--priority", "high"}, attacker_user());
   auto observer = test::connect(socket);
   const DaemonStatus status = observer->daemon_status();
   MESSAGE("downgraded: ", status.priority_downgrades, "; taken at high: ",
@@ -303,17 +311,8 @@ TEST_CASE("handshakes held open by twenty users evict only their own, and a newc
 TEST_CASE("a flood of large inputs cannot hold the lanes: a light client is served between its batches") {
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--backend", "cpu"});
-  const LoadFigures alone = paced_load(socket, 200, 2 * test::scale() + 1);
   const Footprint footprint(daemon.pid());
-  test::BackgroundRun flooder({test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--threads", "2",
-                               "--input-file", large_inputs_file(socket), "--duration", "5", "--timeout-ms", "10000",
-                               "--quiet"});
-  std::this_thread::sleep_for(500ms);
-  const LoadFigures attacked = paced_load(socket, 200, 2 * test::scale() + 1);
-  const test::ProcessOutput flood = flooder.wait(60s);
-  INFO("flood: ", flood.out);
-  CHECK(flood.exit_code() == 0);
-  check_normal(alone, attacked);
+  light_client_beside_large_flood(socket, {}, std::nullopt);
   footprint.check_back();
   test::stop_within_bound(daemon, test::grace(1000ms));
 }
