@@ -172,6 +172,9 @@ bool Router::any_available_outside(std::uint64_t mask, std::int64_t now_ns) cons
 }
 
 void Router::fail_unavailable(Batch* batch) noexcept {
+  // The status page says so before any caller hears it: a /readyz read right after this answer
+  // must not see the device count of the last tick.
+  on_tick_();
   if (all_devices_lost()) {
     // The daemon exits for a restart (Daemon::run): unanswered, the requests stay with their
     // clients, which send them again to the next daemon instead of failing their callers.

@@ -35,7 +35,8 @@ class Router {
  public:
   // on_batch_freed runs after each batch object returns to the pool (the drain loop uses it to
   // wake itself when it was waiting for one); on_tick runs on the watchdog thread every few
-  // tens of milliseconds (the daemon publishes its status from it).
+  // tens of milliseconds (the daemon publishes its status from it), and on whichever thread
+  // fails a batch because no device is available, before its callers are answered.
   Router(Backend& backend, Completer& completer, RouterOptions options,
          std::function<void()> on_batch_freed, std::function<void()> on_tick);
   Router(const Router&) = delete;
