@@ -13,23 +13,11 @@ namespace beast_http = boost::beast::http;
 
 namespace {
 
-std::string_view path_of(std::string_view target) {
-  const std::size_t query = target.find('?');
-  return query == std::string_view::npos ? target : target.substr(0, query);
-}
-
 // text/plain (any parameters, e.g. charset) asks for plain text; anything else is read as JSON,
 // since a JSON body often arrives mislabelled (curl -d sends application/x-www-form-urlencoded),
 // and a body that is not JSON gets a clear 400 either way.
 bool is_text_plain(std::string_view content_type) {
   return text::iequals(text::trim(content_type.substr(0, content_type.find(';'))), "text/plain");
-}
-
-Response method_not_allowed(std::string_view allow) {
-  Response response = error_response(405, "method_not_allowed",
-                                     std::string("this resource allows only ") + std::string(allow));
-  response.allow = allow;
-  return response;
 }
 
 bool is_get(const Request& request) {

@@ -96,4 +96,16 @@ std::string http_date(std::int64_t unix_seconds) {
   return std::string(buf, n);
 }
 
+Response method_not_allowed(std::string_view allow) {
+  Response response =
+      error_response(405, "method_not_allowed", "this resource allows only " + std::string(allow));
+  response.allow = allow;
+  return response;
+}
+
+std::string_view path_of(std::string_view target) noexcept {
+  const std::size_t query = target.find('?');
+  return query == std::string_view::npos ? target : target.substr(0, query);
+}
+
 }  // namespace batchd::http

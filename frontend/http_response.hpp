@@ -39,6 +39,12 @@ void serialize(const Response& response, const Framing& framing, std::string& ou
 Response error_response(unsigned status, std::string_view code, std::string_view message,
                         unsigned retry_after_s = 0);
 
+// 405 with the Allow header: what the resource allows ("GET, HEAD").
+Response method_not_allowed(std::string_view allow);
+
+// A request target's path: what comes before the query string, if any.
+std::string_view path_of(std::string_view target) noexcept;
+
 // The Date header value for a wall-clock time, as RFC 9110 wants it ("Sun, 06 Nov 1994 08:49:37 GMT").
 std::string http_date(std::int64_t unix_seconds);
 

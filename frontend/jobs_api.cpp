@@ -14,18 +14,6 @@ namespace beast_http = boost::beast::http;
 
 namespace {
 
-std::string_view path_of(std::string_view target) {
-  const std::size_t query = target.find('?');
-  return query == std::string_view::npos ? target : target.substr(0, query);
-}
-
-Response method_not_allowed(std::string_view allow) {
-  Response response =
-      error_response(405, "method_not_allowed", "this resource allows only " + std::string(allow));
-  response.allow = allow;
-  return response;
-}
-
 void append_id_and_status(std::string& out, std::string_view id, std::string_view status) {
   out.append(R"({"id":")");
   out.append(id);  // ids are hex: nothing to escape

@@ -6,17 +6,9 @@
 
 #include <iterator>
 
+#include "frontend/metrics.hpp"
+
 namespace batchd::http {
-
-namespace {
-
-constexpr auto relaxed = std::memory_order_relaxed;
-
-void family(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
-  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-}
-
-}  // namespace
 
 JobsInboxes::JobsInboxes(std::span<const int> wake_fds)
     : wake_fds_(wake_fds.begin(), wake_fds.end()), boxes_(std::make_unique<Box[]>(wake_fds.size())) {}
@@ -88,19 +80,19 @@ std::optional<unsigned> JobsService::runner_of(const std::string& id) const {
 
 bool JobsService::try_start_running() noexcept {
   const auto max = static_cast<std::int64_t>(options_.limits.max_jobs);
-  std::int64_t running = counters_.running.load(relaxed);
+  std::int64_t running = counters_.running.load(std::memory_order_relaxed);
   do {
     if (running >= max) return false;
-  } while (!counters_.running.compare_exchange_weak(running, running + 1, relaxed));
+  } while (!counters_.running.compare_exchange_weak(running, running + 1, std::memory_order_relaxed));
   return true;
 }
 
-void JobsService::release_running() noexcept { counters_.running.fetch_sub(1, relaxed); }
+void JobsService::release_running() noexcept { counters_.running.fetch_sub(1, std::memory_order_relaxed); }
 
 void JobsService::render_metrics(std::string& out) const {
   const auto counter = [&](std::string_view name, std::string_view help, const std::atomic<std::uint64_t>& value) {
-    family(out, name, "counter", help);
-    fmt::format_to(std::back_inserter(out), "{} {}\n", name, value.load(relaxed));
+    metric_family(out, name, "counter", help);
+    fmt::format_to(std::back_inserter(out), "{} {}\n", name, value.load(std::memory_order_relaxed));
   };
   counter("batchd_http_jobs_submitted_total", "Jobs accepted (202).", counters_.submitted);
   counter("batchd_http_jobs_done_total", "Jobs whose every input was answered, result stored.", counters_.done);
@@ -111,11 +103,11 @@ void JobsService::render_metrics(std::string& out) const {
           counters_.store_full);
   counter("batchd_http_jobs_store_errors_total", "Jobs store calls that failed (store unreachable).",
           counters_.store_errors);
-  family(out, "batchd_http_jobs_running", "gauge", "Jobs accepted by this process whose inputs are not all answered.");
-  fmt::format_to(std::back_inserter(out), "batchd_http_jobs_running {}\n", counters_.running.load(relaxed));
+  metric_family(out, "batchd_http_jobs_running", "gauge", "Jobs accepted by this process whose inputs are not all answered.");
+  fmt::format_to(std::back_inserter(out), "batchd_http_jobs_running {}\n", counters_.running.load(std::memory_order_relaxed));
   const std::int64_t stored = store_->size();
   if (stored >= 0) {
-    family(out, "batchd_http_jobs_stored", "gauge", "Jobs the embedded store holds (pending and finished).");
+    metric_family(out, "batchd_http_jobs_stored", "gauge", "Jobs the embedded store holds (pending and finished).");
     fmt::format_to(std::back_inserter(out), "batchd_http_jobs_stored {}\n", stored);
   }
 }

@@ -12,16 +12,16 @@ namespace {
 
 constexpr auto relaxed = std::memory_order_relaxed;
 
-void family(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
-  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-}
-
 template <class T>
 void sample(std::string& out, std::string_view name, T value) {
   fmt::format_to(std::back_inserter(out), "{} {}\n", name, value);
 }
 
 }  // namespace
+
+void metric_family(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
 
 void WorkerMetrics::record_response(unsigned status, std::int64_t latency_ns) noexcept {
   std::size_t slot = kCountedStatuses.size();
@@ -69,14 +69,14 @@ std::string MetricsRegistry::render(const DaemonStatus* status) const {
 }
 
 void MetricsRegistry::render_http(std::string& out) const {
-  family(out, "batchd_http_requests_total", "counter", "HTTP requests answered, by status code.");
+  metric_family(out, "batchd_http_requests_total", "counter", "HTTP requests answered, by status code.");
   for (std::size_t i = 0; i <= kCountedStatuses.size(); ++i) {
     std::uint64_t n = 0;
     for (unsigned w = 0; w < count_; ++w) n += workers_[w].by_status_[i].load(relaxed);
     const std::string code = i < kCountedStatuses.size() ? std::to_string(kCountedStatuses[i]) : "other";
     fmt::format_to(std::back_inserter(out), "batchd_http_requests_total{{code=\"{}\"}} {}\n", code, n);
   }
-  family(out, "batchd_http_request_duration_seconds", "histogram",
+  metric_family(out, "batchd_http_request_duration_seconds", "histogram",
          "Time from a request's last byte to its answer being ready.");
   std::uint64_t cumulative = 0;
   std::uint64_t sum_ns = 0;
@@ -98,21 +98,21 @@ void MetricsRegistry::render_connections(std::string& out) const {
     for (unsigned w = 0; w < count_; ++w) total += static_cast<std::uint64_t>((workers_[w].*member).load(relaxed));
     return total;
   };
-  family(out, "batchd_http_requests_in_flight", "gauge", "Requests submitted to the daemon and not yet answered.");
+  metric_family(out, "batchd_http_requests_in_flight", "gauge", "Requests submitted to the daemon and not yet answered.");
   sample(out, "batchd_http_requests_in_flight", in_flight());
-  family(out, "batchd_http_connections_open", "gauge", "Open client connections.");
+  metric_family(out, "batchd_http_connections_open", "gauge", "Open client connections.");
   sample(out, "batchd_http_connections_open", open_connections());
-  family(out, "batchd_http_connections_accepted_total", "counter", "Client connections accepted.");
+  metric_family(out, "batchd_http_connections_accepted_total", "counter", "Client connections accepted.");
   sample(out, "batchd_http_connections_accepted_total", sum(&WorkerMetrics::accepted_connections_));
-  family(out, "batchd_http_connections_rejected_total", "counter",
+  metric_family(out, "batchd_http_connections_rejected_total", "counter",
          "Client connections refused over --max-connections or during shutdown.");
   sample(out, "batchd_http_connections_rejected_total", sum(&WorkerMetrics::rejected_connections_));
-  family(out, "batchd_http_answers_dropped_total", "counter",
+  metric_family(out, "batchd_http_answers_dropped_total", "counter",
          "Answers that arrived after their caller had disconnected.");
   sample(out, "batchd_http_answers_dropped_total", sum(&WorkerMetrics::dropped_answers_));
-  family(out, "batchd_http_workers_attached", "gauge", "Event loops attached to the daemon.");
+  metric_family(out, "batchd_http_workers_attached", "gauge", "Event loops attached to the daemon.");
   sample(out, "batchd_http_workers_attached", attached_workers());
-  family(out, "batchd_http_workers", "gauge", "Event loops.");
+  metric_family(out, "batchd_http_workers", "gauge", "Event loops.");
   sample(out, "batchd_http_workers", count_);
 }
 

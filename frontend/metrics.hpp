@@ -7,10 +7,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "client_lib/client.hpp"
 
 namespace batchd::http {
+
+// A metric family's # HELP and # TYPE lines, for every writer of the /metrics page.
+void metric_family(std::string& out, std::string_view name, std::string_view type, std::string_view help);
 
 // Status codes counted under their own label; anything else counts as "other".
 inline constexpr std::array<unsigned, 11> kCountedStatuses = {200, 202, 400, 404, 405, 408,

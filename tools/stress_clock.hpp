@@ -6,12 +6,16 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <limits>
 
 #include "shm/clock.hpp"
 
 namespace batchd::stress {
 
 inline std::int64_t now_ns() noexcept { return shm::monotonic_ns(); }
+
+// A time that never comes: no deadline, nothing scheduled.
+constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 
 // Absolute sleep, so pacing errors do not accumulate the way relative sleeps would.
 inline void sleep_until_ns(std::int64_t deadline_ns) noexcept {

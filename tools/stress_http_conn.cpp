@@ -25,7 +25,6 @@ namespace {
 constexpr std::int64_t kReconnectNs = 100'000'000;
 // Distinct problems worth printing; past this a broken server has made its point.
 constexpr std::size_t kMaxWarnings = 16;
-constexpr std::size_t kReadChunk = 64 * 1024;
 
 enum class Wait { kReady, kTimeout, kError };
 

@@ -38,7 +38,6 @@ using State = PipeConnection::State;
 constexpr std::int64_t kReconnectNs = 100'000'000;
 // While requests are outstanding the thread wakes at least this often to expire deadlines.
 constexpr std::int64_t kHousekeepingNs = 10'000'000;
-constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 constexpr std::uint64_t kTimerTag = std::numeric_limits<std::uint64_t>::max();
 constexpr int kMaxEvents = 256;
 

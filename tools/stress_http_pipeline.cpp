@@ -7,10 +7,6 @@
 
 namespace batchd::stress::http {
 
-namespace {
-constexpr std::size_t kReadChunk = 64 * 1024;
-}  // namespace
-
 IoStatus PipeConnection::fill() {
   for (;;) {
     const std::size_t had = in.size();

@@ -17,6 +17,9 @@
 
 namespace batchd::stress::http {
 
+// Room made for one recv of response bytes, by the sync connections and the pipelined ones.
+constexpr std::size_t kReadChunk = 64 * 1024;
+
 // Frames HTTP/1.x responses: Content-Length, chunked, or (HTTP/1.0 style) ended by the close.
 // One response at a time, so of pipelined responses that arrived together it takes the first
 // and leaves the rest for the next read(). One per connection; not thread-safe.

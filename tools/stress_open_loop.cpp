@@ -26,7 +26,6 @@ namespace {
 // How long a pumping thread of its own waits at most: the shared-memory client expires
 // timeouts only while it is polled, so it must be polled every few milliseconds.
 constexpr std::int64_t kPumpNs = 1'000'000;
-constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 // A pacing thread sends everything already due as one burst, up to this many: at high rates a
 // sleep per request would cost more than the sends (a timer wake-up is tens of microseconds on
 // a VM), and each request's lateness is still measured from its own intended time.
