@@ -4,18 +4,41 @@
 # (meson tests over all three builds; ", N skipped" follows) and exits non-zero on any failure.
 # Each test a build defines (meson test --list) counts once: a build failure counts all of them as
 # failed, and so does a test without a result; only the GPU test may be skipped.
+#
+#   scripts/test.sh           everything, as CI runs it (.ci/run)
+#   scripts/test.sh --quick   the debug build's tests only: the developer's loop
+#
+# The schedule, for a machine of 2 cores: the tests wait far more than they compute (a third of
+# the cores while they run), so the sanitizer builds compile behind the debug build at the lowest
+# CPU priority (nice 19), on the cores its compile and its tests leave idle; they build only what
+# their tests run, as unity builds (one translation unit per target: the headers parsed and the
+# templates instantiated once). Their two suites then run side by side, each as soon as its build
+# is done, and nothing runs beside the debug build's tests but that compile, so its tight time
+# bounds (no slowdown factor) see an otherwise quiet machine.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-# Each phase's wall time, printed at the end of every run (setup, each build's compile and tests).
-phases=()
-phase_started=$SECONDS
-phase_done() {  # name
-  phases+=("$(printf '%-28s %5d s' "$1" $((SECONDS - phase_started)))")
-  phase_started=$SECONDS
+cd "$(dirname "$0")/.." || exit 1
+
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
+
+# Each phase's wall time, printed at the end of every run: "label|started|ended" (epoch seconds),
+# from files, since the sanitizer builds compile and test in processes of their own.
+run_started=$(date +%s)
+times=build-times
+rm -rf "$times"
+mkdir -p "$times"
+phase() {  # label, started (epoch s): ends now
+  echo "$1|$2|$(date +%s)" >>"$times/phases"
 }
+
+started=$(date +%s)
 scripts/setup.sh || exit 1
 source scripts/env.sh
-phase_done "setup"
+phase "setup" "$started"
 
 configure() {  # dir, meson options...
   local dir=$1
@@ -52,26 +75,49 @@ print({o["name"]: o["value"] for o in json.load(sys.stdin)}["cuda"])')
   fi
 }
 
-passed=0
-failed=0
-skipped=0  # the GPU test where there is no GPU; it says why in its log
-run_suite() {  # dir, label
-  local dir=$1 label=$2
+# Builds a configuration: everything in the debug build (so the benchmarks and every installed
+# program are checked to build), what the tests need in the others. Leaves its exit status in
+# $times/DIR.built.
+compile() {  # dir, label
+  local dir=$1 label=$2 from rc
+  from=$(date +%s)
+  if [ "$dir" = build-debug ]; then
+    ninja -C "$dir" >"$dir.build.log" 2>&1
+  else
+    local targets
+    # shellcheck disable=SC2086  # one target per word
+    targets=$(python3 scripts/test_targets.py "$dir" 2>"$dir.build.log") &&
+      ninja -C "$dir" $targets >"$dir.build.log" 2>&1
+  fi
+  rc=$?
+  phase "$label: compile" "$from"
+  echo "$rc" >"$times/$dir.built"
+}
+
+# Waits for the background compile() of a build to leave its status (a failure, if the process
+# compiling it is gone without one).
+wait_built() {  # dir
+  while [ ! -f "$times/$1.built" ]; do
+    kill -0 "$background_compile" 2>/dev/null || { echo 1 >"$times/$1.built"; return; }
+    sleep 1
+  done
+}
+
+# Runs a build's tests and leaves "passed failed skipped" in $times/DIR.counts.
+run_tests() {  # dir, label
+  local dir=$1 label=$2 from
   local list=$dir/meson-logs/testlist.txt log=$dir/meson-logs/testlog.json
+  from=$(date +%s)
   # A log left by the last run must not be counted again when this one writes none.
   rm -f "$log" "$list"
-  echo "== $label: building"
-  local built=1
-  ninja -C "$dir" >"$dir.build.log" 2>&1 || built=0
-  phase_done "$label: compile"
   # The tests this build defines: each must report a result, or counts as failed.
   meson test -C "$dir" --no-rebuild --list >"$list" || echo "== $label: meson test --list failed"
   local listed
   listed=$(grep -c . "$list")
-  if [ "$built" = 0 ]; then
+  if [ "$(cat "$times/$dir.built")" != 0 ]; then
     tail -50 "$dir.build.log"
     echo "== $label: BUILD FAILED: its $listed tests did not run"
-    failed=$((failed + (listed > 0 ? listed : 1)))
+    echo "0 $((listed > 0 ? listed : 1)) 0" >"$times/$dir.counts"
     return
   fi
   echo "== $label: testing $listed tests"
@@ -79,12 +125,13 @@ run_suite() {  # dir, label
   meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes 2 2>&1 |
     grep -vE '^\s*$' | tail -40
   local meson_rc=${PIPESTATUS[0]}
-  phase_done "$label: tests"
+  phase "$label: tests" "$from"
   local counts
-  counts=$(python3 - "$list" "$log" "$meson_rc" "${may_skip[*]}" <<'PY'
+  counts=$(python3 - "$list" "$log" "$meson_rc" "${may_skip[*]}" "$label" <<'PY'
 import json, sys
 list_path, log_path, meson_rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
 may_skip = set(sys.argv[4].split())
+label = sys.argv[5]
 listed = [line.rstrip("\n") for line in open(list_path) if line.strip()]
 try:
     results = [json.loads(line) for line in open(log_path) if line.strip()]
@@ -115,28 +162,71 @@ if not listed:
 if meson_rc != 0 and bad == 0:
     print(f"FAILED: meson test exited {meson_rc} with no failed test in its log", file=sys.stderr)
     bad += 1
+slowest = sorted(results, key=lambda r: -r["duration"])[:5]
+print(f"== {label}: slowest: " + ", ".join(f'{r["name"].split(" / ")[-1]} {r["duration"]:.0f} s'
+                                          for r in slowest), file=sys.stderr)
 print(ok, bad, skip)
 PY
 )
   [ -n "$counts" ] || counts="0 $((listed > 0 ? listed : 1)) 0"  # the counter itself failed
-  read -r ok bad skip <<<"$counts"
+  echo "$counts" >"$times/$dir.counts"
+}
+
+# The fuzz tests' binaries do not depend on the build that runs them: one copy for all three.
+export BATCHD_FUZZ_DIR=$PWD/build-fuzz
+
+started=$(date +%s)
+configure build-debug -Dbuildtype=debugoptimized || exit 1
+builds=(build-debug)
+if [ "$quick" = 0 ]; then
+  configure build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
+    -Dcuda=disabled -Dtest_scale=0.25 -Dunity=on -Dunity_size=100 || exit 1
+  configure build-tsan -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false \
+    -Dcuda=disabled -Dtest_scale=0.2 -Dunity=on -Dunity_size=100 || exit 1
+  builds+=(build-asan build-tsan)
+fi
+phase "configure (meson setup)" "$started"
+
+if [ "$quick" = 0 ]; then
+  echo "== ASan+UBSan and TSan builds: compiling behind the debug build (nice 19)"
+  (
+    renice -n 19 -p "$BASHPID" >/dev/null
+    compile build-asan "ASan+UBSan build"
+    compile build-tsan "TSan build"
+  ) &
+  background_compile=$!
+fi
+
+echo "== debug build: building"
+compile build-debug "debug build"
+run_tests build-debug "debug build"
+
+if [ "$quick" = 0 ]; then
+  # Each sanitizer suite starts once its build is done; the two then run side by side, their
+  # output kept apart and shown in order.
+  wait_built build-asan
+  run_tests build-asan "ASan+UBSan build" >"$times/asan.out" 2>&1 &
+  asan_tests=$!
+  wait_built build-tsan
+  run_tests build-tsan "TSan build" >"$times/tsan.out" 2>&1 &
+  tsan_tests=$!
+  wait "$background_compile" "$asan_tests" "$tsan_tests"
+  cat "$times/asan.out" "$times/tsan.out"
+fi
+
+passed=0
+failed=0
+skipped=0  # the GPU test where there is no GPU; it says why in its log
+for dir in "${builds[@]}"; do
+  read -r ok bad skip <"$times/$dir.counts" 2>/dev/null || { ok=0; bad=1; skip=0; }
   passed=$((passed + ok))
   failed=$((failed + bad))
   skipped=$((skipped + skip))
-}
+done
 
-configure build-debug -Dbuildtype=debugoptimized || exit 1
-configure build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
-  -Dcuda=disabled -Dtest_scale=0.25 || exit 1
-configure build-tsan -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false \
-  -Dcuda=disabled -Dtest_scale=0.2 || exit 1
-phase_done "configure (meson setup)"
-
-run_suite build-debug "debug build"
-run_suite build-asan "ASan+UBSan build"
-run_suite build-tsan "TSan build"
-
-echo "== wall time by phase ($SECONDS s in all):"
-printf '   %s\n' "${phases[@]}"
+echo "== wall time by phase ($(($(date +%s) - run_started)) s in all; from: seconds after the start):"
+while IFS='|' read -r label from to; do
+  printf '   %-32s from %5d s  %5d s\n' "$label" $((from - run_started)) $((to - from))
+done < <(sort -t'|' -k2,2n -k3,3n "$times/phases")
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

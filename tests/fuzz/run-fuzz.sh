@@ -5,9 +5,12 @@
 # Usage: run-fuzz.sh SOURCE_ROOT BUILD_DIR [SECONDS] [TARGET]. SECONDS is scaled by
 # BATCHD_TEST_SCALE. Fails where clang++ or the libFuzzer runtime is missing (scripts/setup.sh
 # installs both): exit 77, meson's "skipped", is kept for tests that need a GPU.
+# BATCHD_FUZZ_DIR, where set, holds the binaries and corpora instead of BUILD_DIR/fuzz: the
+# binary does not depend on the meson build it runs from (its own compiler and flags), so
+# scripts/test.sh has its three builds share one, built once, each run growing one corpus.
 set -euo pipefail
 src=$1
-out=$2/fuzz
+out=${BATCHD_FUZZ_DIR:-$2/fuzz}
 seconds=${3:-20}
 target=${4:-http}
 cxx=${CLANGXX:-clang++}
@@ -17,10 +20,14 @@ if ! command -v "$cxx" >/dev/null; then
   exit 1
 fi
 mkdir -p "$out"
+# Two builds' tests may run this at once over a shared BATCHD_FUZZ_DIR: one at a time per target
+# (the probe, the binary and the corpus are shared).
+exec {lock}>"$out/fuzz_$target.lock"
+flock "$lock"
 if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
-    "$cxx" -fsanitize=fuzzer -x c++ - -o "$out/probe" 2>"$out/probe.log"; then
+    "$cxx" -fsanitize=fuzzer -x c++ - -o "$out/probe-$target" 2>"$out/probe-$target.log"; then
   echo "no libFuzzer runtime for $cxx (scripts/setup.sh installs libclang-rt-14-dev)"
-  cat "$out/probe.log"
+  cat "$out/probe-$target.log"
   exit 1
 fi
 
@@ -45,8 +52,10 @@ case $target in
   *) echo "unknown fuzz target $target"; exit 2 ;;
 esac
 binary=$out/fuzz_$target
-# Rebuilt only when a source or header of the protocol layer changed since the last build.
-if [ ! -x "$binary" ] || [ -n "$(find "${sources[@]}" "${headers[@]}" -newer "$binary" 2>/dev/null)" ]; then
+# Rebuilt only when the sources or headers it is built from changed (by content: a build folder's
+# freshly generated openapi_spec.cpp is the same source).
+digest=$(cat "${sources[@]}" "${headers[@]}" | sha256sum | cut -d' ' -f1)
+if [ ! -x "$binary" ] || [ "$(cat "$binary.sha256" 2>/dev/null)" != "$digest" ]; then
   echo "building $binary with $cxx"
   # shellcheck disable=SC2046  # pkg-config's words are meant to split
   "$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
@@ -54,6 +63,7 @@ if [ ! -x "$binary" ] || [ -n "$(find "${sources[@]}" "${headers[@]}" -newer "$b
     $(pkg-config --cflags "${packages[@]}") "${sources[@]}" $(pkg-config --libs "${packages[@]}") \
     -o "$binary.tmp"
   mv "$binary.tmp" "$binary"
+  echo "$digest" >"$binary.sha256"
 fi
 
 scale=${BATCHD_TEST_SCALE:-1}
