@@ -12,9 +12,10 @@
 # the cores while they run), so the sanitizer builds compile behind the debug build at the lowest
 # CPU priority (nice 19), on the cores its compile and its tests leave idle; they build only what
 # their tests run, as unity builds (one translation unit per target: the headers parsed and the
-# templates instantiated once). Their two suites then run side by side, each as soon as its build
-# is done, and nothing runs beside the debug build's tests but that compile, so its tight time
-# bounds (no slowdown factor) see an otherwise quiet machine.
+# templates instantiated once). The debug build compiles what its tests need first and the rest
+# (the benchmark programs) behind its tests the same way. The two sanitizer suites run side by
+# side, each as soon as its build is done; nothing runs beside the debug build's tests but those
+# niced compiles, so its tight time bounds (no slowdown factor) see an otherwise quiet machine.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -75,23 +76,28 @@ print({o["name"]: o["value"] for o in json.load(sys.stdin)}["cuda"])')
   fi
 }
 
-# Builds a configuration: everything in the debug build (so the benchmarks and every installed
-# program are checked to build), what the tests need in the others. Leaves its exit status in
-# $times/DIR.built.
+# Builds what a configuration's tests need. Leaves its exit status in $times/DIR.built.
 compile() {  # dir, label
-  local dir=$1 label=$2 from rc
+  local dir=$1 label=$2 from rc targets
   from=$(date +%s)
-  if [ "$dir" = build-debug ]; then
-    ninja -C "$dir" >"$dir.build.log" 2>&1
-  else
-    local targets
-    # shellcheck disable=SC2086  # one target per word
-    targets=$(python3 scripts/test_targets.py "$dir" 2>"$dir.build.log") &&
-      ninja -C "$dir" $targets >"$dir.build.log" 2>&1
-  fi
+  # shellcheck disable=SC2086  # one target per word
+  targets=$(python3 scripts/test_targets.py "$dir" 2>"$dir.build.log") &&
+    ninja -C "$dir" $targets >"$dir.build.log" 2>&1
   rc=$?
   phase "$label: compile" "$from"
   echo "$rc" >"$times/$dir.built"
+}
+
+# The rest of the debug build, which no test runs (the benchmark programs, gpu_check): built so
+# that every program is checked to build, behind the tests like the sanitizer builds. Leaves its
+# exit status in $times/build-debug-rest.built.
+compile_rest() {
+  local from rc
+  from=$(date +%s)
+  ninja -C build-debug >build-debug-rest.build.log 2>&1
+  rc=$?
+  phase "debug build: the rest" "$from"
+  echo "$rc" >"$times/build-debug-rest.built"
 }
 
 # Waits for the background compile() of a build to leave its status (a failure, if the process
@@ -175,42 +181,53 @@ PY
 # The fuzz tests' binaries do not depend on the build that runs them: one copy for all three.
 export BATCHD_FUZZ_DIR=$PWD/build-fuzz
 
+# Debug info as line tables and functions (-g1): what a sanitizer's report and a backtrace need,
+# at three quarters of -g's compile time. (A build for gdb: meson setup with plain -g.)
+debug_info=(-Dcpp_args=-g1 -Dc_args=-g1)
 started=$(date +%s)
-configure build-debug -Dbuildtype=debugoptimized || exit 1
+configure build-debug -Dbuildtype=debugoptimized "${debug_info[@]}" || exit 1
 builds=(build-debug)
 if [ "$quick" = 0 ]; then
   configure build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dcuda=disabled -Dtest_scale=0.25 -Dunity=on -Dunity_size=100 || exit 1
+    -Dcuda=disabled -Dtest_scale=0.25 -Dunity=on -Dunity_size=100 "${debug_info[@]}" || exit 1
   configure build-tsan -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false \
-    -Dcuda=disabled -Dtest_scale=0.2 -Dunity=on -Dunity_size=100 || exit 1
+    -Dcuda=disabled -Dtest_scale=0.2 -Dunity=on -Dunity_size=100 "${debug_info[@]}" || exit 1
   builds+=(build-asan build-tsan)
 fi
 phase "configure (meson setup)" "$started"
 
 if [ "$quick" = 0 ]; then
-  echo "== ASan+UBSan and TSan builds: compiling behind the debug build (nice 19)"
+  # TSan first: its suite is the longest, so it should start first.
+  echo "== TSan and ASan+UBSan builds: compiling behind the debug build (nice 19)"
   (
     renice -n 19 -p "$BASHPID" >/dev/null
-    compile build-asan "ASan+UBSan build"
     compile build-tsan "TSan build"
+    compile build-asan "ASan+UBSan build"
   ) &
   background_compile=$!
 fi
 
-echo "== debug build: building"
+echo "== debug build: building what its tests need"
 compile build-debug "debug build"
+if [ "$quick" = 0 ]; then
+  (
+    renice -n 19 -p "$BASHPID" >/dev/null
+    compile_rest
+  ) &
+  rest_compile=$!
+fi
 run_tests build-debug "debug build"
 
 if [ "$quick" = 0 ]; then
   # Each sanitizer suite starts once its build is done; the two then run side by side, their
   # output kept apart and shown in order.
-  wait_built build-asan
-  run_tests build-asan "ASan+UBSan build" >"$times/asan.out" 2>&1 &
-  asan_tests=$!
   wait_built build-tsan
   run_tests build-tsan "TSan build" >"$times/tsan.out" 2>&1 &
   tsan_tests=$!
-  wait "$background_compile" "$asan_tests" "$tsan_tests"
+  wait_built build-asan
+  run_tests build-asan "ASan+UBSan build" >"$times/asan.out" 2>&1 &
+  asan_tests=$!
+  wait "$background_compile" "$rest_compile" "$asan_tests" "$tsan_tests"
   cat "$times/asan.out" "$times/tsan.out"
 fi
 
@@ -223,6 +240,11 @@ for dir in "${builds[@]}"; do
   failed=$((failed + bad))
   skipped=$((skipped + skip))
 done
+if [ "$quick" = 0 ] && [ "$(cat "$times/build-debug-rest.built" 2>/dev/null)" != 0 ]; then
+  tail -50 build-debug-rest.build.log
+  echo "== debug build: the programs no test runs did not build (build-debug-rest.build.log)"
+  failed=$((failed + 1))
+fi
 
 echo "== wall time by phase ($(($(date +%s) - run_started)) s in all; from: seconds after the start):"
 while IFS='|' read -r label from to; do

@@ -26,7 +26,7 @@ constexpr unsigned kSimRepeat = 2;
 // runs on the sim backend long enough (scaled with the build's slowdown) that the attaches below
 // are tried while the requests are still in flight.
 std::vector<std::string> daemon_args() {
-  const auto batch = std::chrono::duration_cast<std::chrono::microseconds>(test::grace(1500ms));
+  const auto batch = std::chrono::duration_cast<std::chrono::microseconds>(test::grace(500ms));
   return {"--backend", "sim", "--sim-devices", "1", "--sim-fixed-us", std::to_string(batch.count()),
           "--sim-repeat", std::to_string(kSimRepeat), "--device-timeout-ms", "600000",
           "--max-wait-ms", "60000", "--max-batch", "1000", "--attach-timeout-ms", "600000"};
