@@ -89,11 +89,15 @@ compile() {  # dir, label
 }
 
 # The rest of the debug build, which no test runs (the benchmark programs, gpu_check): built so
-# that every program is checked to build, behind the tests like the sanitizer builds. Leaves its
-# exit status in $times/build-debug-rest.built.
+# that every program is checked to build, behind the tests like the sanitizer builds; first the
+# fuzz tests' binaries, which their tests would otherwise build in their own (serial) time. Leaves
+# its exit status in $times/build-debug-rest.built.
 compile_rest() {
-  local from rc
+  local from rc target
   from=$(date +%s)
+  for target in http segment; do  # a failure here shows in the fuzz test, which builds again
+    tests/fuzz/run-fuzz.sh "$PWD" "$PWD/build-debug/tests/fuzz" 0 "$target" >/dev/null 2>&1
+  done
   ninja -C build-debug >build-debug-rest.build.log 2>&1
   rc=$?
   phase "debug build: the rest" "$from"
