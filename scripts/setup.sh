@@ -21,16 +21,6 @@ packages=(
 . scripts/apt.sh
 apt_install_missing setup "${packages[@]}"
 
-# The project's Python environment (.venv, git-ignored): what the Python package's build and the
-# tests written in Python need from PyPI, pinned in python/requirements-test.txt. Debian's own
-# python3, not whatever python3 comes first on PATH. Rebuilt only when the pins change.
-requirements=python/requirements-test.txt
-stamp=.venv/requirements.sha256
-want=$(sha256sum "$requirements" | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "setup: installing $requirements into .venv"
-  rm -rf .venv
-  /usr/bin/python3 -m venv .venv
-  .venv/bin/pip install --quiet --disable-pip-version-check -r "$requirements"
-  echo "$want" >"$stamp"
-fi
+# The project's Python environment; scripts/test.sh runs it by itself (SETUP_SKIP_VENV=1 here),
+# beside the builds that do not need it.
+[ "${SETUP_SKIP_VENV:-0}" = 1 ] || scripts/setup_venv.sh

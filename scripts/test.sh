@@ -36,10 +36,15 @@ phase() {  # label, started (epoch s): ends now
   echo "$1|$2|$(date +%s)" >>"$times/phases"
 }
 
+# The Debian packages first; the Python environment (.venv: PyPI's downloads) then comes beside
+# the sanitizer builds, which do not use it (the debug build's configure does: nanobind).
 started=$(date +%s)
-scripts/setup.sh || exit 1
+SETUP_SKIP_VENV=1 scripts/setup.sh || exit 1
 source scripts/env.sh
-phase "setup" "$started"
+phase "setup: Debian packages" "$started"
+venv_started=$(date +%s)
+scripts/setup_venv.sh >"$times/venv.log" 2>&1 &
+venv_setup=$!
 
 configure() {  # dir, meson options...
   local dir=$1
@@ -189,7 +194,6 @@ export BATCHD_FUZZ_DIR=$PWD/build-fuzz
 # at three quarters of -g's compile time. (A build for gdb: meson setup with plain -g.)
 debug_info=(-Dcpp_args=-g1 -Dc_args=-g1)
 started=$(date +%s)
-configure build-debug -Dbuildtype=debugoptimized "${debug_info[@]}" || exit 1
 builds=(build-debug)
 if [ "$quick" = 0 ]; then
   configure build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
@@ -197,10 +201,7 @@ if [ "$quick" = 0 ]; then
   configure build-tsan -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false \
     -Dcuda=disabled -Dtest_scale=0.2 -Dunity=on -Dunity_size=100 "${debug_info[@]}" || exit 1
   builds+=(build-asan build-tsan)
-fi
-phase "configure (meson setup)" "$started"
-
-if [ "$quick" = 0 ]; then
+  phase "configure the sanitizer builds" "$started"
   # TSan first: its suite is the longest, so it should start first.
   echo "== TSan and ASan+UBSan builds: compiling behind the debug build (nice 19)"
   (
@@ -210,6 +211,18 @@ if [ "$quick" = 0 ]; then
   ) &
   background_compile=$!
 fi
+
+if ! wait "$venv_setup"; then
+  cat "$times/venv.log"
+  echo "== setup of .venv failed"
+  [ "$quick" = 1 ] || { pkill -P "$background_compile"; kill "$background_compile"; } 2>/dev/null
+  exit 1
+fi
+cat "$times/venv.log"
+phase "setup: .venv" "$venv_started"
+started=$(date +%s)
+configure build-debug -Dbuildtype=debugoptimized "${debug_info[@]}" || exit 1
+phase "configure the debug build" "$started"
 
 echo "== debug build: building what its tests need"
 compile build-debug "debug build"
