@@ -77,7 +77,7 @@ void MetricsRegistry::render_http(std::string& out) const {
     fmt::format_to(std::back_inserter(out), "batchd_http_requests_total{{code=\"{}\"}} {}\n", code, n);
   }
   metric_family(out, "batchd_http_request_duration_seconds", "histogram",
-         "Time from a request's last byte to its answer being ready.");
+                "Time from a request's last byte to its answer being ready.");
   std::uint64_t cumulative = 0;
   std::uint64_t sum_ns = 0;
   for (std::size_t b = 0; b <= kLatencyBucketsS.size(); ++b) {
@@ -105,10 +105,10 @@ void MetricsRegistry::render_connections(std::string& out) const {
   metric_family(out, "batchd_http_connections_accepted_total", "counter", "Client connections accepted.");
   sample(out, "batchd_http_connections_accepted_total", sum(&WorkerMetrics::accepted_connections_));
   metric_family(out, "batchd_http_connections_rejected_total", "counter",
-         "Client connections refused over --max-connections or during shutdown.");
+                "Client connections refused over --max-connections or during shutdown.");
   sample(out, "batchd_http_connections_rejected_total", sum(&WorkerMetrics::rejected_connections_));
   metric_family(out, "batchd_http_answers_dropped_total", "counter",
-         "Answers that arrived after their caller had disconnected.");
+                "Answers that arrived after their caller had disconnected.");
   sample(out, "batchd_http_answers_dropped_total", sum(&WorkerMetrics::dropped_answers_));
   metric_family(out, "batchd_http_workers_attached", "gauge", "Event loops attached to the daemon.");
   sample(out, "batchd_http_workers_attached", attached_workers());

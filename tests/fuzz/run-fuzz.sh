@@ -3,8 +3,9 @@
 # runs it for a bounded time from its seed corpus. Targets: http (batchd-http's request parsing
 # and routing) and segment (the daemon's reader of a client's shared-memory segment).
 # Usage: run-fuzz.sh SOURCE_ROOT BUILD_DIR [SECONDS] [TARGET]. SECONDS is scaled by
-# BATCHD_TEST_SCALE; 0 builds the binary and runs nothing (scripts/test.sh builds them ahead). Fails where clang++ or the libFuzzer runtime is missing (scripts/setup.sh
-# installs both): exit 77, meson's "skipped", is kept for tests that need a GPU.
+# BATCHD_TEST_SCALE; 0 builds the binary and runs nothing (scripts/test.sh builds them ahead).
+# Fails where clang++ or the libFuzzer runtime is missing (scripts/setup.sh installs both): exit
+# 77, meson's "skipped", is kept for tests that need a GPU.
 # BATCHD_FUZZ_DIR, where set, holds the binaries and corpora instead of BUILD_DIR/fuzz: the
 # binary does not depend on the meson build it runs from (its own compiler and flags), so
 # scripts/test.sh has its three builds share one, built once, each run growing one corpus.
