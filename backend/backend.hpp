@@ -46,13 +46,17 @@ struct BatchOutput {
   }
 };
 
-// A whole-batch failure; per-input isolation happens above the backend.
+// A whole-batch failure; per-input isolation happens above the backend. A device fault says the
+// batch is blameless: the device went away under it (a worker process died, hung or broke the
+// protocol), so the batch runs again elsewhere without counting as a failure of its inputs.
 struct BackendStatus {
   bool ok = true;
   std::string message;
+  bool device_fault = false;
 
   static BackendStatus success() { return {}; }
-  static BackendStatus failure(std::string why) { return {false, std::move(why)}; }
+  static BackendStatus failure(std::string why) { return {false, std::move(why), false}; }
+  static BackendStatus device_gone(std::string why) { return {false, std::move(why), true}; }
 };
 
 // Where a batch runs: a device, and one of its streams (CUDA streams; CPU worker threads and
@@ -131,6 +135,11 @@ class Backend {
   // raises its hang timeout (--device-timeout-ms) to this, so that a costly configuration does
   // not make a working device look hung. 0: no estimate (the timeout stands as configured).
   [[nodiscard]] virtual std::chrono::nanoseconds worst_batch_time() const noexcept { return {}; }
+
+  // A batch on this device ran past the hang timeout (the router already runs it elsewhere). A
+  // backend that can replace the device (a worker process) drops it here, so the run returns.
+  // Watchdog thread; must not block. Default: nothing (the device is probed after a back-off).
+  virtual void device_hung(unsigned /*device*/) noexcept {}
 
   // The daemon is shutting down: calls blocked in run() should return soon (with any status).
   virtual void shutdown() noexcept {}

@@ -143,12 +143,11 @@ namespace {
 
 client_detail::Attempt<Attachment> attach_once(const std::string& socket_path,
                                                std::chrono::milliseconds timeout,
-                                               std::uint32_t flags, std::int64_t deadline_ns) {
+                                               std::span<const std::byte> hello, std::size_t fds_expected,
+                                               std::int64_t deadline_ns) {
   auto conn = connect_until(socket_path, deadline_ns);
   if (!conn) return conn.error();
-  const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, flags, 0};
-  const Expected<void> sent =
-      shm::send_with_fds(conn->get(), std::as_bytes(std::span(&hello, 1)), {});
+  const Expected<void> sent = shm::send_with_fds(conn->get(), hello, {});
   // A daemon that refused may close before reading the hello: its reply is still worth reading.
   const bool hung_up = !sent && (sent.error().code == std::errc::broken_pipe ||
                                  sent.error().code == std::errc::connection_reset);
@@ -157,18 +156,14 @@ client_detail::Attempt<Attachment> attach_once(const std::string& socket_path,
                  fmt::format("daemon at {} dropped the connection: {}", socket_path,
                              sent.error().code.message())};
   }
-  return await_reply(std::move(*conn), sent, socket_path, timeout, deadline_ns,
-                     flags == 0 ? std::size_t{shm::kAttachFdCount} : std::size_t{1});
+  return await_reply(std::move(*conn), sent, socket_path, timeout, deadline_ns, fds_expected);
 }
 
-}  // namespace
-
-client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_path,
-                                                    std::chrono::milliseconds timeout,
-                                                    std::uint32_t flags) {
+client_detail::Attempt<Attachment> attach_until(const std::string& socket_path, std::chrono::milliseconds timeout,
+                                                std::span<const std::byte> hello, std::size_t fds_expected) {
   const std::int64_t deadline_ns = client_detail::deadline_after(timeout);
   for (;;) {
-    auto attempt = attach_once(socket_path, timeout, flags, deadline_ns);
+    auto attempt = attach_once(socket_path, timeout, hello, fds_expected, deadline_ns);
     // Busy: this user's handshake rate is spent (others of its processes attach at once, or one
     // floods); a token comes back within milliseconds, so try again while the deadline allows.
     if (attempt || attempt.error().code != ErrorCode::kOverloaded ||
@@ -177,6 +172,22 @@ client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_pa
     }
     std::this_thread::sleep_for(kBusyRetry);
   }
+}
+
+}  // namespace
+
+client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_path,
+                                                    std::chrono::milliseconds timeout,
+                                                    std::uint32_t flags) {
+  const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, flags, 0};
+  return attach_until(socket_path, timeout, std::as_bytes(std::span(&hello, 1)),
+                      flags == 0 ? std::size_t{shm::kAttachFdCount} : std::size_t{1});
+}
+
+client_detail::Attempt<Attachment> attach_worker_to_daemon(const std::string& socket_path,
+                                                           std::chrono::milliseconds timeout,
+                                                           const shm::WorkerHello& hello) {
+  return attach_until(socket_path, timeout, std::as_bytes(std::span(&hello, 1)), 1);
 }
 
 }  // namespace batchd

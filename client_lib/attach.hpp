@@ -10,6 +10,7 @@
 #include "client_lib/client.hpp"
 #include "shm/attach_protocol.hpp"
 #include "shm/fd.hpp"
+#include "shm/worker_region.hpp"
 
 namespace batchd {
 
@@ -27,6 +28,11 @@ client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_pa
                                                     std::chrono::milliseconds timeout,
                                                     std::uint32_t flags = 0);
 
+// The same handshake in the worker role (shm/worker_region.hpp): the Attachment holds the
+// worker region's one fd.
+client_detail::Attempt<Attachment> attach_worker_to_daemon(const std::string& socket_path,
+                                                           std::chrono::milliseconds timeout,
+                                                           const shm::WorkerHello& hello);
 // The socket path a client uses when none is given: as the daemon's default.
 std::string client_default_socket_path();
 

@@ -6,30 +6,16 @@
 #include <vector>
 
 #include "client_lib/batchd_client.h"
+#include "client_lib/c_status.hpp"
 #include "client_lib/client.hpp"
+
+using batchd::client_detail::to_status;
 
 struct batchd_client {
   std::unique_ptr<batchd::Client> client;
 };
 
 namespace {
-
-batchd_status to_status(batchd::ErrorCode code) noexcept {
-  switch (code) {
-    case batchd::ErrorCode::kTimeout: return BATCHD_TIMEOUT;
-    case batchd::ErrorCode::kOverloaded: return BATCHD_OVERLOADED;
-    case batchd::ErrorCode::kTooLarge: return BATCHD_TOO_LARGE;
-    case batchd::ErrorCode::kInvalidUtf8: return BATCHD_INVALID_UTF8;
-    case batchd::ErrorCode::kDaemonUnavailable: return BATCHD_DAEMON_UNAVAILABLE;
-    case batchd::ErrorCode::kBackendError: return BATCHD_BACKEND_ERROR;
-    case batchd::ErrorCode::kBackendUnavailable: return BATCHD_BACKEND_UNAVAILABLE;
-    case batchd::ErrorCode::kCancelled: return BATCHD_CANCELLED;
-    case batchd::ErrorCode::kProtocolError: return BATCHD_PROTOCOL_ERROR;
-    case batchd::ErrorCode::kPermissionDenied: return BATCHD_PERMISSION_DENIED;
-    case batchd::ErrorCode::kTooManyClients: return BATCHD_TOO_MANY_CLIENTS;
-  }
-  return BATCHD_PROTOCOL_ERROR;
-}
 
 // The class a C caller named, or nothing for a value outside the enum (C lets any int through).
 std::optional<batchd::Priority> from_c(batchd_priority priority) noexcept {

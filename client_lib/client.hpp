@@ -84,7 +84,7 @@ struct DaemonStatus {
     [[nodiscard]] std::uint64_t count() const noexcept;
   };
   struct Device {
-    std::string state;  // "healthy", "unhealthy", "probing" or "lost"
+    std::string state;  // "healthy", "unhealthy", "probing", "lost", or "absent" (no worker in its place)
     std::uint64_t batches_ok = 0, batches_failed = 0, timeouts = 0, outstanding_requests = 0;
     std::uint64_t batch_ns = 0;  // measured batch time
     // The fitted batch cost: fixed_ns + per_item_ns x requests + per_byte_ns x input bytes, from
@@ -96,11 +96,19 @@ struct DaemonStatus {
     std::uint64_t memory_free_bytes = 0, memory_total_bytes = 0, byte_budget = 0;
     // Each successful batch run's time on this device (README.md, "Metrics").
     Histogram compute_time;
+    // A workers daemon's device: the worker process in its place (worker_pid 0: none), its name
+    // and version as it gave them, the batches it runs at once and the batches it answered.
+    std::uint32_t worker_pid = 0, worker_lanes = 0;
+    std::string worker_name, worker_version;
+    std::uint64_t worker_batches = 0;
   };
   std::string backend;
   std::uint32_t daemon_pid = 0;
   std::int64_t age_ns = 0;  // since the daemon last published
   std::uint32_t healthy_devices = 0;
+  // A workers daemon (--backend workers): workers attached now, and how many it needs to be ready
+  // (min_workers 0: any other daemon).
+  std::uint32_t workers = 0, min_workers = 0;
   std::uint64_t clients = 0;
   std::uint64_t requests_taken = 0, requests_ok = 0, requests_failed = 0, requests_rejected = 0;
   std::uint64_t in_flight = 0;  // taken by the daemon and not yet answered

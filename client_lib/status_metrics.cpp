@@ -118,8 +118,44 @@ void render_latency(const DaemonStatus& status, std::string& out) {
   }
 }
 
+// A label value as Prometheus' text format wants it: backslash, quote and newline escaped.
+std::string label_value(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    if (c == '\\' || c == '"') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// A workers daemon's worker processes: how many, how many it needs, and who is in each place.
+void render_workers(const DaemonStatus& status, std::string& out) {
+  family(out, "batchd_daemon_workers", "gauge", "Worker processes attached to the daemon.");
+  fmt::format_to(std::back_inserter(out), "batchd_daemon_workers {}\n", status.workers);
+  family(out, "batchd_daemon_min_workers", "gauge", "Workers the daemon needs attached before it is ready.");
+  fmt::format_to(std::back_inserter(out), "batchd_daemon_min_workers {}\n", status.min_workers);
+  family(out, "batchd_worker_info", "gauge", "1 for the worker process in each device's place.");
+  for (std::size_t d = 0; d < status.devices.size(); ++d) {
+    const auto& dev = status.devices[d];
+    if (dev.worker_pid == 0) continue;
+    fmt::format_to(std::back_inserter(out),
+                   "batchd_worker_info{{device=\"{}\",name=\"{}\",version=\"{}\",pid=\"{}\",lanes=\"{}\"}} 1\n", d,
+                   label_value(dev.worker_name), label_value(dev.worker_version), dev.worker_pid, dev.worker_lanes);
+  }
+  family(out, "batchd_worker_batches_total", "counter", "Batches the worker in each device's place answered.");
+  for (std::size_t d = 0; d < status.devices.size(); ++d) {
+    if (status.devices[d].worker_pid == 0) continue;
+    fmt::format_to(std::back_inserter(out), "batchd_worker_batches_total{{device=\"{}\"}} {}\n", d,
+                   status.devices[d].worker_batches);
+  }
+}
+
 void render_devices(const DaemonStatus& status, std::string& out) {
-  static constexpr std::string_view kStates[] = {"healthy", "unhealthy", "probing", "lost"};
+  static constexpr std::string_view kStates[] = {"healthy", "unhealthy", "probing", "lost", "absent"};
   family(out, "batchd_daemon_device_state", "gauge", "1 for each device's current state.");
   for (std::size_t d = 0; d < status.devices.size(); ++d) {
     for (const std::string_view state : kStates) {
@@ -168,6 +204,7 @@ void render_daemon_status(const DaemonStatus* status, std::string& out) {
   gauge("batchd_daemon_status_age_seconds", "gauge", "Time since the daemon last published its status.",
         static_cast<double>(status->age_ns) / 1e9);
   gauge("batchd_daemon_healthy_devices", "gauge", "Devices the daemon can run batches on.", status->healthy_devices);
+  if (status->min_workers > 0 || status->workers > 0) render_workers(*status, out);
   gauge("batchd_daemon_clients", "gauge", "Clients attached to the daemon.", status->clients);
   gauge("batchd_daemon_queue_depth", "gauge", "Requests the daemon has taken and not yet answered.",
         status->in_flight);

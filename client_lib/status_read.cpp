@@ -44,6 +44,38 @@ void read_latency(const shm::StatusLatency& in, DaemonStatus& out) {
   }
 }
 
+// Who each device of a workers daemon is, or nullptr when the daemon publishes none.
+const shm::StatusWorkers* workers_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
+  if (file_bytes < shm::kStatusWorkersOffset + sizeof(shm::StatusWorkers)) return nullptr;
+  const auto* workers = reinterpret_cast<const shm::StatusWorkers*>(
+      reinterpret_cast<const char*>(&page) + shm::kStatusWorkersOffset);
+  const bool ours = workers->magic == shm::kStatusWorkersMagic && workers->version == shm::kStatusWorkersVersion &&
+                    workers->places == shm::kStatusDevices;
+  return ours ? workers : nullptr;
+}
+
+std::string read_text(const std::atomic<std::uint64_t> (&words)[shm::kStatusTextWords]) {
+  char text[shm::kStatusTextWords * 8 + 1] = {};
+  for (std::size_t w = 0; w < shm::kStatusTextWords; ++w) {
+    const std::uint64_t word = words[w].load(std::memory_order_relaxed);
+    std::memcpy(text + w * 8, &word, 8);
+  }
+  return text;
+}
+
+void read_workers(const shm::StatusWorkers& in, DaemonStatus& out) {
+  for (std::size_t d = 0; d < out.devices.size(); ++d) {
+    const shm::StatusWorker& worker = in.worker[d];
+    DaemonStatus::Device& device = out.devices[d];
+    device.worker_pid = worker.pid.load(std::memory_order_relaxed);
+    if (device.worker_pid == 0) continue;
+    device.worker_lanes = worker.lanes.load(std::memory_order_relaxed);
+    device.worker_batches = worker.batches.load(std::memory_order_relaxed);
+    device.worker_name = read_text(worker.name);
+    device.worker_version = read_text(worker.version);
+  }
+}
+
 }  // namespace
 
 std::uint64_t DaemonStatus::Histogram::count() const noexcept {
@@ -53,7 +85,7 @@ std::uint64_t DaemonStatus::Histogram::count() const noexcept {
 }
 
 DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
-  static constexpr const char* kStates[] = {"healthy", "unhealthy", "probing", "lost"};
+  static constexpr const char* kStates[] = {"healthy", "unhealthy", "probing", "lost", "absent"};
   DaemonStatus out;
   char backend[sizeof(page.backend) + 1] = {};
   std::memcpy(backend, page.backend, sizeof(page.backend));
@@ -61,6 +93,8 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
   out.daemon_pid = page.daemon_pid;
   out.age_ns = shm::monotonic_ns() - page.published_ns.load(std::memory_order_acquire);
   out.healthy_devices = page.healthy_devices.load(std::memory_order_relaxed);
+  out.workers = page.workers.load(std::memory_order_relaxed);
+  out.min_workers = page.min_workers.load(std::memory_order_relaxed);
   out.clients = page.clients.load(std::memory_order_relaxed);
   out.requests_taken = page.requests_taken.load(std::memory_order_relaxed);
   out.requests_ok = page.requests_ok.load(std::memory_order_relaxed);
@@ -117,6 +151,7 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
     if (added.byte_budget == 0 && added.memory_total_bytes == 0) added.byte_budget = out.max_batch_bytes;
   }
   if (const shm::StatusLatency* latency = latency_section(page, file_bytes)) read_latency(*latency, out);
+  if (const shm::StatusWorkers* workers = workers_section(page, file_bytes)) read_workers(*workers, out);
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include "daemon/cpu_backend.hpp"
 #include "daemon/plugin_backend.hpp"
 #include "daemon/sim_backend.hpp"
+#include "daemon/worker_backend.hpp"
 #if BATCHD_HAVE_CUDA
 #include "kernels/cuda_backend.hpp"
 #endif
@@ -74,11 +75,15 @@ Expected<std::unique_ptr<Backend>> make_backend(const DaemonConfig& config) {
     if (cuda) return cuda;
     return Failure{cuda.error().code, "cannot start the cuda backend: " + cuda.error().message};
   }
+  if (name == "workers") {
+    return std::unique_ptr<Backend>(std::make_unique<WorkerBackend>(
+        WorkerBackendOptions{config.workers.max_workers, config.workers.lanes_per_worker}));
+  }
   if (name.starts_with(kPluginPrefix)) {
     return load_plugin_backend(name.substr(kPluginPrefix.size()), config.plugin_config);
   }
   return make_failure(std::errc::invalid_argument,
-                      "unknown backend '" + name + "' (choose auto, cpu, sim, cuda or plugin:PATH)");
+                      "unknown backend '" + name + "' (choose auto, cpu, sim, cuda, plugin:PATH or workers)");
 }
 
 }  // namespace batchd

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -49,6 +50,7 @@ struct Batch {
   // (0: not held), and whether it runs now whatever the memory says (it waited long enough).
   std::int64_t held_since_ns = 0;
   bool ignore_memory = false;
+  bool held_for_device = false;  // waits for a device to arrive (RouterOptions::wait_for_devices)
   std::atomic<std::uint64_t> run_state{0};
 
   [[nodiscard]] BatchInput input() const noexcept { return {input_bytes, input_offsets}; }
@@ -63,6 +65,35 @@ struct Batch {
     last_error.clear();
     held_since_ns = 0;
     ignore_memory = false;
+    held_for_device = false;
+  }
+
+  // Moves the requests whose deadline has passed by now_ns into `other` (empty); both keep their
+  // order. Returns how many moved.
+  std::size_t move_expired_into(Batch& other, std::int64_t now_ns) {
+    std::vector<char> kept_bytes;
+    std::vector<std::uint32_t> kept_offsets{0};
+    std::vector<RequestRef> kept;
+    const auto append = [](std::vector<char>& bytes, std::vector<std::uint32_t>& offsets,
+                           std::string_view in) {
+      bytes.insert(bytes.end(), in.begin(), in.end());
+      offsets.push_back(static_cast<std::uint32_t>(bytes.size()));
+    };
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const std::int64_t deadline = requests[i].deadline_mono_ns;
+      if (deadline != 0 && deadline <= now_ns) {
+        append(other.input_bytes, other.input_offsets, input().at(i));
+        other.requests.push_back(std::move(requests[i]));
+      } else {
+        append(kept_bytes, kept_offsets, input().at(i));
+        kept.push_back(std::move(requests[i]));
+      }
+    }
+    other.opened_ns = opened_ns;
+    input_bytes.swap(kept_bytes);
+    input_offsets.swap(kept_offsets);
+    requests.swap(kept);
+    return other.requests.size();
   }
 
   // Moves the second half of this batch's requests into `other` (empty); both keep their order.

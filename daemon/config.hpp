@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,6 +15,18 @@
 #include "shm/layout.hpp"
 
 namespace batchd {
+
+// --backend workers: worker processes attach as devices (docs/WORKERS.md).
+struct WorkerConfig {
+  unsigned max_workers = 8;        // places (devices) for workers
+  unsigned lanes_per_worker = 4;   // streams per place: batches one worker runs at once at most
+  unsigned min_workers = 1;        // attached before the daemon says it is ready
+  std::chrono::microseconds spin{50};  // a lane spins this long for an answer, then sleeps
+  // Who may attach as a worker besides the daemon's own user. Apart from the clients' grant: a
+  // worker sees every client's inputs.
+  std::vector<uid_t> allowed_uids;
+  std::vector<gid_t> allowed_gids;
+};
 
 struct DaemonConfig {
   std::string socket_path;            // empty: default_socket_path()
@@ -47,6 +60,7 @@ struct DaemonConfig {
   std::uint32_t fair_slice_us = 250;
   DeadLetterOptions dead_letters;     // requests whose input fails alone: where they are recorded
   std::string metrics_listen;         // ADDR:PORT for GET /metrics (metrics_listener.hpp); empty: none
+  WorkerConfig workers;
 };
 
 // $XDG_RUNTIME_DIR/batchd/batchd.sock, or /run/batchd/batchd.sock as root (or with no

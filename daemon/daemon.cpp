@@ -35,6 +35,9 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<Backend> backend)
       policy_(config_.batch) {
   if (config_.socket_path.empty()) config_.socket_path = default_socket_path();
   if (backend_ == nullptr) throw std::invalid_argument("the daemon needs a backend");
+  workers_ = dynamic_cast<WorkerBackend*>(backend_.get());
+  // Workers come and go: a batch waits for one rather than failing while none is attached.
+  if (workers_ != nullptr) config_.routing.wait_for_devices = true;
   config_.batch = fit_to_backend(config_.batch, "start");
   fit_timeout_to_backend();
   batcher_.set_limits(config_.batch);
@@ -141,7 +144,12 @@ void Daemon::start() {
   latency_->buckets = shm::kLatencyBuckets;
   latency_->classes = shm::kWirePriorities;
   latency_->devices = shm::kStatusDevices;
+  workers_page_ = new (static_cast<char*>(status_map_.get_address()) + shm::kStatusWorkersOffset) shm::StatusWorkers{};
+  workers_page_->magic = shm::kStatusWorkersMagic;
+  workers_page_->version = shm::kStatusWorkersVersion;
+  workers_page_->places = shm::kStatusDevices;
   status_->daemon_pid = static_cast<std::uint32_t>(::getpid());
+  status_->min_workers.store(workers_ != nullptr ? config_.workers.min_workers : 0, std::memory_order_relaxed);
   std::snprintf(status_->backend, sizeof(status_->backend), "%.*s",
                 static_cast<int>(backend_->name().size()), backend_->name().data());
 
@@ -165,6 +173,10 @@ void Daemon::start() {
         publish_status();
         if (router_->all_devices_lost()) ring_doorbell();  // the drain loop exits (run())
       });
+  if (workers_ != nullptr) {
+    // Every place starts empty: a worker that attaches opens one (daemon_workers.cpp).
+    for (unsigned d = 0; d < backend_->devices(); ++d) router_->close_device(d);
+  }
   router_->set_dead_letters(dead_letters_.get());
   router_->set_latency(&stats_.latency);
   publish_policy();
@@ -204,10 +216,10 @@ void Daemon::publish_status() noexcept {
   std::uint32_t healthy = 0;
   for (std::size_t d = 0; d < devices.size(); ++d) {
     const DeviceHealth& h = *devices[d];
-    if (h.state() == DeviceState::kHealthy || h.state() == DeviceState::kProbing) ++healthy;
+    if (h.present() && (h.state() == DeviceState::kHealthy || h.state() == DeviceState::kProbing)) ++healthy;
     if (d >= shm::kStatusDevices) continue;
     shm::StatusDevice& out = page.device[d];
-    out.state.store(static_cast<std::uint32_t>(h.state()), relaxed);
+    out.state.store(h.present() ? static_cast<std::uint32_t>(h.state()) : shm::kStatusDeviceAbsent, relaxed);
     out.batches_ok.store(h.batches_ok(), relaxed);
     out.batches_failed.store(h.batches_failed(), relaxed);
     out.timeouts.store(h.timeouts(), relaxed);
@@ -254,7 +266,36 @@ void Daemon::publish_status() noexcept {
   page.priority_downgrades.store(stats_.priority_downgrades.load(relaxed), relaxed);
   page.connections_shed.store(stats_.connections_shed.load(relaxed), relaxed);
   publish_latency();
+  publish_workers();
   page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
+}
+
+void Daemon::publish_workers() noexcept {
+  if (workers_ == nullptr) return;
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const auto put_text = [](const std::string& text, std::atomic<std::uint64_t> (&words)[shm::kStatusTextWords]) {
+    char padded[shm::kStatusTextWords * 8] = {};
+    std::memcpy(padded, text.data(), std::min(text.size(), sizeof(padded)));
+    for (std::size_t w = 0; w < shm::kStatusTextWords; ++w) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, padded + w * 8, 8);
+      words[w].store(word, relaxed);
+    }
+  };
+  for (unsigned d = 0; d < std::min<std::size_t>(backend_->devices(), shm::kStatusDevices); ++d) {
+    shm::StatusWorker& out = workers_page_->worker[d];
+    const std::shared_ptr<WorkerLink> link = workers_->at(d);
+    if (link == nullptr) {
+      out.pid.store(0, relaxed);
+      continue;
+    }
+    out.pid.store(static_cast<std::uint32_t>(link->who().pid), relaxed);
+    out.lanes.store(link->buffers(), relaxed);
+    out.batches.store(link->batches(), relaxed);
+    put_text(link->who().name, out.name);
+    put_text(link->who().version, out.version);
+  }
+  status_->workers.store(workers_->attached(), relaxed);
 }
 
 void Daemon::publish_latency() noexcept {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <boost/interprocess/mapped_region.hpp>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -36,7 +37,10 @@
 #include "daemon/pending_queue.hpp"
 #include "daemon/rate_meter.hpp"
 #include "daemon/stats.hpp"
+#include "daemon/worker_backend.hpp"
 #include "shm/attach_protocol.hpp"
+#include "shm/clock.hpp"
+#include "shm/worker_region.hpp"
 #include "shm/status_page.hpp"
 
 namespace batchd {
@@ -114,7 +118,8 @@ class Daemon {
   void read_due_hellos();
   // Reads a hello (or keeps waiting for it) and answers it; the handshake ends unless it waits.
   void read_hello(std::uint64_t id);
-  void answer_hello(PendingAttach& pending, const Expected<std::size_t>& n, const shm::Hello& hello,
+  // `message`: what was read (a client's Hello, or a worker's WorkerHello: n says which).
+  void answer_hello(PendingAttach& pending, const Expected<std::size_t>& n, const shm::WorkerHello& message,
                     bool carried_fds, std::uint64_t id);
   void attach_session(PendingAttach& pending, std::uint64_t id);
   // Refuses a client whose hello was read (or who is past its handshake's deadline): the reply
@@ -128,6 +133,14 @@ class Daemon {
   // Evicts the handshakes past their deadline; returns the next deadline (0: none waiting).
   std::int64_t expire_attaches(std::int64_t now_ns);
   void on_session_readable(std::uint64_t id);
+  // Worker processes (daemon_workers.cpp): the worker role of the handshake, its connection's
+  // one notice (stopping) or hang-up, and its end.
+  void attach_worker(PendingAttach& pending, const shm::WorkerHello& hello, std::uint64_t id);
+  void on_worker_readable(std::uint64_t id);
+  // `connection_polled`: as for drop_session. `why` nullptr: it left (or stopped) cleanly.
+  void drop_worker(std::uint64_t id, const char* why, bool connection_polled = true);
+  // Stopping: every worker is told (hung up on) once nothing is left to run.
+  void drop_all_workers();
   // `connection_polled`: the session's connection poll is armed (false only while its
   // completion is being handled).
   void drop_session(std::uint64_t id, const char* why, bool connection_polled = true);
@@ -207,6 +220,8 @@ class Daemon {
   void publish_latency() noexcept;
   // A device's memory and byte budget into its status entry (watchdog thread).
   void publish_memory(unsigned device, shm::StatusDevice& out) noexcept;
+  // Who each worker is, into the pages after the histograms (watchdog thread).
+  void publish_workers() noexcept;
   // Writes the batching policy in force into the status page (drain loop: it owns config_.batch).
   void publish_policy() noexcept;
 
@@ -217,6 +232,12 @@ class Daemon {
   // that poll's user_data (see release_connection).
   std::unordered_map<std::uint64_t, shm::UniqueFd> parked_;
   std::unique_ptr<Backend> backend_;
+  WorkerBackend* workers_ = nullptr;  // backend_, when it is the workers backend
+  struct AttachedWorker {
+    unsigned slot = 0;
+    std::shared_ptr<WorkerLink> link;
+  };
+  std::unordered_map<std::uint64_t, AttachedWorker> attached_workers_;  // by connection id
   DaemonStats stats_;
   Completer completer_{stats_};
   // Before router_: its lanes record into it until they stop.
@@ -229,6 +250,7 @@ class Daemon {
   boost::interprocess::mapped_region status_map_;
   shm::DaemonStatusPage* status_ = nullptr;
   shm::StatusLatency* latency_ = nullptr;  // in status_map_, after the page
+  shm::StatusWorkers* workers_page_ = nullptr;  // in status_map_, after the histograms
 
   io_uring ring_{};
   bool ring_ready_ = false;
@@ -281,5 +303,12 @@ class Daemon {
   // Last: it reads the status page until it stops, so it is destroyed first.
   std::unique_ptr<MetricsListener> metrics_;
 };
+
+template <class... Args>
+void Daemon::warn_limited(LogKind kind, fmt::format_string<Args...> format, Args&&... args) {
+  std::string note;
+  if (!log_limit_.allow(kind, shm::monotonic_ns(), note)) return;
+  spdlog::warn("{}{}", fmt::format(format, std::forward<Args>(args)...), note);
+}
 
 }  // namespace batchd

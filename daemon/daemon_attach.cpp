@@ -31,13 +31,6 @@ constexpr unsigned kMaxAttachingPerUid = 8;
 
 }  // namespace
 
-template <class... Args>
-void Daemon::warn_limited(LogKind kind, fmt::format_string<Args...> format, Args&&... args) {
-  std::string note;
-  if (!log_limit_.allow(kind, shm::monotonic_ns(), note)) return;
-  spdlog::warn("{}{}", fmt::format(format, std::forward<Args>(args)...), note);
-}
-
 void Daemon::release_connection(shm::UniqueFd connection, std::uint64_t armed_poll) {
   if (!connection.valid()) return;
   if (control_->refuses_fds()) {
@@ -177,7 +170,7 @@ void Daemon::read_hello(std::uint64_t id) {
   auto it = attaching_.find(id);
   if (it == attaching_.end()) return;
   const int fd = it->second.connection.get();
-  shm::Hello hello{};
+  shm::WorkerHello hello{};  // the larger of the two hellos; a client's fills its first bytes
   std::vector<shm::UniqueFd> fds;  // a client has no fds to give; any it sent go to the reaper
   const Expected<std::size_t> n =
       shm::recv_with_fds(fd, std::as_writable_bytes(std::span(&hello, 1)), fds);
@@ -195,12 +188,14 @@ void Daemon::read_hello(std::uint64_t id) {
   release_connection(std::move(pending.connection), 0);
 }
 
-void Daemon::answer_hello(PendingAttach& pending, const Expected<std::size_t>& n, const shm::Hello& hello,
+void Daemon::answer_hello(PendingAttach& pending, const Expected<std::size_t>& n, const shm::WorkerHello& message,
                           bool carried_fds, std::uint64_t id) {
   const PeerCredentials& peer = pending.peer;
+  const shm::Hello& hello = message.hello;
   const bool truncated = !n && n.error().code == std::errc::protocol_error;
   if (!truncated && (!n || *n == 0)) return;  // gone before its hello: nobody to tell
-  if (truncated || *n != sizeof(hello) || hello.magic != shm::kAttachMagic) {
+  const std::size_t size = hello.flags == shm::kHelloWorker ? sizeof(shm::WorkerHello) : sizeof(shm::Hello);
+  if (truncated || *n != size || hello.magic != shm::kAttachMagic) {
     refuse(pending, shm::AttachStatus::kBadHello, "malformed attach request");
     return;
   }
@@ -210,7 +205,8 @@ void Daemon::answer_hello(PendingAttach& pending, const Expected<std::size_t>& n
                std::to_string(hello.protocol_version));
     return;
   }
-  if (carried_fds || (hello.flags != 0 && hello.flags != shm::kHelloDeadLetters)) {
+  if (carried_fds ||
+      (hello.flags != 0 && hello.flags != shm::kHelloDeadLetters && hello.flags != shm::kHelloWorker)) {
     refuse(pending, shm::AttachStatus::kBadHello, "attach request carried fds or unknown flags");
     return;
   }
@@ -220,6 +216,10 @@ void Daemon::answer_hello(PendingAttach& pending, const Expected<std::size_t>& n
   }
   if (stop_requested_.load(std::memory_order_relaxed)) {
     refuse(pending, shm::AttachStatus::kShuttingDown, "the daemon is shutting down");
+    return;
+  }
+  if (hello.flags == shm::kHelloWorker) {  // its own grant and limits (daemon_workers.cpp)
+    attach_worker(pending, message, id);
     return;
   }
   if (!peer_allowed(peer, config_.allowed_uids, config_.allowed_gids)) {

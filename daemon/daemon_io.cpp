@@ -85,6 +85,9 @@ void Daemon::handle_event(std::uint64_t user_data, int result) {
         arm_poll(it->second->doorbell_fd(), user_data);
       }
       break;
+    case Op::kWorker:
+      if (!release_parked(user_data) && result >= 0) on_worker_readable(id_of(user_data));
+      break;
     case Op::kIgnore:
       break;
   }

@@ -25,6 +25,11 @@ bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {
     listen_deferred_ = false;
     spdlog::info("stopping: finishing in-flight requests");
   }
+  // Batches waiting for a worker wait no more once no worker could run them: their clients send
+  // them again to the next daemon.
+  if (workers_ != nullptr && (workers_->attached() == 0 || now_ns - stop_at_ns_ > kStopGraceNs)) {
+    router_->abandon_waiting();
+  }
   const bool rings_empty = !work_waiting() || now_ns - stop_at_ns_ > kStopGraceNs;
   if (!rings_empty || progressed) return false;
   // Whatever is open runs now rather than waiting out its window.
@@ -38,6 +43,7 @@ bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {
 
 void Daemon::finish_stop() {
   router_->stop();
+  drop_all_workers();
   // Every answer is written: tell the clients now rather than when this object goes away.
   while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
   spdlog::info("stopped: {} requests taken, {} ok, {} failed, {} rejected, {} batches",
@@ -57,6 +63,7 @@ void Daemon::finish_lost() {
     open_ = nullptr;
   }
   router_->stop();
+  drop_all_workers();
   // Closing the control connections tells each client at once; they re-attach to the next daemon.
   while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
 }

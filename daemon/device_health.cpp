@@ -60,4 +60,21 @@ void DeviceHealth::mark_unhealthy(std::int64_t now_ns) noexcept {
   marked_.fetch_add(1, std::memory_order_relaxed);
 }
 
+void DeviceHealth::arrive() noexcept {
+  state_.store(DeviceState::kHealthy, std::memory_order_relaxed);
+  retry_at_ns_.store(0, std::memory_order_relaxed);
+  backoff_ns_.store(0, std::memory_order_relaxed);
+  consecutive_failures_.store(0, std::memory_order_relaxed);
+  batch_ns_.store(0, std::memory_order_relaxed);
+  item_ns_.store(0, std::memory_order_relaxed);
+  last_success_ns_.store(0, std::memory_order_relaxed);
+  const std::uint64_t next = incarnation() + 1;
+  presence_.store(next << 1 | 1, std::memory_order_release);
+}
+
+bool DeviceHealth::retire(std::uint64_t incarnation) noexcept {
+  std::uint64_t expected = incarnation << 1 | 1;
+  return presence_.compare_exchange_strong(expected, incarnation << 1, std::memory_order_acq_rel);
+}
+
 }  // namespace batchd

@@ -34,6 +34,7 @@ class DeviceHealth {
   // Whether a batch may go here now: healthy, or unhealthy with its back-off over and no probe
   // in flight. Does not claim the probe: see try_begin_probe().
   [[nodiscard]] bool available(std::int64_t now_ns) const noexcept {
+    if (!present()) return false;
     const DeviceState s = state();
     return s == DeviceState::kHealthy ||
            (s == DeviceState::kUnhealthy && now_ns >= retry_at_ns_.load(std::memory_order_acquire));
@@ -74,6 +75,19 @@ class DeviceHealth {
   // A failure turned out to be the input's, not the device's.
   void forgive() noexcept { consecutive_failures_.store(0, std::memory_order_relaxed); }
 
+  // Devices that come and go (worker processes): whether one is in this place now. Each arrival
+  // is a new incarnation, so a lane that saw the old one go cannot retire the new one.
+  [[nodiscard]] bool present() const noexcept { return (presence_.load(std::memory_order_acquire) & 1) != 0; }
+  [[nodiscard]] std::uint64_t incarnation() const noexcept {
+    return presence_.load(std::memory_order_acquire) >> 1;
+  }
+  // A new device arrives here: healthy, nothing measured, no failure streak (the counters stay,
+  // as totals of the place).
+  void arrive() noexcept;
+  // The device of `incarnation` is gone (absent until the next arrive()); false if another
+  // incarnation is here by now.
+  bool retire(std::uint64_t incarnation) noexcept;
+
   void set_backoff(const BackoffPolicy& policy) noexcept { policy_ = policy; }
   void record_timeout() noexcept { timeouts_.fetch_add(1, std::memory_order_relaxed); }
   // A batch ran on the drain thread rather than a lane's worker (Router::run_or_dispatch).
@@ -93,6 +107,7 @@ class DeviceHealth {
 
  private:
   BackoffPolicy policy_;
+  std::atomic<std::uint64_t> presence_{1};  // incarnation << 1 | present
   std::atomic<DeviceState> state_{DeviceState::kHealthy};
   std::atomic<std::int64_t> retry_at_ns_{0};
   std::atomic<std::int64_t> backoff_ns_{0};

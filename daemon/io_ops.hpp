@@ -15,6 +15,7 @@ enum class Op : std::uint64_t {
   kSession = 4,
   kClientDoorbell = 5,
   kIgnore = 6,          // completions nobody waits for (poll removals)
+  kWorker = 7,          // an attached worker's control connection
 };
 constexpr std::uint64_t pack(Op op, std::uint64_t id) noexcept { return uring::pack(op, id); }
 constexpr Op op_of(std::uint64_t user_data) noexcept { return uring::op_of<Op>(user_data); }

@@ -9,6 +9,7 @@
 
 #include "daemon/batch_policy.hpp"
 #include "daemon/config_file.hpp"
+#include "shm/worker_region.hpp"
 #include "text/listen_address.hpp"
 
 namespace batchd {
@@ -26,6 +27,7 @@ struct RawOptions {
   std::string sim_memory_other;
   double dead_letter_max_mib = 16.0;
   std::string dead_letter_inputs = "off";
+  std::uint32_t worker_spin_us = 50;
 };
 
 // "D:V" pairs for the sim fault flags.
@@ -83,6 +85,28 @@ void define_dead_letter_options(CLI::App& app, DaemonConfig& c, RawOptions& raw)
       ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
 }
 
+// --backend workers (docs/WORKERS.md).
+void define_worker_options(CLI::App& app, DaemonConfig& c, RawOptions& raw) {
+  auto* w = app.add_option_group("workers backend", "worker processes attach as devices");
+  w->add_option("--max-workers", c.workers.max_workers, "workers attached at once at most")
+      ->capture_default_str()->check(CLI::Range(1U, 64U));
+  w->add_option("--worker-lanes", c.workers.lanes_per_worker,
+                "batches one worker runs at once at most (it may ask for fewer)")
+      ->capture_default_str()->check(CLI::Range(1U, shm::kMaxWorkerBuffers));
+  w->add_option("--min-workers", c.workers.min_workers,
+                "workers attached before /readyz says ready (batchd-http answers 503 no_worker below it)")
+      ->capture_default_str()->check(CLI::Range(0U, 64U));
+  w->add_option("--worker-spin-us", raw.worker_spin_us,
+                "a lane spins this long for a worker's answer before it sleeps")
+      ->capture_default_str()->check(CLI::Range(0U, 100'000U));
+  w->add_option("--worker-allow-uid", c.workers.allowed_uids,
+                "also accept workers with this uid (a worker sees every client's inputs; by default "
+                "only the daemon's own user may attach as one, whatever --allow-uid says)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  w->add_option("--worker-allow-gid", c.workers.allowed_gids, "also accept workers with this gid")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
   DaemonConfig& c = o.config;
   // The last value wins, so a flag overrides the same key from the config file.
@@ -94,7 +118,8 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
                  "control socket path (default: $XDG_RUNTIME_DIR/batchd/batchd.sock, or "
                  "/run/batchd/batchd.sock as root)");
   app.add_option("--backend", c.backend,
-                 "auto (cuda if a GPU is visible, else cpu), cpu, sim, cuda, or plugin:PATH")
+                 "auto (cuda if a GPU is visible, else cpu), cpu, sim, cuda, plugin:PATH, or workers "
+                 "(worker processes attach and run the model: batchd-worker, batchd.Worker)")
       ->capture_default_str();
   app.add_option("--devices", c.cuda_devices, "cuda devices to use (default: all visible)")
       ->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -126,6 +151,7 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
                   "every device fails for this long after start")->capture_default_str();
   define_memory_options(app, *sim, c, raw);
   define_dead_letter_options(app, c, raw);
+  define_worker_options(app, c, raw);
   app.add_option("--policy", raw.policy,
                  "adaptive: batch sizes and waits follow the measured batch cost and arrival rate, "
                  "within --max-batch and --max-wait-ms (docs/POLICY.md); fixed: flush at "
@@ -213,6 +239,7 @@ void finish(DaemonOptions& o, const RawOptions& raw) {
   c.dead_letters.max_file_bytes =
       std::max<std::uint64_t>(1, static_cast<std::uint64_t>(raw.dead_letter_max_mib * 1024 * 1024));
   c.dead_letters.include_inputs = raw.dead_letter_inputs == "on";
+  c.workers.spin = std::chrono::microseconds(raw.worker_spin_us);
 }
 
 // CLI11 parses a reversed vector.

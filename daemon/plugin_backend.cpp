@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backend/backend_plugin.h"
+#include "text/ascii.hpp"
 
 namespace batchd {
 namespace {
@@ -29,12 +30,7 @@ std::string dl_error() {
 
 // A plug-in's message goes to callers and logs: keep it to printable ASCII, whatever it wrote.
 std::string printable_message(const char* error, std::size_t size) {
-  std::string message(error, strnlen(error, size));
-  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  for (char& c : message) {
-    if (c < 0x20 || c > 0x7e) c = '?';
-  }
-  return message;
+  return text::printable(std::string_view(error, size));
 }
 
 // What append_output needs during one run() call.

@@ -108,7 +108,8 @@ Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns, bool* m
   for (std::size_t i = 0; i < lanes_.size(); ++i) {
     const Lane& lane = *lanes_[i];
     const unsigned d = lane.id.device;
-    if ((batch.failed_devices & device_bit(d)) != 0 || lane.stuck.load(std::memory_order_acquire)) {
+    if ((batch.failed_devices & device_bit(d)) != 0 || lane.stuck.load(std::memory_order_acquire) ||
+        !lane.open.load(std::memory_order_acquire)) {
       continue;
     }
     const DeviceHealth& h = *health_[d];
@@ -172,6 +173,10 @@ bool Router::any_available_outside(std::uint64_t mask, std::int64_t now_ns) cons
 }
 
 void Router::fail_unavailable(Batch* batch) noexcept {
+  if (options_.wait_for_devices && !abandon_waiting_.load(std::memory_order_acquire)) {
+    hold_for_device(batch, shm::monotonic_ns());
+    return;
+  }
   // The status page says so before any caller hears it: a /readyz read right after this answer
   // must not see the device count of the last tick.
   on_tick_();
@@ -271,15 +276,19 @@ void Router::worker(Lane& lane) noexcept {
     lane.started_ns.store(shm::monotonic_ns(), std::memory_order_relaxed);
     lane.running_token.store(token, std::memory_order_relaxed);
     lane.running.store(batch, std::memory_order_release);
+    const std::uint64_t incarnation = health_[lane.id.device]->incarnation();
     BackendStatus status = run_guarded(lane.id, batch->input(), batch->output);
     lane.running.store(nullptr, std::memory_order_release);
+    if (!status.ok && status.device_fault) {
+      rerun_after_device_fault(lane, incarnation, batch, std::move(status.message));
+      continue;
+    }
     finish(lane, batch, std::move(status));
   }
 }
 
-void Router::finish(Lane& lane, Batch* batch, BackendStatus status) noexcept {
-  const unsigned device = lane.id.device;
-  DeviceHealth& h = *health_[device];
+bool Router::settle(Lane& lane, Batch* batch) noexcept {
+  DeviceHealth& h = *health_[lane.id.device];
   // seq_cst, as is lane_view()'s read: a drain loop that saw this lane busy and went to sleep is
   // rung awake by release() (on_batch_freed), which follows this store.
   lane.outstanding.fetch_sub(1, std::memory_order_seq_cst);
@@ -293,8 +302,14 @@ void Router::finish(Lane& lane, Batch* batch, BackendStatus status) noexcept {
     lane.stuck.store(false, std::memory_order_release);
     abandoned_.fetch_sub(1, std::memory_order_relaxed);
     release(batch);
-    return;
+    return false;
   }
+  return true;
+}
+
+void Router::finish(Lane& lane, Batch* batch, BackendStatus status) noexcept {
+  const unsigned device = lane.id.device;
+  if (!settle(lane, batch)) return;
   if (status.ok) {
     const std::int64_t now_ns = shm::monotonic_ns();
     record_success(device, *batch, now_ns - lane.started_ns.load(std::memory_order_relaxed), now_ns);
@@ -421,7 +436,10 @@ void Router::watchdog() noexcept {
   const auto period = std::clamp(options_.device_timeout / 4, std::chrono::milliseconds(1),
                                  std::chrono::milliseconds(50));
   std::unique_lock lock(watchdog_mu_);
-  while (!watchdog_cv_.wait_for(lock, period, [&] { return stopping_; })) {
+  for (;;) {
+    watchdog_cv_.wait_for(lock, period, [&] { return stopping_ || kicked_.load(std::memory_order_acquire); });
+    if (stopping_) return;
+    kicked_.store(false, std::memory_order_relaxed);
     const std::int64_t now_ns = shm::monotonic_ns();
     for (unsigned d = 0; d < health_.size(); ++d) note_if_lost(d);
     for (auto& lane : lanes_) check_lane_timeout(*lane, now_ns);
@@ -450,6 +468,7 @@ void Router::check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept {
   DeviceHealth& h = *health_[lane.id.device];
   h.record_timeout();
   h.mark_unhealthy(now_ns);
+  backend_.device_hung(lane.id.device);
   spdlog::warn("{} device {} stream {}: batch of {} ran past {} ms; marked unhealthy, re-running "
                "it elsewhere",
                backend_.name(), lane.id.device, lane.id.stream, batch->size(),
@@ -464,7 +483,8 @@ void Router::requeue_from_unavailable() noexcept {
   // Batches queued behind a device that went unhealthy would wait out its back-off: move them.
   for (auto& lane : lanes_) {
     const DeviceHealth& h = *health_[lane->id.device];
-    const bool unavailable = h.state() == DeviceState::kUnhealthy || h.state() == DeviceState::kLost;
+    const bool unavailable = h.state() == DeviceState::kUnhealthy || h.state() == DeviceState::kLost ||
+                             !h.present() || !lane->open.load(std::memory_order_acquire);
     if (!unavailable && !lane->stuck.load(std::memory_order_acquire)) continue;
     Batch* batch = nullptr;
     while (lane->queue.try_dequeue(batch)) {

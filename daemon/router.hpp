@@ -102,6 +102,17 @@ class Router {
   // A device's fitted batch cost.
   [[nodiscard]] CostFit cost_fit(unsigned device) const noexcept { return cost_[device]->fit(); }
 
+  // Devices that come and go (worker processes; the daemon's attach thread calls these). A new
+  // device in `device`'s place, with `streams` of its lanes open: nothing learnt of the one before
+  // applies to it, and batches waiting for a device are sent at once.
+  void open_device(unsigned device, unsigned streams) noexcept;
+  // The device in that place has gone: it takes no new batch, and those queued for it go
+  // elsewhere. Its running batches end through the backend (a device fault).
+  void close_device(unsigned device) noexcept;
+  // Stopping: batches still waiting for a device are let go unanswered; their clients send them
+  // again to the next daemon. Any thread.
+  void abandon_waiting() noexcept;
+
   // What the batching policy needs to know of the lanes: how many can take work now, how many of
   // them are idle, and what a batch costs on them (the mean fit of the available devices that
   // have one). Drain thread; reads atomics only.
@@ -134,6 +145,7 @@ class Router {
     std::atomic<std::uint64_t> running_token{0};
     std::atomic<std::int64_t> started_ns{0};
     std::atomic<bool> stuck{false};              // its run was abandoned and has not returned
+    std::atomic<bool> open{true};                // the device in its place runs this stream
     std::thread worker;
   };
 
@@ -152,6 +164,9 @@ class Router {
   // The healthy lane whose device would run this batch within inline_run_max, or nullptr.
   Lane* inline_lane(const Batch& batch, std::int64_t now_ns) noexcept;
   BackendStatus run_guarded(LaneId lane, const BatchInput& in, BatchOutput& out) noexcept;
+  // The lane is done with a run: its load counts drop. False, and the batch back in the pool,
+  // when the watchdog abandoned that run meanwhile (a copy runs elsewhere).
+  bool settle(Lane& lane, Batch* batch) noexcept;
   void finish(Lane& lane, Batch* batch, BackendStatus status) noexcept;
   void on_failure(Lane& lane, Batch* batch, std::string message) noexcept;
   // Runs the canary on this lane: tells a poison input from a broken device.
@@ -173,6 +188,15 @@ class Router {
   bool any_available_outside(std::uint64_t mask, std::int64_t now_ns) const noexcept;
   Batch* acquire_extra();
   void fail_unavailable(Batch* batch) noexcept;
+  // A batch whose device went away under it: the same batch, blameless, to another device.
+  void rerun_after_device_fault(Lane& lane, std::uint64_t incarnation, Batch* batch,
+                                std::string message) noexcept;
+  // Holds a batch until a device arrives (RouterOptions::wait_for_devices).
+  void hold_for_device(Batch* batch, std::int64_t now_ns) noexcept;
+  // Answers the requests of a waiting batch whose deadline has passed; false if none is left.
+  bool expire_waiting(Batch* batch, std::int64_t now_ns) noexcept;
+  // Wakes the watchdog for a pass now (a device arrived or left).
+  void kick_watchdog() noexcept;
   // A batch ran successfully on `device` in run_ns: health and the cost fit learn of it.
   void record_success(unsigned device, const Batch& batch, std::int64_t run_ns, std::int64_t now_ns) noexcept;
   // The latency histograms' part of it: each request's wait until the run started, by class.
@@ -228,6 +252,10 @@ class Router {
   std::mutex watchdog_mu_;
   std::condition_variable watchdog_cv_;
   bool stopping_ = false;  // guarded by watchdog_mu_
+  // A pass is wanted now. Set without the lock (a kicker never waits for a pass to end); a kick
+  // that races the watchdog's check is seen a period later at worst.
+  std::atomic<bool> kicked_{false};
+  std::atomic<bool> abandon_waiting_{false};
   std::thread watchdog_;
 };
 

@@ -117,6 +117,11 @@ void Router::retry_held(std::int64_t now_ns) noexcept {
   const std::int64_t timeout_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.device_timeout).count();
   for (Batch* batch : held_retry_) {
+    if (batch->held_for_device) {  // router_devices.cpp: waits for a device, not for memory
+      batch->held_for_device = false;
+      if (expire_waiting(batch, now_ns)) dispatch(batch);
+      continue;
+    }
     if (now_ns - batch->held_since_ns >= timeout_ns) {
       spdlog::warn("{}: a batch of {} has waited {} ms for device memory; running it anyway",
                    backend_.name(), batch->size(), options_.device_timeout.count());

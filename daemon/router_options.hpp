@@ -17,6 +17,9 @@ struct RouterOptions {
   // draining, and a lane worker's wake-up (tens of microseconds on a VM) no longer dominates.
   std::chrono::microseconds inline_run_max{50};
   BackoffPolicy backoff;
+  // Devices come and go (worker processes): a batch no device can take now waits for one, within
+  // its requests' deadlines, instead of failing "backend unavailable" at once.
+  bool wait_for_devices = false;
   MemoryFeedbackOptions memory;  // --memory-feedback, --memory-high-water
 };
 

@@ -145,6 +145,11 @@ Readiness EventLoop::readiness() {
     return {false, "daemon_stale",
             "the daemon has not published its status for " + std::to_string(status.age_ns / 1'000'000) + " ms"};
   }
+  if (status.workers < status.min_workers) {
+    return {false, "no_worker",
+            "the daemon has " + std::to_string(status.workers) + " of the " + std::to_string(status.min_workers) +
+                " worker(s) it needs attached (--min-workers)"};
+  }
   if (status.healthy_devices == 0) return {false, "no_healthy_device", "the daemon has no healthy device"};
   if (status.in_flight >= options_.ready_max_queue) {
     return {false, "overloaded", "the daemon's queue holds " + std::to_string(status.in_flight) + " requests"};

@@ -34,8 +34,11 @@ inline constexpr std::int64_t kLatencyBoundsNs[] = {
     500'000'000, 1'000'000'000, 2'500'000'000, 5'000'000'000, 10'000'000'000};
 inline constexpr std::size_t kLatencyBuckets = std::size(kLatencyBoundsNs) + 1;  // and +Inf
 
+// StatusDevice::state of a place no device holds now (a workers daemon's empty place).
+inline constexpr std::uint32_t kStatusDeviceAbsent = 4;
+
 struct alignas(64) StatusDevice {
-  std::atomic<std::uint32_t> state;  // DeviceState: 0 healthy, 1 unhealthy, 2 probing, 3 lost
+  std::atomic<std::uint32_t> state;  // DeviceState: 0 healthy, 1 unhealthy, 2 probing, 3 lost; 4 absent
   // Device memory, in what was padding (0 from a daemon without it): the largest batch, in input
   // bytes, the device's memory takes now (at most max_batch_bytes, so it fits 32 bits), and its
   // free and total memory (total 0: the backend does not report memory).
@@ -106,6 +109,10 @@ struct alignas(64) DaemonStatusPage {
   // normal, and connections refused right after accept (their user's handshake rate was spent).
   std::atomic<std::uint64_t> priority_downgrades;
   std::atomic<std::uint64_t> connections_shed;
+  // Appended in turn: worker processes (--backend workers) attached now, and how many the daemon
+  // needs before it says it is ready (0 from any other daemon).
+  std::atomic<std::uint32_t> workers;
+  std::atomic<std::uint32_t> min_workers;
 };
 
 static_assert(std::is_standard_layout_v<DaemonStatusPage>);
@@ -134,8 +141,33 @@ struct alignas(64) StatusLatency {
 
 static_assert(std::is_standard_layout_v<StatusLatency>);
 static_assert(kStatusLatencyOffset % alignof(StatusLatency) == 0);
-// The memfd the daemon creates: the page, then the histograms, in whole pages.
-inline constexpr std::size_t kStatusFileBytes =
+inline constexpr std::size_t kStatusWorkersOffset =
     kStatusLatencyOffset + (sizeof(StatusLatency) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+
+// Who each device of a workers daemon is, after the histograms (read, like them, only when the
+// file is long enough and the header matches). Text is NUL-padded, 8 bytes to a word: atomics, so
+// that a reader in the daemon's own process races nothing; a reader may see a mix of two names
+// while a place changes hands.
+inline constexpr std::uint64_t kStatusWorkersMagic = 0x5352454b524f5731ULL;  // "1WORKERS"
+inline constexpr std::uint32_t kStatusWorkersVersion = 1;
+inline constexpr std::size_t kStatusTextWords = 4;
+struct alignas(64) StatusWorker {
+  std::atomic<std::uint32_t> pid;  // 0: no worker in this place
+  std::atomic<std::uint32_t> lanes;
+  std::atomic<std::uint64_t> batches;
+  std::atomic<std::uint64_t> name[kStatusTextWords];
+  std::atomic<std::uint64_t> version[kStatusTextWords];
+};
+struct alignas(64) StatusWorkers {
+  std::uint64_t magic;     // kStatusWorkersMagic
+  std::uint32_t version;   // kStatusWorkersVersion
+  std::uint32_t places;    // kStatusDevices
+  StatusWorker worker[kStatusDevices];
+};
+static_assert(std::is_standard_layout_v<StatusWorkers>);
+
+// The memfd the daemon creates: the page, the histograms, the workers, each in whole pages.
+inline constexpr std::size_t kStatusFileBytes =
+    kStatusWorkersOffset + (sizeof(StatusWorkers) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
 
 }  // namespace batchd::shm

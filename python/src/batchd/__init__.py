@@ -3,6 +3,7 @@
     client = batchd.Client()                     # the daemon's default socket
     client.submit("hello")                       # -> its answer, a str
     await client.submit_async("hello")           # the same, from asyncio
+    batchd.Worker().serve(model)                 # serve a model: model(list[str]) -> list[str]
 
 Every failure raises a subclass of batchd.Error (see _errors.py). Threads: any number of threads
 may call submit() and submit_many() on one Client at once (each waits without the GIL).
@@ -17,6 +18,7 @@ from typing import Any, Iterable, Literal, Sequence, Union, overload
 
 from . import _batchd
 from ._aio import AsyncDriver
+from ._worker import Worker
 from ._errors import (BY_CODE, BackendError, BackendUnavailable, Cancelled, DaemonUnavailable, Error,
                       InvalidUtf8, Overloaded, PermissionDenied, ProtocolError, Timeout, TooLarge,
                       TooManyClients)
@@ -24,7 +26,7 @@ from ._errors import (BY_CODE, BackendError, BackendUnavailable, Cancelled, Daem
 __all__ = [
     "Client", "Error", "Timeout", "Overloaded", "TooLarge", "InvalidUtf8", "DaemonUnavailable",
     "BackendError", "BackendUnavailable", "Cancelled", "ProtocolError", "PermissionDenied",
-    "TooManyClients", "Priority", "DEFAULT_TIMEOUT",
+    "TooManyClients", "Priority", "DEFAULT_TIMEOUT", "Worker",
 ]
 
 if [cls.code for cls in BY_CODE] != _batchd.error_code_names():

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "client_lib/client.hpp"
+#include "python/src/batchd/_worker.hpp"
 
 namespace nb = nanobind;
 
@@ -101,6 +102,17 @@ nb::dict device_status(const batchd::DaemonStatus::Device& d) {
   out["memory_free_bytes"] = d.memory_free_bytes;
   out["memory_total_bytes"] = d.memory_total_bytes;
   out["byte_budget"] = d.byte_budget;
+  if (d.worker_pid != 0) {
+    nb::dict worker;
+    worker["pid"] = d.worker_pid;
+    worker["name"] = d.worker_name;
+    worker["version"] = d.worker_version;
+    worker["lanes"] = d.worker_lanes;
+    worker["batches"] = d.worker_batches;
+    out["worker"] = worker;
+  } else {
+    out["worker"] = nb::none();
+  }
   return out;
 }
 
@@ -120,6 +132,8 @@ nb::dict daemon_status(const batchd::DaemonStatus& s) {
   out["daemon_pid"] = s.daemon_pid;
   out["age_ns"] = s.age_ns;
   out["healthy_devices"] = s.healthy_devices;
+  out["workers"] = s.workers;
+  out["min_workers"] = s.min_workers;
   out["clients"] = s.clients;
   out["requests_taken"] = s.requests_taken;
   out["requests_ok"] = s.requests_ok;
@@ -294,6 +308,8 @@ void set_error_classes(nb::handle classes) {
 
 }  // namespace
 
+void batchd::python::raise_error(ErrorCode code, const std::string& message) { raise(make_error(code, message)); }
+
 NB_MODULE(_batchd, m) {
   m.doc() = "Bindings of libbatchd-client; use the batchd package, not this module.";
   m.def("_set_error_classes", &set_error_classes);
@@ -322,4 +338,5 @@ NB_MODULE(_batchd, m) {
       .def_prop_ro("closed", &NativeClient::closed)
       .def_prop_ro("connected", &NativeClient::connected)
       .def_prop_ro("max_input_bytes", &NativeClient::max_input_bytes);
+  batchd::python::bind_worker(m);
 }

@@ -1,5 +1,5 @@
-# Types of the native module (_batchd.cpp); the public API is batchd.Client, which derives from
-# NativeClient.
+# Types of the native module (_batchd.cpp, _worker.cpp); the public API is batchd.Client and
+# batchd.Worker, which derive from NativeClient and NativeWorker.
 from typing import Any, Literal, Sequence, Union
 
 _Text = Union[str, bytes]
@@ -30,3 +30,16 @@ class NativeClient:
         """Whether a daemon is attached now (False from a daemon's death until it re-attaches)."""
     @property
     def max_input_bytes(self) -> int: ...
+
+class NativeWorker:
+    def __init__(self, socket: str | None, name: str, version: str, concurrency: int, max_inputs: int,
+                 max_bytes: int, attach_timeout: float, spin_us: float) -> None: ...
+    def _serve(self, fn: Any, inputs: str) -> bool: ...
+    def stop(self) -> None:
+        """Stops serving gracefully (any thread, and from a signal handler)."""
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def max_inputs(self) -> int: ...
+    @property
+    def worker_id(self) -> int: ...

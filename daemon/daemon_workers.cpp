@@ -1,0 +1,163 @@
+// Worker processes on the control socket (--backend workers, docs/WORKERS.md): the worker role of
+// the handshake (its own grant: a worker sees every client's inputs), the region the daemon makes
+// for each, the one notice a worker may send afterwards (it is stopping), and a worker's end. A
+// worker is a device to the router: it opens a place when it attaches and closes it when it goes,
+// whichever way it goes (a hang-up, a crash, a protocol violation, a hang, a graceful stop).
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "daemon/daemon.hpp"
+#include "daemon/io_ops.hpp"
+#include "text/ascii.hpp"
+
+namespace batchd {
+
+using io_ops::Op;
+using io_ops::pack;
+
+namespace {
+
+std::string field_text(const char (&field)[shm::kWorkerNameBytes]) {
+  std::string text = text::printable(std::string_view(field, sizeof(field)));
+  return text.empty() ? std::string("unnamed") : text;
+}
+
+// Output room per buffer: a full batch of the largest outputs, within a bound that keeps a worker
+// of huge batches from reserving gigabytes of address space per buffer (a batch whose outputs
+// pass it is split by the router until they fit).
+constexpr std::uint64_t kMaxOutputAreaBytes = std::uint64_t{64} << 20;
+
+}  // namespace
+
+void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello, std::uint64_t id) {
+  const PeerCredentials& peer = pending.peer;
+  if (workers_ == nullptr) {
+    refuse(pending, shm::AttachStatus::kBadHello,
+           "this daemon runs the " + std::string(backend_->name()) +
+               " backend; workers attach to one started with --backend workers");
+    return;
+  }
+  if (!peer_allowed(peer, config_.workers.allowed_uids, config_.workers.allowed_gids)) {
+    refuse(pending, shm::AttachStatus::kPermissionDenied,
+           "uid " + std::to_string(peer.uid) + " may not attach as a worker (--worker-allow-uid)");
+    return;
+  }
+  if (hello.concurrency == 0 || hello.concurrency > shm::kMaxWorkerBuffers || hello.max_inputs == 0 ||
+      hello.max_bytes == 0) {
+    refuse(pending, shm::AttachStatus::kBadHello, "worker hello with a concurrency or batch limit out of range");
+    return;
+  }
+  const std::optional<unsigned> slot = workers_->free_slot();
+  if (!slot) {
+    refuse(pending, shm::AttachStatus::kTooManyClients,
+           "the daemon already has its maximum of " + std::to_string(config_.workers.max_workers) + " workers");
+    return;
+  }
+  // The worker's own limits, within what this daemon ever sends.
+  WorkerLinkOptions options;
+  options.spin = config_.workers.spin;
+  options.region.buffers = std::min(hello.concurrency, config_.workers.lanes_per_worker);
+  options.region.max_inputs = std::min<std::uint32_t>(hello.max_inputs, config_.batch.max_batch);
+  options.region.max_input_bytes =
+      std::max<std::uint64_t>(std::min(hello.max_bytes, config_.batch.max_batch_bytes), config_.segment.max_input_bytes);
+  options.region.max_output_bytes = config_.segment.max_output_bytes;
+  options.region.output_capacity = std::clamp<std::uint64_t>(
+      std::uint64_t{options.region.max_inputs} * config_.segment.max_output_bytes, config_.segment.max_output_bytes,
+      std::max<std::uint64_t>(kMaxOutputAreaBytes, config_.segment.max_output_bytes));
+  WorkerIdentity who{id, *slot, peer.pid, peer.uid, field_text(hello.name), field_text(hello.version)};
+  auto created = WorkerLink::create(std::move(who), options);
+  if (!created) {
+    spdlog::error("cannot create a region for worker pid {}: {}", peer.pid, created.error().message);
+    refuse(pending, shm::AttachStatus::kInternalError, created.error().message);
+    return;
+  }
+  std::shared_ptr<WorkerLink> link = std::move(*created);
+  shm::AttachReply reply{};
+  reply.magic = shm::kAttachMagic;
+  reply.protocol_version = shm::kProtocolVersion;
+  reply.status = shm::AttachStatus::kOk;
+  reply.client_id = static_cast<std::uint32_t>(id);
+  const int fd = pending.connection.get();
+  const int out_fds[1] = {link->region_fd()};
+  if (auto sent = shm::send_with_fds(fd, std::as_bytes(std::span(&reply, 1)), out_fds); !sent) {
+    warn_limited(LogKind::kAttachFailure, "attach of worker pid {} failed while sending its region: {}", peer.pid,
+                 sent.error().message);
+    return;
+  }
+  link->set_connection(std::move(pending.connection));
+  arm_poll(fd, pack(Op::kWorker, id));
+  workers_->install(*slot, link);
+  router_->open_device(*slot, link->buffers());
+  attached_workers_.emplace(id, AttachedWorker{*slot, link});
+  stats_.workers_attached.fetch_add(1, std::memory_order_relaxed);
+  spdlog::info("{} attached as device {} (uid {}, {} lanes, batches up to {} inputs / {} bytes)", link->label(),
+               *slot, peer.uid, link->buffers(), options.region.max_inputs, options.region.max_input_bytes);
+}
+
+void Daemon::on_worker_readable(std::uint64_t id) {
+  auto it = attached_workers_.find(id);
+  if (it == attached_workers_.end()) return;
+  const std::shared_ptr<WorkerLink>& link = it->second.link;
+  const int fd = link->connection_fd();
+  shm::WorkerNotice notice{};
+  std::vector<shm::UniqueFd> fds;
+  const Expected<std::size_t> n =
+      shm::recv_with_fds(fd, std::as_writable_bytes(std::span(&notice, 1)), fds, MSG_DONTWAIT);
+  const bool carried_fds = !fds.empty();
+  for (shm::UniqueFd& passed : fds) reaper_.drop(std::move(passed));
+  if (!n && n.error().code == std::errc::resource_unavailable_try_again) {
+    arm_poll(fd, pack(Op::kWorker, id));
+    return;
+  }
+  if (!n || *n == 0) {
+    drop_worker(id, nullptr, false);
+    return;
+  }
+  if (carried_fds || *n != sizeof(notice) || notice.magic != shm::kWorkerNoticeMagic ||
+      notice.kind != shm::WorkerNoticeKind::kStopping) {
+    drop_worker(id, "sent something other than a stopping notice on its control connection", false);
+    return;
+  }
+  // Its running batches finish; new ones go elsewhere from now on. The link hangs up once none
+  // runs, and this poll then sees the connection end.
+  spdlog::info("{} is stopping: it takes no new batches", link->label());
+  router_->close_device(it->second.slot);
+  link->begin_stopping();
+  arm_poll(fd, pack(Op::kWorker, id));
+}
+
+void Daemon::drop_worker(std::uint64_t id, const char* why, bool connection_polled) {
+  auto it = attached_workers_.find(id);
+  if (it == attached_workers_.end()) return;
+  const AttachedWorker worker = std::move(it->second);
+  attached_workers_.erase(it);
+  router_->close_device(worker.slot);
+  workers_->remove(worker.slot);
+  const std::string dropped_for = worker.link->drop_reason();
+  worker.link->hang_up(why != nullptr ? why : "it hung up");  // its running batches return and run elsewhere
+  if (why != nullptr) {
+    stats_.workers_dropped.fetch_add(1, std::memory_order_relaxed);
+    warn_limited(LogKind::kViolation, "dropping {}: {}", worker.link->label(), why);
+  } else if (!dropped_for.empty() && dropped_for != "stopped") {
+    stats_.workers_dropped.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("{} dropped: {}", worker.link->label(), dropped_for);
+  } else {
+    spdlog::info("{} detached{}", worker.link->label(), dropped_for == "stopped" ? " after stopping" : "");
+  }
+  stats_.workers_detached.fetch_add(1, std::memory_order_relaxed);
+  release_connection(worker.link->take_connection(), connection_polled ? pack(Op::kWorker, id) : 0);
+}
+
+void Daemon::drop_all_workers() {
+  while (!attached_workers_.empty()) {
+    const std::uint64_t id = attached_workers_.begin()->first;
+    // The poll on its connection stays armed: the shutdown completes it, and that completion
+    // releases the parked connection.
+    drop_worker(id, nullptr, true);
+  }
+}
+
+}  // namespace batchd

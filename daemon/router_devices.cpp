@@ -1,0 +1,72 @@
+// Devices that come and go (worker processes): a place opens when a device arrives and closes
+// when it leaves; a batch whose device went away under it runs again elsewhere, blameless; a
+// batch that no device can take waits for one, within its requests' deadlines.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "daemon/router.hpp"
+
+namespace batchd {
+
+void Router::open_device(unsigned device, unsigned streams) noexcept {
+  cost_[device]->reset();
+  for (auto& lane : lanes_) {
+    if (lane->id.device == device) lane->open.store(lane->id.stream < streams, std::memory_order_release);
+  }
+  health_[device]->arrive();
+  kick_watchdog();  // batches waiting for a device go now, not at the next tick
+}
+
+void Router::close_device(unsigned device) noexcept {
+  DeviceHealth& h = *health_[device];
+  h.retire(h.incarnation());
+  kick_watchdog();  // what is queued for it moves elsewhere now
+}
+
+void Router::abandon_waiting() noexcept {
+  abandon_waiting_.store(true, std::memory_order_release);
+  kick_watchdog();
+}
+
+void Router::kick_watchdog() noexcept {
+  kicked_.store(true, std::memory_order_release);
+  watchdog_cv_.notify_all();
+}
+
+void Router::rerun_after_device_fault(Lane& lane, std::uint64_t incarnation, Batch* batch,
+                                      std::string message) noexcept {
+  if (!settle(lane, batch)) return;
+  const unsigned device = lane.id.device;
+  // Until the daemon closes the place, the lanes that see the device gone keep the router from
+  // sending it this batch again.
+  if (health_[device]->retire(incarnation)) {
+    spdlog::warn("{} device {} went away: {}; its batches run elsewhere", backend_.name(), device, message);
+  }
+  batch->last_error = std::move(message);
+  dispatch(batch);
+}
+
+void Router::hold_for_device(Batch* batch, std::int64_t /*now_ns*/) noexcept {
+  batch->held_for_device = true;
+  std::lock_guard lock(held_mu_);
+  held_.push_back(batch);
+}
+
+bool Router::expire_waiting(Batch* batch, std::int64_t now_ns) noexcept {
+  const bool any_expired = std::any_of(batch->requests.begin(), batch->requests.end(), [&](const RequestRef& r) {
+    return r.deadline_mono_ns != 0 && r.deadline_mono_ns <= now_ns;
+  });
+  if (any_expired) {
+    Batch* expired = acquire_extra();
+    batch->move_expired_into(*expired, now_ns);
+    completer_.complete_batch_with(*expired, shm::WireStatus::kTimeout,
+                                   "deadline passed while no device could take the request");
+    release(expired);
+  }
+  if (batch->size() > 0) return true;
+  release(batch);
+  return false;
+}
+
+}  // namespace batchd
