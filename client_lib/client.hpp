@@ -101,6 +101,8 @@ struct DaemonStatus {
     std::uint32_t worker_pid = 0, worker_lanes = 0;
     std::string worker_name, worker_version;
     std::uint64_t worker_batches = 0;
+    // Each batch's hand-off to the worker in this place and back (its run less the model's time).
+    Histogram worker_handoff;
   };
   std::string backend;
   std::uint32_t daemon_pid = 0;

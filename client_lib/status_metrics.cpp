@@ -146,6 +146,15 @@ void render_workers(const DaemonStatus& status, std::string& out) {
                    "batchd_worker_info{{device=\"{}\",name=\"{}\",version=\"{}\",pid=\"{}\",lanes=\"{}\"}} 1\n", d,
                    label_value(dev.worker_name), label_value(dev.worker_version), dev.worker_pid, dev.worker_lanes);
   }
+  if (!status.latency_bounds_ns.empty()) {
+    family(out, "batchd_worker_handoff_seconds", "histogram",
+           "Each batch's hand-off to the worker in each device's place and back: its run less the model's "
+           "own time.");
+    for (std::size_t d = 0; d < status.devices.size(); ++d) {
+      render_histogram(out, "batchd_worker_handoff_seconds", fmt::format("device=\"{}\"", d),
+                       status.devices[d].worker_handoff, status.latency_bounds_ns);
+    }
+  }
   family(out, "batchd_worker_batches_total", "counter", "Batches the worker in each device's place answered.");
   for (std::size_t d = 0; d < status.devices.size(); ++d) {
     if (status.devices[d].worker_pid == 0) continue;

@@ -67,6 +67,7 @@ void read_workers(const shm::StatusWorkers& in, DaemonStatus& out) {
   for (std::size_t d = 0; d < out.devices.size(); ++d) {
     const shm::StatusWorker& worker = in.worker[d];
     DaemonStatus::Device& device = out.devices[d];
+    device.worker_handoff = read_histogram(worker.handoff);
     device.worker_pid = worker.pid.load(std::memory_order_relaxed);
     if (device.worker_pid == 0) continue;
     device.worker_lanes = worker.lanes.load(std::memory_order_relaxed);

@@ -172,7 +172,9 @@ void Worker::Impl::serve_lane(unsigned buffer, const WorkerHandler& handler) noe
     spin = arrived;  // spin again only after work: an idle worker sleeps
     if (!arrived) continue;
     seen = d.submit.seq.load(std::memory_order_acquire);
+    shm::store_once(d.done.picked_ns, shm::monotonic_ns());
     run_batch(buffer, handler);
+    shm::store_once(d.done.answered_ns, shm::monotonic_ns());
     shm::store_and_wake(d.done.seq, seen, d.done.daemon_waiting, 1);
   }
 }

@@ -295,6 +295,12 @@ void Daemon::publish_workers() noexcept {
     put_text(link->who().name, out.name);
     put_text(link->who().version, out.version);
   }
+  for (std::size_t d = 0; d < shm::kStatusDevices; ++d) {
+    const LatencyHistogram& from = stats_.latency.handoff_by_device[d];
+    shm::StatusHistogram& to = workers_page_->worker[d].handoff;
+    for (std::size_t b = 0; b < shm::kLatencyBuckets; ++b) to.buckets[b].store(from.buckets[b].load(relaxed), relaxed);
+    to.sum_ns.store(from.sum_ns.load(relaxed), relaxed);
+  }
   status_->workers.store(workers_->attached(), relaxed);
 }
 

@@ -59,6 +59,7 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
   // The worker's own limits, within what this daemon ever sends.
   WorkerLinkOptions options;
   options.spin = config_.workers.spin;
+  if (*slot < shm::kStatusDevices) options.handoff = &stats_.latency.handoff_by_device[*slot];
   options.region.buffers = std::min(hello.concurrency, config_.workers.lanes_per_worker);
   options.region.max_inputs = std::min<std::uint32_t>(hello.max_inputs, config_.batch.max_batch);
   options.region.max_input_bytes =

@@ -36,6 +36,9 @@ struct LatencyHistogram {
 struct LatencyStats {
   std::array<LatencyHistogram, shm::kWirePriorities> queue_by_class{};
   std::array<LatencyHistogram, shm::kStatusDevices> compute_by_device{};
+  // A workers daemon: each batch's hand-off to its worker and back (its run on the lane less the
+  // model's own time, as the worker reports it), by device.
+  std::array<LatencyHistogram, shm::kStatusDevices> handoff_by_device{};
 };
 
 struct DaemonStats {

@@ -23,7 +23,8 @@ constexpr std::size_t kMaxMessageBytes = 240;
 
 WorkerLink::WorkerLink(WorkerIdentity who, const WorkerLinkOptions& options) noexcept
     : who_(std::move(who)),
-      spin_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(options.spin).count()) {
+      spin_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(options.spin).count()),
+      handoff_(options.handoff) {
   label_ = fmt::format("worker {} ({} {}, pid {})", who_.id, who_.name, who_.version, who_.pid);
 }
 
@@ -103,8 +104,15 @@ BackendStatus WorkerLink::run_piece(unsigned buffer, const BatchInput& in, std::
   shm::store_once(d.submit.count, static_cast<std::uint32_t>(count));
   shm::store_once(d.submit.input_bytes, std::uint64_t{bytes});
   const std::uint32_t seq = ++seq_[buffer];
+  const std::int64_t submitted_ns = shm::monotonic_ns();
   shm::store_and_wake(d.submit.seq, seq, d.submit.worker_waiting, 1);
   if (!await_answer(buffer, seq)) return gone_status();
+  if (handoff_ != nullptr) {
+    // The round trip less the model's time as the worker tells it: a worker that lies spoils only
+    // its own statistic (the histogram clamps what is negative).
+    const std::int64_t model_ns = shm::load_once(d.done.answered_ns) - shm::load_once(d.done.picked_ns);
+    handoff_->record(shm::monotonic_ns() - submitted_ns - std::max<std::int64_t>(model_ns, 0));
+  }
   return collect(buffer, count, out);
 }
 

@@ -19,6 +19,7 @@
 
 #include "backend/backend.hpp"
 #include "base/expected.hpp"
+#include "daemon/stats.hpp"
 #include "shm/fd.hpp"
 #include "shm/worker_region.hpp"
 
@@ -39,6 +40,8 @@ struct WorkerLinkOptions {
   // How long a lane spins for the worker's answer before it sleeps: a futex wake costs tens of
   // microseconds on a VM, more than most hand-offs.
   std::chrono::microseconds spin{50};
+  // Where each batch's hand-off time goes (borrowed; none: not recorded).
+  LatencyHistogram* handoff = nullptr;
 };
 
 class WorkerLink {
@@ -90,6 +93,7 @@ class WorkerLink {
   WorkerIdentity who_;
   std::string label_;
   std::int64_t spin_ns_ = 0;
+  LatencyHistogram* handoff_ = nullptr;
   shm::UniqueFd region_fd_;
   boost::interprocess::mapped_region map_;
   shm::WorkerRegionHeader header_{};  // the daemon's own copy: never re-read from the region

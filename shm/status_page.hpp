@@ -157,6 +157,9 @@ struct alignas(64) StatusWorker {
   std::atomic<std::uint64_t> batches;
   std::atomic<std::uint64_t> name[kStatusTextWords];
   std::atomic<std::uint64_t> version[kStatusTextWords];
+  // Each batch's hand-off to the worker in this place and back: its run less the model's time
+  // (the latency histograms' buckets). Kept across the workers that held the place.
+  StatusHistogram handoff;
 };
 struct alignas(64) StatusWorkers {
   std::uint64_t magic;     // kStatusWorkersMagic

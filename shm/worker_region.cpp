@@ -11,24 +11,24 @@ constexpr std::uint64_t kPage = 4096;
 constexpr std::uint64_t kMaxAreaBytes = std::uint64_t{1} << 31;
 constexpr std::uint32_t kMaxInputs = std::uint32_t{1} << 20;
 
-constexpr std::uint64_t round_up(std::uint64_t value, std::uint64_t align) noexcept {
+constexpr std::uint64_t align_up(std::uint64_t value, std::uint64_t align) noexcept {
   return (value + align - 1) / align * align;
 }
 
-Failure invalid(std::string why) { return make_failure(std::errc::invalid_argument, std::move(why)); }
+Failure unusable(std::string why) { return make_failure(std::errc::invalid_argument, std::move(why)); }
 
 }  // namespace
 
 Expected<WorkerRegionHeader> worker_region_layout(const WorkerRegionParams& p) {
   if (p.buffers == 0 || p.buffers > kMaxWorkerBuffers) {
-    return invalid(fmt::format("a worker runs 1 to {} batches at once, not {}", kMaxWorkerBuffers, p.buffers));
+    return unusable(fmt::format("a worker runs 1 to {} batches at once, not {}", kMaxWorkerBuffers, p.buffers));
   }
   if (p.max_inputs == 0 || p.max_inputs > kMaxInputs) {
-    return invalid(fmt::format("a worker batch holds 1 to {} inputs, not {}", kMaxInputs, p.max_inputs));
+    return unusable(fmt::format("a worker batch holds 1 to {} inputs, not {}", kMaxInputs, p.max_inputs));
   }
   if (p.max_input_bytes == 0 || p.max_input_bytes > kMaxAreaBytes || p.output_capacity == 0 ||
       p.output_capacity > kMaxAreaBytes || p.max_output_bytes == 0 || p.max_output_bytes > p.output_capacity) {
-    return invalid(fmt::format("worker buffer sizes out of range (inputs {} bytes, outputs {} bytes, one "
+    return unusable(fmt::format("worker buffer sizes out of range (inputs {} bytes, outputs {} bytes, one "
                                "output {} bytes)",
                                p.max_input_bytes, p.output_capacity, p.max_output_bytes));
   }
@@ -40,14 +40,14 @@ Expected<WorkerRegionHeader> worker_region_layout(const WorkerRegionParams& p) {
   h.max_input_bytes = p.max_input_bytes;
   h.output_capacity = p.output_capacity;
   h.max_output_bytes = p.max_output_bytes;
-  h.descriptors_offset = round_up(sizeof(WorkerRegionHeader), kLine);
-  h.buffer_offset = round_up(h.descriptors_offset + sizeof(WorkerDescriptor) * p.buffers, kPage);
+  h.descriptors_offset = align_up(sizeof(WorkerRegionHeader), kLine);
+  h.buffer_offset = align_up(h.descriptors_offset + sizeof(WorkerDescriptor) * p.buffers, kPage);
   const std::uint64_t offsets_bytes = (std::uint64_t{p.max_inputs} + 1) * sizeof(std::uint32_t);
   h.input_offsets_at = 0;
-  h.input_bytes_at = round_up(offsets_bytes, kLine);
-  h.output_offsets_at = round_up(h.input_bytes_at + p.max_input_bytes, kLine);
-  h.output_bytes_at = round_up(h.output_offsets_at + offsets_bytes, kLine);
-  h.buffer_stride = round_up(h.output_bytes_at + p.output_capacity, kPage);
+  h.input_bytes_at = align_up(offsets_bytes, kLine);
+  h.output_offsets_at = align_up(h.input_bytes_at + p.max_input_bytes, kLine);
+  h.output_bytes_at = align_up(h.output_offsets_at + offsets_bytes, kLine);
+  h.buffer_stride = align_up(h.output_bytes_at + p.output_capacity, kPage);
   h.region_bytes = h.buffer_offset + h.buffer_stride * p.buffers;
   return h;
 }

@@ -93,6 +93,10 @@ struct alignas(64) WorkerDone {
   std::int32_t status;                        // kWorkerOk or kWorkerFailed
   std::uint32_t count;                        // outputs written
   std::uint64_t output_bytes;
+  // CLOCK_MONOTONIC when the worker saw the batch and when it answered: the model's own time, so
+  // that the daemon can tell the hand-off's cost from it (a statistic only; never trusted).
+  std::int64_t picked_ns;
+  std::int64_t answered_ns;
 };
 
 struct WorkerDescriptor {

@@ -17,6 +17,7 @@
 
 #include "backend/reference_batchstring.hpp"
 #include "client_lib/attach.hpp"
+#include "client_lib/status_metrics.hpp"
 #include "tests/helpers.hpp"
 
 using namespace batchd;
@@ -142,7 +143,12 @@ TEST_CASE("a worker process runs the batches; the status names it; an empty plac
     REQUIRE(r.ok());
     CHECK(r.output() == reference_batchstring(input, 1));
   }
-  REQUIRE(test::eventually([&] { return client->daemon_status().devices.at(0).worker_batches > 0; }, 5s));
+  // Every batch's hand-off is timed (one piece per batch here: they are small).
+  REQUIRE(test::eventually([&] {
+    const DaemonStatus now = client->daemon_status();
+    const auto& device = now.devices.at(0);
+    return device.worker_batches > 0 && device.worker_handoff.count() == device.worker_batches;
+  }, 5s));
   const DaemonStatus status = client->daemon_status();
   CHECK(status.healthy_devices == 1);
   CHECK(status.devices.at(0).state == "healthy");
@@ -150,8 +156,28 @@ TEST_CASE("a worker process runs the batches; the status names it; an empty plac
   CHECK(status.devices.at(0).worker_version == "7.1");
   CHECK(status.devices.at(0).worker_pid == static_cast<std::uint32_t>(worker.pid()));
   CHECK(status.devices.at(0).worker_lanes == 2);
+  CHECK(status.devices.at(0).worker_handoff.count() > 0);
   CHECK(status.devices.at(1).state == "absent");
   CHECK(status.devices.at(1).worker_pid == 0);
+
+  std::string metrics;
+  render_daemon_status(&status, metrics);
+  CHECK(metrics.find("batchd_daemon_workers 1\n") != std::string::npos);
+  CHECK(metrics.find("batchd_daemon_min_workers 1\n") != std::string::npos);
+  CHECK(metrics.find("batchd_worker_info{device=\"0\",name=\"cpu\",version=\"7.1\",pid=\"" +
+                     std::to_string(worker.pid()) + "\",lanes=\"2\"} 1") != std::string::npos);
+  CHECK(metrics.find("batchd_daemon_device_state{device=\"1\",state=\"absent\"} 1") != std::string::npos);
+  CHECK(metrics.find("batchd_worker_handoff_seconds_count{device=\"0\"} " +
+                     std::to_string(status.devices.at(0).worker_handoff.count())) != std::string::npos);
+  const std::string ctl = test::built_binary("BATCHD_CTL_BIN");
+  const test::ProcessOutput text = test::run_captured({ctl, "--socket", socket}, 10s);
+  CHECK(text.out.find("worker: cpu 7.1 (pid " + std::to_string(worker.pid()) + ", 2 lanes") != std::string::npos);
+  CHECK(text.out.find("workers: 1 attached, 1 needed") != std::string::npos);
+  const test::ProcessOutput json = test::run_captured({ctl, "--socket", socket, "--json"}, 10s);
+  CHECK(json.out.find("\"workers\":1,\"min_workers\":1") != std::string::npos);
+  CHECK(json.out.find("\"worker\":{\"name\":\"cpu\",\"version\":\"7.1\",\"pid\":" + std::to_string(worker.pid())) !=
+        std::string::npos);
+  CHECK(json.out.find("\"state\":\"absent\"") != std::string::npos);
 }
 
 TEST_CASE("with no worker a request waits within its deadline: it times out, or a worker that comes in time answers it") {
@@ -193,7 +219,7 @@ TEST_CASE("a worker killed with SIGKILL in the middle of a batch: its batches ru
   INFO(load.first_error());
   CHECK(load.bad() == 0);
   CHECK(load.ok() >= 300);
-  CHECK(client->daemon_status().workers == 1);
+  CHECK(test::eventually([&] { return client->daemon_status().workers == 1; }, 5s));
 }
 
 TEST_CASE("a worker stopped with SIGSTOP is declared hung, its batches run elsewhere, and it is dropped") {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "client_lib/client.hpp"
+#include "text/json_escape.hpp"
 #include "tools/top_screen.hpp"
 
 namespace {
@@ -82,7 +83,26 @@ std::string as_text(const batchd::DaemonStatus& s) {
                               : std::string("cost not fitted yet"),
                        dev.cost_samples);
     out += memory_text(dev, s.max_batch_bytes);
+    if (dev.worker_pid != 0) {
+      out += fmt::format("  worker: {} {} (pid {}, {} lanes, {} batches answered)\n", dev.worker_name,
+                         dev.worker_version, dev.worker_pid, dev.worker_lanes, dev.worker_batches);
+    }
   }
+  if (s.min_workers > 0 || s.workers > 0) {
+    out += fmt::format("workers: {} attached, {} needed to be ready (--min-workers)\n", s.workers, s.min_workers);
+  }
+  return out;
+}
+
+// A device's worker as JSON: null when no worker is in its place.
+std::string worker_json(const batchd::DaemonStatus::Device& dev) {
+  if (dev.worker_pid == 0) return "null";
+  std::string out = "{\"name\":\"";
+  batchd::text::append_json_escaped(dev.worker_name, out);
+  out += "\",\"version\":\"";
+  batchd::text::append_json_escaped(dev.worker_version, out);
+  out += fmt::format("\",\"pid\":{},\"lanes\":{},\"batches\":{}}}", dev.worker_pid, dev.worker_lanes,
+                     dev.worker_batches);
   return out;
 }
 
@@ -92,11 +112,11 @@ std::string as_json(const batchd::DaemonStatus& s) {
     devices += fmt::format("{}{{\"state\":\"{}\",\"batches_ok\":{},\"batches_failed\":{},\"timeouts\":{},"
                            "\"outstanding_requests\":{},\"batch_ns\":{},\"cost\":{{\"fixed_ns\":{},"
                            "\"per_item_ns\":{},\"per_byte_ns\":{},\"samples\":{}}},\"memory_free_bytes\":{},"
-                           "\"memory_total_bytes\":{},\"byte_budget\":{}}}",
+                           "\"memory_total_bytes\":{},\"byte_budget\":{},\"worker\":{}}}",
                            devices.empty() ? "" : ",", dev.state, dev.batches_ok, dev.batches_failed,
                            dev.timeouts, dev.outstanding_requests, dev.batch_ns, dev.fixed_ns,
                            dev.per_item_ns, dev.per_byte_ns, dev.cost_samples, dev.memory_free_bytes,
-                           dev.memory_total_bytes, dev.byte_budget);
+                           dev.memory_total_bytes, dev.byte_budget, worker_json(dev));
   }
   std::string flushes;
   for (const auto& [reason, count] : s.flushes) {
@@ -108,7 +128,7 @@ std::string as_json(const batchd::DaemonStatus& s) {
                             taken(s, priority));
   }
   return fmt::format(
-      "{{\"backend\":\"{}\",\"daemon_pid\":{},\"healthy_devices\":{},\"clients\":{},"
+      "{{\"backend\":\"{}\",\"daemon_pid\":{},\"healthy_devices\":{},\"workers\":{},\"min_workers\":{},\"clients\":{},"
       "\"requests_taken\":{},\"requests_taken_by_class\":{{{}}},\"requests_ok\":{},"
       "\"requests_failed\":{},\"requests_rejected\":{},"
       "\"in_flight\":{},\"requests_abandoned\":{},\"policy\":\"{}\",\"target_batch\":{},"
@@ -116,8 +136,8 @@ std::string as_json(const batchd::DaemonStatus& s) {
       "\"max_batch_bytes\":{},\"dead_letters\":{},\"dead_letters_dropped\":{},"
       "\"priority_downgrades\":{},\"connections_shed\":{},\"batches\":{},"
       "\"batch_failures\":{},\"batch_sizes\":[{}],\"devices\":[{}]}}",
-      s.backend, s.daemon_pid, s.healthy_devices, s.clients, s.requests_taken, by_class, s.requests_ok,
-      s.requests_failed, s.requests_rejected, s.in_flight, s.requests_abandoned, s.policy,
+      s.backend, s.daemon_pid, s.healthy_devices, s.workers, s.min_workers, s.clients, s.requests_taken, by_class,
+      s.requests_ok, s.requests_failed, s.requests_rejected, s.in_flight, s.requests_abandoned, s.policy,
       s.target_batch, s.arrivals_per_s, flushes, s.max_batch,
       s.max_wait_ns, s.max_batch_bytes, s.dead_letters, s.dead_letters_dropped, s.priority_downgrades,
       s.connections_shed, s.batches, s.batch_failures,

@@ -147,9 +147,12 @@ std::vector<Line> frame(const DaemonStatus& before, const DaemonStatus& now, dou
                                dev.outstanding_requests,
                                dev.batch_ns == 0 ? std::string("-") : duration_text(static_cast<double>(dev.batch_ns)),
                                quantile_text(bounds, compute_by_device[d], 0.99),
-                               fitted ? fmt::format("{} + {}/request", duration_text(dev.fixed_ns),
-                                                    duration_text(dev.per_item_ns))
-                                      : std::string("not fitted yet"))});
+                               (fitted ? fmt::format("{} + {}/request", duration_text(dev.fixed_ns),
+                                                     duration_text(dev.per_item_ns))
+                                       : std::string("not fitted yet")) +
+                                   (dev.worker_pid != 0 ? fmt::format("  worker {} {} pid {}", dev.worker_name,
+                                                                      dev.worker_version, dev.worker_pid)
+                                                        : std::string()))});
   }
   for (auto& line : out) {
     if (line.text.size() > width) line.text.resize(width);
