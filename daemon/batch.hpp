@@ -52,6 +52,9 @@ struct Batch {
   bool ignore_memory = false;
   bool held_for_device = false;  // waits for a device to arrive (RouterOptions::wait_for_devices)
   std::atomic<std::uint64_t> run_state{0};
+  // While a run is abandoned: the watchdog copying it and the lane returning from it each hold it;
+  // the last to let go returns it to the pool (Router::let_go_of_abandoned).
+  std::atomic<int> abandon_holds{0};
 
   [[nodiscard]] BatchInput input() const noexcept { return {input_bytes, input_offsets}; }
   [[nodiscard]] std::size_t size() const noexcept { return requests.size(); }

@@ -298,10 +298,9 @@ bool Router::settle(Lane& lane, Batch* batch) noexcept {
   std::uint64_t running = make_run_state(batch->run_token, RunPhase::kRunning);
   if (!batch->run_state.compare_exchange_strong(
           running, make_run_state(batch->run_token, RunPhase::kFinished), std::memory_order_acq_rel)) {
-    // The watchdog gave up on this run and sent a copy elsewhere: drop the late result.
+    // The watchdog gave up on this run and sends a copy elsewhere: drop the late result.
     lane.stuck.store(false, std::memory_order_release);
-    abandoned_.fetch_sub(1, std::memory_order_relaxed);
-    release(batch);
+    let_go_of_abandoned(batch);
     return false;
   }
   return true;
@@ -458,9 +457,15 @@ void Router::check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept {
   const std::int64_t timeout_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.device_timeout).count();
   if (now_ns - started < timeout_ns) return;
+  // Two holds on an abandoned run (this copy, and the lane's return): whichever lets go last
+  // returns the object to the pool, so the lane never clears it while it is being copied. Only
+  // this thread abandons runs, so a hold count of 0 here is this object's own.
+  int free_of_holds = 0;
+  if (!batch->abandon_holds.compare_exchange_strong(free_of_holds, 2, std::memory_order_acq_rel)) return;
   std::uint64_t running = make_run_state(token, RunPhase::kRunning);
   if (!batch->run_state.compare_exchange_strong(running, make_run_state(token, RunPhase::kAbandoned),
                                                 std::memory_order_acq_rel)) {
+    batch->abandon_holds.store(0, std::memory_order_release);
     return;  // finished meanwhile, or the object was reused for another run
   }
   abandoned_.fetch_add(1, std::memory_order_relaxed);
@@ -468,7 +473,6 @@ void Router::check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept {
   DeviceHealth& h = *health_[lane.id.device];
   h.record_timeout();
   h.mark_unhealthy(now_ns);
-  backend_.device_hung(lane.id.device);
   spdlog::warn("{} device {} stream {}: batch of {} ran past {} ms; marked unhealthy, re-running "
                "it elsewhere",
                backend_.name(), lane.id.device, lane.id.stream, batch->size(),
@@ -476,7 +480,15 @@ void Router::check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept {
   Batch* copy = acquire_extra();
   batch->copy_into(*copy);
   copy->failed_devices |= device_bit(lane.id.device);
+  let_go_of_abandoned(batch);
   dispatch(copy);
+  backend_.device_hung(lane.id.device);  // after the copy: the run may return at once now
+}
+
+void Router::let_go_of_abandoned(Batch* batch) noexcept {
+  if (batch->abandon_holds.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  abandoned_.fetch_sub(1, std::memory_order_relaxed);
+  release(batch);
 }
 
 void Router::requeue_from_unavailable() noexcept {

@@ -179,6 +179,8 @@ class Router {
   void note_if_lost(unsigned device) noexcept;
   void watchdog() noexcept;
   void check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept;
+  // Drops one of an abandoned run's two holds (Batch::abandon_holds); the last returns the batch.
+  void let_go_of_abandoned(Batch* batch) noexcept;
   void requeue_from_unavailable() noexcept;
   // The lane to send this batch to, or nullptr; *memory_short, if given, is set when an available
   // device was passed over because the batch does not fit its memory.
