@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/reference_batchstring.hpp"
 #include "tests/helpers.hpp"
 
 namespace test = batchd::test;
@@ -252,6 +253,9 @@ TEST_CASE("--input-file replays real inputs, plain or JSON lines, every answer c
   };
   for (const Bad& bad : {Bad{"fine\n{\"inputs\": [\"x\"]}\n", ":2: a line starting with '{' must be a JSON object"},
                          Bad{"fine\nalso fine\n\xff\xfe\n", ":3: not valid UTF-8"},
+                         Bad{"{\"input\": \"a\", \"output\": \"b\"}\nplain\n", ":2: either every line gives"},
+                         Bad{"{\"input\": \"a\", \"output\": \"b\"}\n{\"input\": \"a\", \"output\": \"c\"}\n",
+                             ":2: this input's \"output\" differs"},
                          Bad{"", "no inputs in the file"}}) {
     const std::string path = test::temp_socket_path("bad.txt");
     std::ofstream(path) << bad.text;
@@ -261,4 +265,25 @@ TEST_CASE("--input-file replays real inputs, plain or JSON lines, every answer c
     CHECK(refused.process.exit_code() == 64);
     CHECK(refused.process.err.find(bad.message) != std::string::npos);
   }
+}
+
+TEST_CASE("--input-file with outputs: answers are checked against the file's, not the reference") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  const std::string right = test::temp_socket_path("right.jsonl");
+  std::ofstream(right) << "{\"input\": \"one\", \"output\": \"" << batchd::reference_batchstring("one", 1) << "\"}\n"
+                       << "{\"input\": \"two\", \"output\": \"" << batchd::reference_batchstring("two", 1) << "\"}\n";
+  const test::StressRun ok = test::run_stress({"--socket", socket, "--threads", "2", "--requests", "40", "--input-file", right});
+  INFO("stderr: ", ok.process.err);
+  CHECK(ok.process.exit_code() == 0);
+  CHECK(ok.field("ok") == 40);
+  CHECK(ok.field("wrong") == 0);
+  // The file's answer for "two" is not what the daemon answers: every "two" counts wrong.
+  const std::string wrong = test::temp_socket_path("wrong.jsonl");
+  std::ofstream(wrong) << "{\"input\": \"one\", \"output\": \"" << batchd::reference_batchstring("one", 1) << "\"}\n"
+                       << "{\"input\": \"two\", \"output\": \"fr\"}\n";
+  const test::StressRun bad = test::run_stress({"--socket", socket, "--threads", "1", "--requests", "40", "--input-file", wrong});
+  CHECK(bad.process.exit_code() != 0);
+  CHECK(bad.field("ok") == 20);
+  CHECK(bad.field("wrong") == 20);
 }

@@ -26,7 +26,7 @@ std::int64_t run_end_ns(const Options& options, std::int64_t start_ns) {
 void closed_worker(RunContext& ctx, const Transport& transport, Caller& caller,
                    std::atomic<std::uint64_t>& next_id, Tallies& tallies) {
   const Options& o = ctx.options;
-  Recorder recorder(tallies, ctx.live, o.cost, o.sim_repeat);
+  Recorder recorder(tallies, ctx.live, o.cost, o.sim_repeat, o.expected_outputs());
   const std::uint64_t cap = o.requests.value_or(std::numeric_limits<std::uint64_t>::max());
   const std::int64_t end_ns = run_end_ns(o, ctx.start_ns);
   std::string input;

@@ -126,8 +126,8 @@ class LaneDriver final : public Completions {
 LaneDriver::LaneDriver(RunContext& ctx, const Transport& transport, std::unique_ptr<OpenLane> lane,
                        unsigned index, unsigned stride)
     : ctx_(ctx), transport_(transport), lane_(std::move(lane)), stride_(stride), next_id_(index),
-      send_recorder_(send_tallies_, ctx.live, ctx.options.cost, ctx.options.sim_repeat),
-      done_recorder_(done_tallies_, ctx.live, ctx.options.cost, ctx.options.sim_repeat) {
+      send_recorder_(send_tallies_, ctx.live, ctx.options.cost, ctx.options.sim_repeat, ctx.options.expected_outputs()),
+      done_recorder_(done_tallies_, ctx.live, ctx.options.cost, ctx.options.sim_repeat, ctx.options.expected_outputs()) {
   static_assert(alignof(LaneDriver) == shm::kCacheLine);
   input_.reserve(ctx.inputs.max_bytes());
   burst_.reserve(kMaxBurst);

@@ -184,9 +184,10 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     o.min_input_bytes = range->min;
     o.max_input_bytes = range->max;
     if (!o.input_file.empty()) {
-      Expected<std::vector<std::string>> replay = read_input_file(o.input_file);
+      Expected<InputFile> replay = read_input_file(o.input_file);
       if (!replay) throw CLI::ValidationError("--input-file", replay.error().message);
-      o.replay = std::move(*replay);
+      o.replay = std::move(replay->inputs);
+      for (std::size_t i = 0; i < replay->outputs.size(); ++i) o.expected.emplace(o.replay[i], replay->outputs[i]);
       const auto [shortest, longest] = std::minmax_element(
           o.replay.begin(), o.replay.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
       o.min_input_bytes = static_cast<std::uint32_t>(shortest->size());

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tools/stress_priority.hpp"
@@ -45,6 +46,11 @@ struct Options {
   std::string input_file;           // --input-file (read into replay by parse_options)
   std::string csv_path;             // --csv: per-second rows (empty: none)
   std::vector<std::string> replay;  // --input-file: inputs sent verbatim in turn (empty: random)
+  // --input-file lines that give an "output": each answer must be it (empty: checked as above).
+  std::unordered_map<std::string, std::string> expected;
+  [[nodiscard]] const std::unordered_map<std::string, std::string>* expected_outputs() const noexcept {
+    return expected.empty() ? nullptr : &expected;
+  }
 };
 
 const char* mode_name(Mode mode) noexcept;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <string_view>
 #include <vector>
 
@@ -88,8 +89,11 @@ class Recorder {
  public:
   // Answers are checked against SHA-256 iterated `cost` times, or, when sim_repeat > 0, against
   // the sim backend's answer.
-  Recorder(Tallies& tallies, LiveStats& live, unsigned cost, unsigned sim_repeat)
-      : tallies_(tallies), live_(live), cost_(cost), sim_repeat_(sim_repeat) {}
+  // With `expected` (borrowed; --input-file lines with an "output"), an answer is right when it is
+  // the output the file gives for its input, whatever the backend.
+  Recorder(Tallies& tallies, LiveStats& live, unsigned cost, unsigned sim_repeat,
+           const std::unordered_map<std::string, std::string>* expected = nullptr)
+      : tallies_(tallies), live_(live), cost_(cost), sim_repeat_(sim_repeat), expected_(expected) {}
 
   void sent(Priority priority) noexcept;
   // An answer came back: compares it with the local reference and records its latency.
@@ -103,6 +107,7 @@ class Recorder {
   LiveStats& live_;
   unsigned cost_;
   unsigned sim_repeat_;
+  const std::unordered_map<std::string, std::string>* expected_ = nullptr;
 };
 
 }  // namespace batchd::stress
