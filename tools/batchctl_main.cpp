@@ -101,8 +101,10 @@ std::string worker_json(const batchd::DaemonStatus::Device& dev) {
   batchd::text::append_json_escaped(dev.worker_name, out);
   out += "\",\"version\":\"";
   batchd::text::append_json_escaped(dev.worker_version, out);
-  out += fmt::format("\",\"pid\":{},\"lanes\":{},\"batches\":{}}}", dev.worker_pid, dev.worker_lanes,
-                     dev.worker_batches);
+  // The hand-off histogram: counts per bucket of the latency bounds (not cumulative), and the sum.
+  out += fmt::format("\",\"pid\":{},\"lanes\":{},\"batches\":{},\"handoff\":{{\"buckets\":[{}],\"sum_ns\":{}}}}}",
+                     dev.worker_pid, dev.worker_lanes, dev.worker_batches, fmt::join(dev.worker_handoff.buckets, ","),
+                     dev.worker_handoff.sum_ns);
   return out;
 }
 
@@ -135,13 +137,13 @@ std::string as_json(const batchd::DaemonStatus& s) {
       "\"arrivals_per_s\":{},\"flushes\":{{{}}},\"max_batch\":{},\"max_wait_ns\":{},"
       "\"max_batch_bytes\":{},\"dead_letters\":{},\"dead_letters_dropped\":{},"
       "\"priority_downgrades\":{},\"connections_shed\":{},\"batches\":{},"
-      "\"batch_failures\":{},\"batch_sizes\":[{}],\"devices\":[{}]}}",
+      "\"batch_failures\":{},\"batch_sizes\":[{}],\"latency_bounds_ns\":[{}],\"devices\":[{}]}}",
       s.backend, s.daemon_pid, s.healthy_devices, s.workers, s.min_workers, s.clients, s.requests_taken, by_class,
       s.requests_ok, s.requests_failed, s.requests_rejected, s.in_flight, s.requests_abandoned, s.policy,
       s.target_batch, s.arrivals_per_s, flushes, s.max_batch,
       s.max_wait_ns, s.max_batch_bytes, s.dead_letters, s.dead_letters_dropped, s.priority_downgrades,
       s.connections_shed, s.batches, s.batch_failures,
-      fmt::join(s.batch_sizes, ","), devices);
+      fmt::join(s.batch_sizes, ","), fmt::join(s.latency_bounds_ns, ","), devices);
 }
 
 // The dead letters as a table: one row per record, oldest first.

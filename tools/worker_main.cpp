@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
   app.add_option("--plugin-config", config.plugin_config, "string passed to the plug-in's init");
   app.add_option("--device", device, "cuda: the GPU this worker runs on")->capture_default_str();
   app.add_option("--cost", config.cost, "SHA-256 rounds per input (cpu, cuda)")->capture_default_str();
+  app.add_option("--sim-fixed-us", config.sim.fixed_us, "sim: cost per batch")->capture_default_str();
+  app.add_option("--sim-per-item-us", config.sim.per_item_us, "sim: cost per input")->capture_default_str();
   app.add_option("--concurrency", options.concurrency, "batches run at once")
       ->capture_default_str()->check(CLI::Range(1U, 16U));
   app.add_option("--name", options.name, "name shown in the daemon's logs and status (default: the backend's)");
@@ -90,6 +92,7 @@ int main(int argc, char** argv) {
   config.cpu_threads = options.concurrency;
   config.cuda_devices = {device};
   config.streams_per_device = options.concurrency;
+  config.sim.devices = options.concurrency;
   options.spin = std::chrono::microseconds(spin_us);
 
   auto backend = batchd::make_backend(config);
