@@ -11,15 +11,17 @@
 #   6. bench/service.py  overload, idle CPU and a slow device, each against a same-run baseline,
 #      bench/hostile.py  a light client beside a flood of small and of large inputs (and one
 #      claiming high priority without a grant), against the light client alone,
+#      bench/workers.py  worker processes: against the in-process backend, Python, the langid
+#      example, chaos, attach/kill cycles (about 10 minutes),
 #   7. bench/report.py  docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
-# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service hostile report
+# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service hostile workers report
 # Environment: SWEEP_QUICK=1 (a 3x3x3 sweep, for trying the pipeline), SWEEP_POINT_S, IPC_DURATION,
 # IPC_REPEATS, OPENLOOP_DURATION, OPENLOOP_RATES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-release
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service hostile report)
+[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service hostile workers report)
 wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 started=$SECONDS
 
@@ -49,5 +51,6 @@ if wants http; then
 fi
 if wants service; then echo "== service: overload, idle, a slow device"; /usr/bin/python3 bench/service.py; fi
 if wants hostile; then echo "== hostile: a light client beside floods"; /usr/bin/python3 bench/hostile.py; fi
+if wants workers; then echo "== worker processes"; /usr/bin/python3 bench/workers.py; fi
 if wants report; then /usr/bin/python3 bench/report.py; fi
 echo "== done in $((SECONDS - started)) s"

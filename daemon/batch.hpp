@@ -51,6 +51,9 @@ struct Batch {
   std::int64_t held_since_ns = 0;
   bool ignore_memory = false;
   bool held_for_device = false;  // waits for a device to arrive (RouterOptions::wait_for_devices)
+  // Devices that went away under this batch (router_devices.cpp): past a few, the batch itself is
+  // suspected of killing them (an input that crashes the model).
+  unsigned device_faults = 0;
   std::atomic<std::uint64_t> run_state{0};
   // While a run is abandoned: the watchdog copying it and the lane returning from it each hold it;
   // the last to let go returns it to the pool (Router::let_go_of_abandoned).
@@ -69,6 +72,7 @@ struct Batch {
     held_since_ns = 0;
     ignore_memory = false;
     held_for_device = false;
+    device_faults = 0;
   }
 
   // Moves the requests whose deadline has passed by now_ns into `other` (empty); both keep their
@@ -111,6 +115,7 @@ struct Batch {
     other.requests.assign(std::make_move_iterator(requests.begin() + static_cast<std::ptrdiff_t>(keep)),
                           std::make_move_iterator(requests.end()));
     other.opened_ns = opened_ns;
+    other.device_faults = device_faults;
     input_bytes.resize(cut);
     input_offsets.resize(keep + 1);
     requests.resize(keep);
@@ -126,6 +131,7 @@ struct Batch {
     other.failed_devices = failed_devices;
     other.last_error = last_error;
     other.ignore_memory = ignore_memory;
+    other.device_faults = device_faults;
   }
 };
 

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <span>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -122,6 +123,9 @@ class Daemon {
   void answer_hello(PendingAttach& pending, const Expected<std::size_t>& n, const shm::WorkerHello& message,
                     bool carried_fds, std::uint64_t id);
   void attach_session(PendingAttach& pending, std::uint64_t id);
+  // Sends the AttachReply of a successful attach with `fds`; false (and a warning naming `what`)
+  // when the peer's end cannot take it.
+  bool send_attached(const PendingAttach& pending, std::uint64_t id, std::span<const int> fds, const char* what);
   // Refuses a client whose hello was read (or who is past its handshake's deadline): the reply
   // says why. The caller releases the connection.
   void refuse(PendingAttach& pending, shm::AttachStatus status, const std::string& why);

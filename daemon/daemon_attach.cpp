@@ -257,19 +257,10 @@ void Daemon::attach_session(PendingAttach& pending, std::uint64_t id) {
     return;
   }
   std::shared_ptr<ClientSession> session = std::move(*created);
-  shm::AttachReply reply{};
-  reply.magic = shm::kAttachMagic;
-  reply.protocol_version = shm::kProtocolVersion;
-  reply.status = shm::AttachStatus::kOk;
-  reply.client_id = static_cast<std::uint32_t>(id);
   const int fd = pending.connection.get();
   const int out_fds[shm::kAttachFdCount] = {session->request_fd(), session->completion_fd(),
                                             session->doorbell_fd(), status_fd_.get()};
-  if (auto sent = shm::send_with_fds(fd, std::as_bytes(std::span(&reply, 1)), out_fds); !sent) {
-    warn_limited(LogKind::kAttachFailure, "attach of pid {} failed while sending its segment: {}",
-                 peer.pid, sent.error().message);
-    return;
-  }
+  if (!send_attached(pending, id, out_fds, "its segment")) return;
   session->set_connection(std::move(pending.connection));
   arm_poll(fd, pack(Op::kSession, id));
   arm_poll(session->doorbell_fd(), pack(Op::kClientDoorbell, id));
@@ -278,6 +269,22 @@ void Daemon::attach_session(PendingAttach& pending, std::uint64_t id) {
   drain_order_.push_back(std::move(session));
   stats_.clients_attached.fetch_add(1, std::memory_order_relaxed);
   spdlog::debug("client {} attached (pid {}, uid {})", id, peer.pid, peer.uid);
+}
+
+bool Daemon::send_attached(const PendingAttach& pending, std::uint64_t id, std::span<const int> fds,
+                           const char* what) {
+  shm::AttachReply reply{};
+  reply.magic = shm::kAttachMagic;
+  reply.protocol_version = shm::kProtocolVersion;
+  reply.status = shm::AttachStatus::kOk;
+  reply.client_id = static_cast<std::uint32_t>(id);
+  // The daemon's end is non-blocking; a peer that never reads loses its attachment.
+  const auto sent = shm::send_with_fds(pending.connection.get(), std::as_bytes(std::span(&reply, 1)), fds);
+  if (!sent) {
+    warn_limited(LogKind::kAttachFailure, "attach of pid {} failed while sending {}: {}", pending.peer.pid, what,
+                 sent.error().message);
+  }
+  return bool(sent);
 }
 
 void Daemon::on_session_readable(std::uint64_t id) {

@@ -76,18 +76,9 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
     return;
   }
   std::shared_ptr<WorkerLink> link = std::move(*created);
-  shm::AttachReply reply{};
-  reply.magic = shm::kAttachMagic;
-  reply.protocol_version = shm::kProtocolVersion;
-  reply.status = shm::AttachStatus::kOk;
-  reply.client_id = static_cast<std::uint32_t>(id);
   const int fd = pending.connection.get();
   const int out_fds[1] = {link->region_fd()};
-  if (auto sent = shm::send_with_fds(fd, std::as_bytes(std::span(&reply, 1)), out_fds); !sent) {
-    warn_limited(LogKind::kAttachFailure, "attach of worker pid {} failed while sending its region: {}", peer.pid,
-                 sent.error().message);
-    return;
-  }
+  if (!send_attached(pending, id, out_fds, "its worker region")) return;
   link->set_connection(std::move(pending.connection));
   arm_poll(fd, pack(Op::kWorker, id));
   workers_->install(*slot, link);

@@ -238,6 +238,9 @@ class Router {
   std::atomic<std::uint32_t> rotation_{0};  // spreads ties between equally loaded lanes
   std::atomic<std::size_t> lost_devices_{0};  // devices in DeviceState::kLost
 
+  // Device faults one batch may see before it is suspected of causing them (router_devices.cpp).
+  static constexpr unsigned kDeviceFaultsToSuspect = 3;
+
   // An input that ran successfully not long ago. When one input fails alone on two devices, the
   // canary decides: if it fails too, the device is broken; if not, the input is.
   static constexpr std::size_t kCanaryMaxBytes = 256;

@@ -44,7 +44,25 @@ void Router::rerun_after_device_fault(Lane& lane, std::uint64_t incarnation, Bat
     spdlog::warn("{} device {} went away: {}; its batches run elsewhere", backend_.name(), device, message);
   }
   batch->last_error = std::move(message);
-  dispatch(batch);
+  // A device that goes away under the same batch again and again is taken down by it: an input
+  // that crashes the model would otherwise kill every worker in turn, and each one restarted,
+  // until its deadline. Past the limit the batch is split like a failing one, until the input
+  // that does it is alone and its caller alone gets the error.
+  if (++batch->device_faults < kDeviceFaultsToSuspect) {
+    dispatch(batch);
+    return;
+  }
+  if (batch->size() > 1) {
+    Batch* half = acquire_extra();
+    batch->split_into(*half);
+    dispatch(batch);
+    dispatch(half);
+    return;
+  }
+  batch->last_error = fmt::format("the worker running this input went away {} times (it crashed, hung or broke "
+                                  "the protocol); last: {}",
+                                  batch->device_faults, batch->last_error);
+  complete_single_failure(batch, device, false);
 }
 
 void Router::hold_for_device(Batch* batch, std::int64_t /*now_ns*/) noexcept {

@@ -94,6 +94,7 @@ BackendStatus WorkerLink::run(unsigned buffer, const BatchInput& in, BatchOutput
 
 BackendStatus WorkerLink::run_piece(unsigned buffer, const BatchInput& in, std::size_t first, std::size_t count,
                                     BatchOutput& out) noexcept {
+  const std::int64_t submitted_ns = shm::monotonic_ns();  // the hand-off's time includes the copy in
   char* data = shm::worker_buffer(base_, header_, buffer);
   auto* offsets = reinterpret_cast<std::uint32_t*>(data + header_.input_offsets_at);
   const std::uint32_t start = in.offsets[first];
@@ -104,7 +105,6 @@ BackendStatus WorkerLink::run_piece(unsigned buffer, const BatchInput& in, std::
   shm::store_once(d.submit.count, static_cast<std::uint32_t>(count));
   shm::store_once(d.submit.input_bytes, std::uint64_t{bytes});
   const std::uint32_t seq = ++seq_[buffer];
-  const std::int64_t submitted_ns = shm::monotonic_ns();
   shm::store_and_wake(d.submit.seq, seq, d.submit.worker_waiting, 1);
   if (!await_answer(buffer, seq)) return gone_status();
   if (handoff_ != nullptr) {

@@ -97,3 +97,17 @@ TEST_CASE("p50 and p99 are the interval's, read as histogram_quantile() reads th
   now.devices[0].compute_time.buckets = {0, 0, 1, 99};
   CHECK(shows(joined(top::frame(before, now, 1.0, 200)), R"(compute time .*p99 > 4\.00 ms)"));
 }
+
+TEST_CASE("a workers daemon's device line names the worker in its place; an empty place is absent") {
+  DaemonStatus before = status(0, 0, 0, 0);
+  DaemonStatus now = status(100, 0, 0, 10);
+  now.devices[0].worker_pid = 4242;
+  now.devices[0].worker_name = "langid";
+  now.devices[0].worker_version = "0.4.0";
+  now.devices[1].state = "absent";
+  const std::string text = joined(top::frame(before, now, 1.0, 160));
+  INFO(text);
+  CHECK(shows(text, R"(^0 +healthy .*worker langid 0\.4\.0 pid 4242$)"));
+  CHECK(shows(text, R"(^1 +absent )"));
+  CHECK(!shows(text, R"(^1 .*worker)"));
+}

@@ -6,9 +6,11 @@
 // its lanes, the links and the attach thread together.
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -445,4 +447,61 @@ TEST_CASE("a worker written in C through the C ABI answers, fails one input alon
   const std::optional<int> exit = worker.wait_exit(test::grace(10s));
   REQUIRE(exit.has_value());
   CHECK(test::describe_exit(*exit) == "exit code 0");
+}
+
+TEST_CASE("a plug-in run by batchd-worker crashes its worker, not the daemon; an input that crashes every worker fails alone") {
+  const std::string socket = test::temp_socket_path();
+  test::InProcessDaemon daemon(workers_config(socket), nullptr);
+  auto client = test::connect(socket);
+  const char* dir = std::getenv("BATCHD_TEST_PLUGIN_DIR");
+  REQUIRE(dir != nullptr);
+  // Echoes its inputs, and aborts the process on the input "crash" (tests/plugins/failing_plugin.c).
+  const std::string plugin = std::string(dir) + "/failing.so";
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  for (int i = 0; i < 4; ++i) {
+    workers.push_back(std::make_unique<WorkerProcess>(std::vector<std::string>{
+        test::built_binary("BATCHD_WORKER_BIN"), "--socket", socket, "--plugin", plugin, "--once", "--log-level",
+        "error"}));
+  }
+  await_workers(*client, 4);
+  const Result echoed = client->submit("hello", 10s);
+  REQUIRE(echoed.ok());
+  CHECK(echoed.output() == "hello");
+  // Each worker that runs it dies; after three the batch is suspected, and the input alone fails.
+  const Result crashed = client->submit("crash", 20s);
+  REQUIRE_FALSE(crashed.ok());
+  CHECK(crashed.error().code == ErrorCode::kBackendError);
+  CHECK(crashed.error().message.find("went away 3 times") != std::string::npos);
+  REQUIRE(test::eventually([&] { return client->daemon_status().workers == 1; }, 10s));
+  const Result after = client->submit("still serving", 10s);
+  REQUIRE(after.ok());
+  CHECK(after.output() == "still serving");
+  CHECK(test::eventually([&] { return client->daemon_status().dead_letters == 1; }, 5s));
+}
+
+TEST_CASE("only the daemon's own user attaches as a worker unless --worker-allow-uid says so; --allow-uid is not enough") {
+  constexpr uid_t kOther = 12345;
+  const test::RunAs other{kOther, kOther};
+  const std::string socket = test::temp_socket_path();
+  REQUIRE(::chmod(std::filesystem::path(socket).parent_path().c_str(), 0711) == 0);
+  const std::vector<std::string> worker{test::built_binary("BATCHD_WORKER_BIN"), "--socket", socket, "--once"};
+  {
+    test::DaemonProcess daemon(socket, {"--backend", "workers", "--allow-uid", std::to_string(kOther)});
+    const test::ProcessOutput refused = test::run_captured(worker, 30s, other);
+    INFO("stdout: ", refused.out, "\nstderr: ", refused.err);
+    CHECK(refused.exit_code() == 1);
+    CHECK((refused.out + refused.err).find("uid 12345 may not attach as a worker") != std::string::npos);
+  }
+  test::DaemonProcess daemon(socket, {"--backend", "workers", "--worker-allow-uid", std::to_string(kOther)});
+  std::optional<test::ProcessOutput> served;
+  std::thread run([&] { served = test::run_captured(worker, 60s, other); });
+  auto client = test::connect(socket);
+  await_workers(*client, 1);
+  const Result r = client->submit("from another user's worker", 10s);
+  daemon.stop();  // the worker sees its daemon go, and --once makes it exit 75
+  run.join();
+  REQUIRE(r.ok());
+  CHECK(r.output() == reference_batchstring("from another user's worker", 1));
+  REQUIRE(served.has_value());
+  CHECK(served->exit_code() == 75);
 }

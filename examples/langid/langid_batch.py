@@ -73,21 +73,24 @@ class BatchIdentifier:
         # Byte t of every text in row t: each step reads one contiguous row.
         letters = np.zeros((longest, n), dtype=np.int32)
         letters[np.arange(joined.size) - np.repeat(starts, lengths), np.repeat(np.arange(n), lengths)] = joined
-        walking = np.searchsorted(-lengths, -np.arange(longest), side="left")  # texts longer than t
+        walking = np.searchsorted(-lengths, -np.arange(longest), side="left").tolist()  # texts longer than t
         row = np.full(n, self._start_row, dtype=np.int32)
-        hit_rows, hit_features = [], []
-        for t in range(longest):
-            k = int(walking[t])
-            at = row[:k] + letters[t, :k]
-            row[:k] = self._next_row[at]
-            f = self._next_feature[at]
-            hit = np.flatnonzero(f >= 0)
-            if hit.size:
-                hit_rows.append(hit)
-                hit_features.append(f[hit])
-        if not hit_rows:
+        at = np.empty(n, dtype=np.int32)
+        # Each step's features, -1 where none (and past a text's end): three numpy calls a step,
+        # into preallocated arrays, and the hits found once at the end.
+        features = np.full((longest, n), -1, dtype=np.int32)
+        add, next_row, next_feature = np.add, self._next_row.take, self._next_feature.take
+        k_now, row_k, at_k = -1, row, at
+        for t, k in enumerate(walking):
+            if k != k_now:  # the walking texts change only where one ends: views made once each
+                k_now, row_k, at_k = k, row[:k], at[:k]
+            add(row_k, letters[t, :k], out=at_k)
+            next_row(at_k, out=row_k)
+            next_feature(at_k, out=features[t, :k])
+        steps, rows = np.nonzero(features >= 0)
+        if rows.size == 0:
             return scores
-        keys = np.concatenate(hit_rows).astype(np.int64) * self._features + np.concatenate(hit_features)
+        keys = rows.astype(np.int64) * self._features + features[steps, rows]
         keys, counts = np.unique(keys, return_counts=True)
         row_of = keys // self._features
         contributions = np.log1p(counts.astype(np.float32))[:, None] * self._table[keys % self._features]

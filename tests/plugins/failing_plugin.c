@@ -1,5 +1,6 @@
 /* Test plug-in: echoes its inputs, but fails any batch that contains the input "fail" with the
- * message "refusing this batch", and any batch containing "fail-silently" with no message.
+ * message "refusing this batch", and any batch containing "fail-silently" with no message. A batch
+ * containing "crash" aborts the process (run out of process by batchd-worker: a crashing model).
  * After shutdown() every run fails with "shutting down". */
 #include "tests/plugins/echo_common.h"
 
@@ -25,6 +26,7 @@ static int failing_run(void* state, uint32_t device, uint32_t stream, uint32_t c
     snprintf(error, error_size, "shutting down");
     return 1;
   }
+  if (contains(count, input_bytes, input_offsets, "crash")) abort();
   if (contains(count, input_bytes, input_offsets, "fail-silently")) return 7;
   if (contains(count, input_bytes, input_offsets, "fail")) {
     /* Half the outputs first: a failed batch's partial outputs must not leak to callers. */
