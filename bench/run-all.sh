@@ -12,7 +12,7 @@
 #      bench/hostile.py  a light client beside a flood of small and of large inputs (and one
 #      claiming high priority without a grant), against the light client alone,
 #      bench/workers.py  worker processes: against the in-process backend, Python, the langid
-#      example, chaos, attach/kill cycles (about 10 minutes),
+#      example, chaos, attach/kill cycles (13 minutes more),
 #   7. bench/report.py  docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
 # Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service hostile workers report
 # Environment: SWEEP_QUICK=1 (a 3x3x3 sweep, for trying the pipeline), SWEEP_POINT_S, IPC_DURATION,
