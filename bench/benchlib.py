@@ -5,6 +5,7 @@ import json
 import os
 import platform
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -68,6 +69,13 @@ def wait_for_path(path: Path, proc: Process, what: str, timeout_s=10.0):
             break
         time.sleep(0.02)
     raise SystemExit(f"bench: {what} did not come up; its log:\n{proc.log_tail()}")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def start_daemon(workdir: Path, *flags) -> tuple[Process, Path]:

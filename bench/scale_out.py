@@ -32,12 +32,6 @@ SECONDS = 8
 OVERHEAD_RATE = 2000
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_port(port: int, proc: benchlib.Process, what: str):
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -56,7 +50,7 @@ class Node:
     def __init__(self, work: Path, name: str, daemon_flags: list):
         self.dir = work / name
         self.dir.mkdir()
-        self.port = free_port()
+        self.port = benchlib.free_port()
         self.daemon, sock = benchlib.start_daemon(self.dir, *daemon_flags)
         self.http = benchlib.Process([benchlib.binary("frontend/batchd-http"), "--listen", f"127.0.0.1:{self.port}",
                                       "--socket", str(sock), "--workers", "1", "--log-level", "warn"], f"http-{name}")
@@ -80,7 +74,7 @@ class Node:
 
 class Haproxy:
     def __init__(self, work: Path, node_ports: list):
-        self.port = free_port()
+        self.port = benchlib.free_port()
         text = CONFIG.read_text().replace("bind 127.0.0.1:8090", f"bind 127.0.0.1:{self.port}")
         for i in range(3):
             line = f"    server node{i + 1} 127.0.0.1:808{i + 1}\n"

@@ -187,12 +187,6 @@ def adaptive_vs_fixed(work: Path) -> dict:
             "rows": rows, "grid": grid}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 WRK_LUA = """wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{"input":"a request of some forty bytes, give or take"}'
@@ -207,7 +201,7 @@ end
 
 def wrk_http(work: Path, sock: Path, connections: int, seconds: float) -> dict:
     """batchd-http in front of the daemon, wrk closed loop with `connections` keep-alive connections."""
-    port = free_port()
+    port = benchlib.free_port()
     http = benchlib.Process([benchlib.binary("frontend/batchd-http"), "--listen", f"127.0.0.1:{port}",
                              "--socket", str(sock), "--log-level", "warn"], "batchd-http")
     try:

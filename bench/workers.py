@@ -217,7 +217,7 @@ def langid(work: Path) -> dict:
     # One tenant (batchd-http) feeds this daemon: the fair slice between clients (its two loops
     # count as two) would cut a batch of this model at a few inputs (examples/langid/README.md).
     proc, sock = benchlib.start_daemon(work, "--backend", "workers", "--fair-slice-us", "0", *DAEMON_FLAGS)
-    port = free_port()
+    port = benchlib.free_port()
     worker = benchlib.Process([str(VENV_PYTHON), str(example / "worker.py"), "--socket", str(sock)], "langid",
                               env=python_env())
     http = benchlib.Process([benchlib.binary("frontend/batchd-http"), "--listen", f"127.0.0.1:{port}", "--socket",
@@ -271,13 +271,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_ready(port: int, timeout_s=30.0):
     import urllib.request
     deadline = time.monotonic() + timeout_s
@@ -296,7 +289,7 @@ def chaos(work: Path, rolling: bool) -> dict:
     """10,000 requests/s, half over shared memory and half over HTTP, with 3 workers, while they
     are killed (or replaced); every answer checked."""
     proc, sock = benchlib.start_daemon(work, "--backend", "workers", *DAEMON_FLAGS)
-    port = free_port()
+    port = benchlib.free_port()
     http = benchlib.Process([benchlib.binary("frontend/batchd-http"), "--listen", f"127.0.0.1:{port}", "--socket",
                              str(sock), "--log-level", "warn"], "http")
     workers = [worker_process(sock, "--backend", "cpu", "--version", "1", name=f"w{i}") for i in range(3)]
