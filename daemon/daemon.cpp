@@ -28,6 +28,12 @@ namespace {
 
 constexpr unsigned kRingEntries = 512;
 
+void publish_histogram(const LatencyHistogram& from, shm::StatusHistogram& to) noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  for (std::size_t b = 0; b < shm::kLatencyBuckets; ++b) to.buckets[b].store(from.buckets[b].load(relaxed), relaxed);
+  to.sum_ns.store(from.sum_ns.load(relaxed), relaxed);
+}
+
 }  // namespace
 
 Daemon::Daemon(DaemonConfig config, std::unique_ptr<Backend> backend)
@@ -296,25 +302,17 @@ void Daemon::publish_workers() noexcept {
     put_text(link->who().version, out.version);
   }
   for (std::size_t d = 0; d < shm::kStatusDevices; ++d) {
-    const LatencyHistogram& from = stats_.latency.handoff_by_device[d];
-    shm::StatusHistogram& to = workers_page_->worker[d].handoff;
-    for (std::size_t b = 0; b < shm::kLatencyBuckets; ++b) to.buckets[b].store(from.buckets[b].load(relaxed), relaxed);
-    to.sum_ns.store(from.sum_ns.load(relaxed), relaxed);
+    publish_histogram(stats_.latency.handoff_by_device[d], workers_page_->worker[d].handoff);
   }
   status_->workers.store(workers_->attached(), relaxed);
 }
 
 void Daemon::publish_latency() noexcept {
-  constexpr auto relaxed = std::memory_order_relaxed;
-  const auto copy = [](const LatencyHistogram& from, shm::StatusHistogram& to) {
-    for (std::size_t b = 0; b < shm::kLatencyBuckets; ++b) to.buckets[b].store(from.buckets[b].load(relaxed), relaxed);
-    to.sum_ns.store(from.sum_ns.load(relaxed), relaxed);
-  };
   for (std::size_t c = 0; c < shm::kWirePriorities; ++c) {
-    copy(stats_.latency.queue_by_class[c], latency_->queue_by_class[c]);
+    publish_histogram(stats_.latency.queue_by_class[c], latency_->queue_by_class[c]);
   }
   for (std::size_t d = 0; d < shm::kStatusDevices; ++d) {
-    copy(stats_.latency.compute_by_device[d], latency_->compute_by_device[d]);
+    publish_histogram(stats_.latency.compute_by_device[d], latency_->compute_by_device[d]);
   }
 }
 

@@ -25,8 +25,8 @@ bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {
     listen_deferred_ = false;
     spdlog::info("stopping: finishing in-flight requests");
   }
-  // Batches waiting for a worker wait no more once no worker could run them: their clients send
-  // them again to the next daemon.
+  // Batches waiting for a worker wait no more once no worker could run them (none attached, or
+  // the grace is over): their callers are answered "backend unavailable".
   if (workers_ != nullptr && (workers_->attached() == 0 || now_ns - stop_at_ns_ > kStopGraceNs)) {
     router_->abandon_waiting();
   }

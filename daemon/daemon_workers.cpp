@@ -65,9 +65,9 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
   options.region.max_input_bytes =
       std::max<std::uint64_t>(std::min(hello.max_bytes, config_.batch.max_batch_bytes), config_.segment.max_input_bytes);
   options.region.max_output_bytes = config_.segment.max_output_bytes;
-  options.region.output_capacity = std::clamp<std::uint64_t>(
-      std::uint64_t{options.region.max_inputs} * config_.segment.max_output_bytes, config_.segment.max_output_bytes,
-      std::max<std::uint64_t>(kMaxOutputAreaBytes, config_.segment.max_output_bytes));
+  options.region.output_capacity = std::max<std::uint64_t>(
+      std::min(std::uint64_t{options.region.max_inputs} * config_.segment.max_output_bytes, kMaxOutputAreaBytes),
+      config_.segment.max_output_bytes);
   WorkerIdentity who{id, *slot, peer.pid, peer.uid, field_text(hello.name), field_text(hello.version)};
   auto created = WorkerLink::create(std::move(who), options);
   if (!created) {
@@ -84,7 +84,6 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
   workers_->install(*slot, link);
   router_->open_device(*slot, link->buffers());
   attached_workers_.emplace(id, AttachedWorker{*slot, link});
-  stats_.workers_attached.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("{} attached as device {} (uid {}, {} lanes, batches up to {} inputs / {} bytes)", link->label(),
                *slot, peer.uid, link->buffers(), options.region.max_inputs, options.region.max_input_bytes);
 }
@@ -139,7 +138,6 @@ void Daemon::drop_worker(std::uint64_t id, const char* why, bool connection_poll
   } else {
     spdlog::info("{} detached{}", worker.link->label(), dropped_for == "stopped" ? " after stopping" : "");
   }
-  stats_.workers_detached.fetch_add(1, std::memory_order_relaxed);
   release_connection(worker.link->take_connection(), connection_polled ? pack(Op::kWorker, id) : 0);
 }
 

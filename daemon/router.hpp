@@ -109,8 +109,8 @@ class Router {
   // The device in that place has gone: it takes no new batch, and those queued for it go
   // elsewhere. Its running batches end through the backend (a device fault).
   void close_device(unsigned device) noexcept;
-  // Stopping: batches still waiting for a device are let go unanswered; their clients send them
-  // again to the next daemon. Any thread.
+  // Stopping: batches still waiting for a device wait no more; their callers are answered
+  // "backend unavailable" (RouterOptions::wait_for_devices no longer holds them). Any thread.
   void abandon_waiting() noexcept;
 
   // What the batching policy needs to know of the lanes: how many can take work now, how many of
@@ -150,6 +150,16 @@ class Router {
   };
 
   enum class Verdict { kInputFails, kDeviceBroken, kUnknown };
+
+  // Whether a lane can take work now: its device available, the lane open and not stuck.
+  [[nodiscard]] bool lane_usable(const Lane& lane, std::int64_t now_ns) const noexcept {
+    return health_[lane.id.device]->available(now_ns) && !lane.stuck.load(std::memory_order_acquire) &&
+           lane.open.load(std::memory_order_acquire);
+  }
+  // A device's bit in Batch::failed_devices (devices past 64 have none: never avoided).
+  static constexpr std::uint64_t device_bit(unsigned device) noexcept {
+    return device < 64 ? std::uint64_t{1} << device : 0;
+  }
 
   // One device's memory as the watchdog last read it; atomics, as any thread reads them.
   struct MemoryState {

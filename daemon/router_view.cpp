@@ -33,10 +33,7 @@ Router::DelayView Router::delay_view(std::int64_t now_ns) const noexcept {
   if (view.cost.fitted) {
     out.first_free_ns = INT64_MAX;
     for (const auto& lane : lanes_) {
-      if (!health_[lane->id.device]->available(now_ns) || lane->stuck.load(std::memory_order_relaxed) ||
-          !lane->open.load(std::memory_order_relaxed)) {
-        continue;
-      }
+      if (!lane_usable(*lane, now_ns)) continue;
       out.first_free_ns = std::min(out.first_free_ns, lane_busy_for_ns(*lane, view.cost, now_ns));
     }
     return out;
@@ -83,10 +80,7 @@ Router::LaneView Router::lane_view(std::int64_t now_ns) const noexcept {
   std::uint64_t samples = 0;
   for (const auto& lane : lanes_) {
     const DeviceHealth& h = *health_[lane->id.device];
-    if (!h.available(now_ns) || lane->stuck.load(std::memory_order_relaxed) ||
-        !lane->open.load(std::memory_order_relaxed)) {
-      continue;
-    }
+    if (!lane_usable(*lane, now_ns)) continue;
     ++view.lanes;
     if (lane->outstanding.load(std::memory_order_seq_cst) == 0) ++view.idle_lanes;
     if (lane->id.stream != 0) continue;  // one fit per device

@@ -49,10 +49,7 @@ struct DaemonStats {
   std::atomic<std::uint64_t> clients_dropped_for_violation{0};
   // Connections refused right after accept: their user started handshakes past its rate.
   std::atomic<std::uint64_t> connections_shed{0};
-  // Worker processes (--backend workers): attached, detached (all ends), and of those dropped by
-  // the daemon (a protocol violation, a hang) or lost to a crash.
-  std::atomic<std::uint64_t> workers_attached{0};
-  std::atomic<std::uint64_t> workers_detached{0};
+  // Worker processes (--backend workers) the daemon dropped: a protocol violation, a hang.
   std::atomic<std::uint64_t> workers_dropped{0};
   // Requests that claimed high priority without their user's grant, and ran at normal.
   std::atomic<std::uint64_t> priority_downgrades{0};

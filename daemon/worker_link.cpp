@@ -21,7 +21,7 @@ constexpr std::size_t kMaxMessageBytes = 240;
 
 }  // namespace
 
-WorkerLink::WorkerLink(WorkerIdentity who, const WorkerLinkOptions& options) noexcept
+WorkerLink::WorkerLink(WorkerIdentity who, const WorkerLinkOptions& options)
     : who_(std::move(who)),
       spin_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(options.spin).count()),
       handoff_(options.handoff) {
@@ -58,42 +58,47 @@ BackendStatus WorkerLink::gone_status() const {
                                                                                     : std::string(" is stopping")));
 }
 
-BackendStatus WorkerLink::run(unsigned buffer, const BatchInput& in, BatchOutput& out) noexcept {
-  try {
-    {
-      std::lock_guard lock(mu_);
-      if (gone_.load(std::memory_order_relaxed) || stopping_ || buffer >= header_.buffers) {
-        return BackendStatus::device_gone(label_ + " takes no more batches");
-      }
-      ++running_;
-    }
-    BackendStatus status;
-    for (std::size_t first = 0; first < in.size() && status.ok;) {
-      // The largest piece within the worker's limits; an input alone past them fails alone.
-      std::size_t count = 0;
-      while (first + count < in.size() && count < header_.max_inputs &&
-             in.offsets[first + count + 1] - in.offsets[first] <= header_.max_input_bytes) {
-        ++count;
-      }
-      if (count == 0) {
-        status = BackendStatus::failure(fmt::format("an input of {} bytes is larger than {}'s batches ({} bytes)",
-                                                    in.at(first).size(), label_, header_.max_input_bytes));
-        break;
-      }
-      status = run_piece(buffer, in, first, count, out);
-      first += count;
-    }
+BackendStatus WorkerLink::run(unsigned buffer, const BatchInput& in, BatchOutput& out) {
+  {
     std::lock_guard lock(mu_);
-    if (--running_ == 0 && stopping_) hang_up_locked("stopped");
-    if (status.ok) batches_.fetch_add(1, std::memory_order_relaxed);
-    return status;
-  } catch (const std::exception& e) {  // out of memory copying outputs
-    return BackendStatus::failure(e.what());
+    if (gone_.load(std::memory_order_relaxed) || stopping_ || buffer >= header_.buffers) {
+      return BackendStatus::device_gone(label_ + " takes no more batches");
+    }
+    ++running_;
   }
+  BackendStatus status;
+  try {
+    status = run_pieces(buffer, in, out);
+  } catch (const std::exception& e) {  // out of memory copying the outputs
+    status = BackendStatus::failure(e.what());
+  }
+  std::lock_guard lock(mu_);
+  if (--running_ == 0 && stopping_) hang_up_locked("stopped");
+  if (status.ok) batches_.fetch_add(1, std::memory_order_relaxed);
+  return status;
+}
+
+BackendStatus WorkerLink::run_pieces(unsigned buffer, const BatchInput& in, BatchOutput& out) {
+  for (std::size_t first = 0; first < in.size();) {
+    // The largest piece within the worker's limits; an input alone past them fails alone.
+    std::size_t count = 0;
+    while (first + count < in.size() && count < header_.max_inputs &&
+           in.offsets[first + count + 1] - in.offsets[first] <= header_.max_input_bytes) {
+      ++count;
+    }
+    if (count == 0) {
+      return BackendStatus::failure(fmt::format("an input of {} bytes is larger than {}'s batches ({} bytes)",
+                                                in.at(first).size(), label_, header_.max_input_bytes));
+    }
+    BackendStatus status = run_piece(buffer, in, first, count, out);
+    if (!status.ok) return status;
+    first += count;
+  }
+  return BackendStatus::success();
 }
 
 BackendStatus WorkerLink::run_piece(unsigned buffer, const BatchInput& in, std::size_t first, std::size_t count,
-                                    BatchOutput& out) noexcept {
+                                    BatchOutput& out) {
   const std::int64_t submitted_ns = shm::monotonic_ns();  // the hand-off's time includes the copy in
   char* data = shm::worker_buffer(base_, header_, buffer);
   auto* offsets = reinterpret_cast<std::uint32_t*>(data + header_.input_offsets_at);
@@ -129,7 +134,7 @@ bool WorkerLink::await_answer(unsigned buffer, std::uint32_t seq) noexcept {
   }
 }
 
-BackendStatus WorkerLink::collect(unsigned buffer, std::size_t count, BatchOutput& out) noexcept {
+BackendStatus WorkerLink::collect(unsigned buffer, std::size_t count, BatchOutput& out) {
   const shm::WorkerDescriptor& d = shm::worker_descriptor(base_, header_, buffer);
   const std::int32_t status = shm::load_once(d.done.status);
   const std::uint32_t outputs = shm::load_once(d.done.count);
@@ -167,7 +172,7 @@ BackendStatus WorkerLink::collect(unsigned buffer, std::size_t count, BatchOutpu
   return BackendStatus::success();
 }
 
-BackendStatus WorkerLink::violation(const std::string& what) noexcept {
+BackendStatus WorkerLink::violation(const std::string& what) {
   hang_up(what);
   return BackendStatus::device_gone(label_ + " broke the protocol: " + what);
 }

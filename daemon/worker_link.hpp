@@ -58,8 +58,9 @@ class WorkerLink {
   [[nodiscard]] const std::string& label() const noexcept { return label_; }
 
   // Lane threads: runs a batch on buffer `buffer` (< buffers()), in pieces within the worker's
-  // limits. A device fault when the worker has gone, is stopping or breaks the protocol.
-  BackendStatus run(unsigned buffer, const BatchInput& in, BatchOutput& out) noexcept;
+  // limits. A device fault when the worker has gone, is stopping or breaks the protocol. Throws
+  // only what allocating a status message may throw (the router catches it).
+  BackendStatus run(unsigned buffer, const BatchInput& in, BatchOutput& out);
 
   // Any thread: drops the worker. Its runs return device faults and its connection is shut down,
   // so the daemon's poll on it fires. Never blocks; the first reason is kept.
@@ -78,15 +79,16 @@ class WorkerLink {
   shm::UniqueFd take_connection();
 
  private:
-  WorkerLink(WorkerIdentity who, const WorkerLinkOptions& options) noexcept;
+  WorkerLink(WorkerIdentity who, const WorkerLinkOptions& options);
 
+  BackendStatus run_pieces(unsigned buffer, const BatchInput& in, BatchOutput& out);
   BackendStatus run_piece(unsigned buffer, const BatchInput& in, std::size_t first, std::size_t count,
-                          BatchOutput& out) noexcept;
+                          BatchOutput& out);
   // Waits for buffer's answer to seq; false when the worker went first.
   bool await_answer(unsigned buffer, std::uint32_t seq) noexcept;
   // Checks and copies out an answer of `count` outputs.
-  BackendStatus collect(unsigned buffer, std::size_t count, BatchOutput& out) noexcept;
-  BackendStatus violation(const std::string& what) noexcept;
+  BackendStatus collect(unsigned buffer, std::size_t count, BatchOutput& out);
+  BackendStatus violation(const std::string& what);
   BackendStatus gone_status() const;
   void hang_up_locked(std::string_view why) noexcept;
 

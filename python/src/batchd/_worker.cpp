@@ -72,10 +72,23 @@ void append_output(batchd::WorkerBatch& batch, nb::handle output, std::size_t in
   if (!fits) throw std::runtime_error("output " + std::to_string(index) + " does not fit the daemon's limits");
 }
 
+// Memoryviews of a batch's inputs, released when the batch is done with (the buffer is the
+// daemon's next batch after that); the GIL is held. A view the model still exports stays as it is.
+struct ReleasedViews {
+  std::vector<nb::object> views;
+  ~ReleasedViews() {
+    for (nb::object& view : views) {
+      nb::object released = nb::steal(PyObject_CallMethod(view.ptr(), "release", nullptr));
+      if (!released.is_valid()) PyErr_Clear();
+    }
+  }
+};
+
 // Runs fn on one batch with the GIL held; a Python exception becomes the batch's failure.
 void run_model(batchd::WorkerBatch& batch, const nb::callable& fn, InputKind kind) {
   nb::gil_scoped_acquire locked;
-  std::vector<nb::object> views;
+  ReleasedViews released;
+  std::vector<nb::object>& views = released.views;
   try {
     const nb::object outputs = fn(inputs_of(batch, kind, views));
     if (!PySequence_Check(outputs.ptr())) throw std::runtime_error("the model function must return a list");
@@ -91,14 +104,7 @@ void run_model(batchd::WorkerBatch& batch, const nb::callable& fn, InputKind kin
       append_output(batch, output, static_cast<std::size_t>(i));
     }
   } catch (nb::python_error& e) {
-    const std::string message = e.what();
-    for (nb::object& view : views) PyObject_CallMethod(view.ptr(), "release", nullptr);
-    PyErr_Clear();
-    throw std::runtime_error(message);
-  }
-  for (nb::object& view : views) {
-    nb::object released = nb::steal(PyObject_CallMethod(view.ptr(), "release", nullptr));
-    if (!released.is_valid()) PyErr_Clear();  // a view the model kept exported stays as it is
+    throw std::runtime_error(e.what());
   }
 }
 
