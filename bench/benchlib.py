@@ -71,6 +71,11 @@ def wait_for_path(path: Path, proc: Process, what: str, timeout_s=10.0):
     raise SystemExit(f"bench: {what} did not come up; its log:\n{proc.log_tail()}")
 
 
+def held(run: dict) -> bool:
+    """An open-loop rate held: every request sent was answered, right (batchd-stress's summary)."""
+    return run["sent"] > 0 and run["errors"] == 0 and run["wrong"] == 0 and run["ok"] == run["sent"]
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:

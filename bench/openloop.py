@@ -23,10 +23,6 @@ DAEMON_FLAGS = ["--backend", "cpu", "--cost", "1", "--slots-per-client", "16384"
                 "--max-output-bytes", "256"]
 
 
-def held(run: dict) -> bool:
-    return run["sent"] > 0 and run["errors"] == 0 and run["wrong"] == 0 and run["ok"] == run["sent"]
-
-
 def main():
     work = Path(tempfile.mkdtemp(prefix="batchd-openloop-"))
     runs = []
@@ -37,7 +33,7 @@ def main():
                 run = benchlib.run_stress(sock, "--rate", str(rate), "--duration", str(DURATION_S), "--warmup", "1",
                                           "--cooldown", "0.5", "--input-bytes", "16:256",
                                           timeout_s=DURATION_S + 120)
-                run["held"] = held(run)
+                run["held"] = benchlib.held(run)
                 runs.append(run)
                 print(f"openloop: offered {rate:9d}/s  answered {run['ok'] / run['duration_s']:11.0f}/s  "
                       f"errors {run['errors']}  wrong {run['wrong']}  p50 {run['p50_us']:8.1f} us  "

@@ -49,10 +49,6 @@ def python_env() -> dict:
     return env
 
 
-def held(run: dict) -> bool:
-    return run["sent"] > 0 and run["errors"] == 0 and run["wrong"] == 0 and run["ok"] == run["sent"]
-
-
 def ladder(sock: Path, rates: list, label: str, *flags) -> dict:
     """Rates in turn until one is not held; the runs and the highest held."""
     runs = []
@@ -60,7 +56,7 @@ def ladder(sock: Path, rates: list, label: str, *flags) -> dict:
         run = benchlib.run_stress(sock, "--rate", str(rate), "--duration", str(STEP_S), "--warmup", "1",
                                   "--cooldown", "0.5", "--input-bytes", "16:256", *flags,
                                   timeout_s=STEP_S + 120)
-        run["held"] = held(run)
+        run["held"] = benchlib.held(run)
         runs.append(run)
         print(f"workers: {label:>10} offered {rate:8d}/s answered {run['ok'] / run['duration_s']:9.0f}/s "
               f"errors {run['errors']} wrong {run['wrong']} p99 {run['p99_us']:9.1f} us "
@@ -242,7 +238,7 @@ def langid(work: Path) -> dict:
                     "--json", "--quiet"]
             step = benchlib.last_json_line(subprocess.run(args, capture_output=True, text=True, timeout=300).stdout,
                                            "batchd-stress --http --rate (langid)")
-            step["held"] = held(step)
+            step["held"] = benchlib.held(step)
             out["http_64_open"].append(step)
             print(f"workers: langid over HTTP, 64 connections open loop {rate}/s: errors {step['errors']} wrong "
                   f"{step['wrong']} p99 {step['p99_us'] / 1000:.1f} ms {'held' if step['held'] else 'NOT held'}")
