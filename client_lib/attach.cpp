@@ -187,7 +187,7 @@ client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_pa
 client_detail::Attempt<Attachment> attach_worker_to_daemon(const std::string& socket_path,
                                                            std::chrono::milliseconds timeout,
                                                            const shm::WorkerHello& hello) {
-  return attach_until(socket_path, timeout, std::as_bytes(std::span(&hello, 1)), 1);
+  return attach_until(socket_path, timeout, std::as_bytes(std::span(&hello, 1)), shm::kWorkerAttachFds);
 }
 
 }  // namespace batchd

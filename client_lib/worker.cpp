@@ -10,6 +10,7 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -65,12 +66,17 @@ struct Worker::Impl {
   shm::UniqueFd connection;
   shm::UniqueFd region_fd;
   boost::interprocess::mapped_region map;
+  boost::interprocess::mapped_region arena;  // the daemon's input arena, read-only
   shm::WorkerRegionHeader header{};  // checked at attach; the daemon writes it once
   shm::UniqueFd stop_fd;             // eventfd: stop() writes it (async-signal-safe)
   std::atomic<bool> ended{false};
 
   void serve_lane(unsigned buffer, const WorkerHandler& handler) noexcept;
   void run_batch(unsigned buffer, const WorkerHandler& handler) noexcept;
+  // Points the batch at its inputs (the buffer's, or the arena's, whose offsets are copied out
+  // into `offsets` rebased to 0); false when the submission is malformed.
+  bool find_inputs(const shm::WorkerDescriptor& d, char* data, WorkerBatch& batch,
+                   std::vector<std::uint32_t>& offsets) const noexcept;
   WorkerEnd watch_connection() noexcept;
 };
 
@@ -93,7 +99,7 @@ std::unique_ptr<Worker> Worker::connect(const WorkerOptions& options, Error* err
   impl->options = options;
   impl->id = attached->client_id;
   impl->connection = std::move(attached->connection);
-  impl->region_fd = std::move(attached->fds.at(0));
+  impl->region_fd = std::move(attached->fds.at(shm::kWorkerRegionFd));
   const Expected<std::uint64_t> bytes = shm::file_bytes(impl->region_fd.get());
   if (!bytes || *bytes < sizeof(shm::WorkerRegionHeader)) {
     return fail(ErrorCode::kProtocolError, "the daemon's worker region is too small to hold its header");
@@ -105,6 +111,12 @@ std::unique_ptr<Worker> Worker::connect(const WorkerOptions& options, Error* err
   if (auto checked = shm::check_worker_region(impl->header, *bytes); !checked) {
     return fail(ErrorCode::kProtocolError, checked.error().message);
   }
+  const shm::UniqueFd arena_fd = std::move(attached->fds.at(shm::kInputArenaFd));
+  const Expected<std::uint64_t> arena_bytes = shm::file_bytes(arena_fd.get());
+  if (!arena_bytes || *arena_bytes == 0) return fail(ErrorCode::kProtocolError, "the daemon's input arena is empty");
+  auto arena = shm::map_fd(arena_fd.get(), *arena_bytes, false);
+  if (!arena) return fail(ErrorCode::kProtocolError, "cannot map the daemon's input arena: " + arena.error().message);
+  impl->arena = std::move(*arena);
   impl->stop_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!impl->stop_fd.valid()) return fail(ErrorCode::kProtocolError, std::string("eventfd: ") + std::strerror(errno));
   return std::unique_ptr<Worker>(new Worker(std::move(impl)));
@@ -186,20 +198,14 @@ void Worker::Impl::run_batch(unsigned buffer, const WorkerHandler& handler) noex
   WorkerBatch batch;
   batch.lane_ = buffer;
   batch.count_ = shm::load_once(d.submit.count);
-  const std::uint64_t input_bytes = shm::load_once(d.submit.input_bytes);
-  batch.input_bytes_ = data + header.input_bytes_at;
-  batch.input_offsets_ = reinterpret_cast<const std::uint32_t*>(data + header.input_offsets_at);
   batch.output_bytes_ = data + header.output_bytes_at;
   batch.output_offsets_ = reinterpret_cast<std::uint32_t*>(data + header.output_offsets_at);
   batch.output_capacity_ = header.output_capacity;
   batch.max_output_bytes_ = header.max_output_bytes;
   batch.output_offsets_[0] = 0;
+  thread_local std::vector<std::uint32_t> arena_offsets;
   std::string failure;
-  bool well_formed = batch.count_ >= 1 && batch.count_ <= header.max_inputs && input_bytes <= header.max_input_bytes &&
-                     batch.input_offsets_[0] == 0 && batch.input_offsets_[batch.count_] == input_bytes;
-  for (std::size_t i = 0; well_formed && i < batch.count_; ++i) {
-    well_formed = batch.input_offsets_[i] <= batch.input_offsets_[i + 1];
-  }
+  const bool well_formed = find_inputs(d, data, batch, arena_offsets);
   if (!well_formed) {
     failure = "the daemon sent a malformed batch descriptor";
   } else {
@@ -227,6 +233,48 @@ void Worker::Impl::run_batch(unsigned buffer, const WorkerHandler& handler) noex
   shm::store_once(d.done.status, shm::kWorkerFailed);
   shm::store_once(d.done.count, std::uint32_t{0});
   shm::store_once(d.done.output_bytes, std::uint64_t{n});
+}
+
+bool Worker::Impl::find_inputs(const shm::WorkerDescriptor& d, char* data, WorkerBatch& batch,
+                               std::vector<std::uint32_t>& offsets) const noexcept {
+  const std::uint64_t input_bytes = shm::load_once(d.submit.input_bytes);
+  const std::uint32_t count = batch.count_;
+  if (count == 0 || count > header.max_inputs || input_bytes > header.max_input_bytes) return false;
+  const std::uint32_t source = shm::load_once(d.submit.source);
+  if (source == shm::kInputsInBuffer) {
+    batch.input_bytes_ = data + header.input_bytes_at;
+    batch.input_offsets_ = reinterpret_cast<const std::uint32_t*>(data + header.input_offsets_at);
+  } else if (source == shm::kInputsInArena) {
+    // Copied out first: a daemon that gave up on this worker may reuse the slot under it.
+    const std::uint64_t offsets_at = shm::load_once(d.submit.arena_offsets_at);
+    const std::uint64_t bytes_at = shm::load_once(d.submit.arena_bytes_at);
+    const std::uint64_t size = arena.get_size();
+    const std::uint64_t offsets_bytes = (std::uint64_t{count} + 1) * sizeof(std::uint32_t);
+    if (offsets_at % alignof(std::uint32_t) != 0 || offsets_at > size || offsets_bytes > size - offsets_at ||
+        bytes_at > size) {
+      return false;
+    }
+    const char* base = static_cast<const char*>(arena.get_address());
+    try {
+      offsets.resize(count + 1);  // count <= max_inputs: grows on a lane's first batches only
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    std::memcpy(offsets.data(), base + offsets_at, offsets_bytes);
+    const std::uint32_t first = offsets[0];
+    if (first > size - bytes_at) return false;
+    for (std::uint32_t& o : offsets) o -= first;  // checked below: a wrap shows as a huge offset
+    batch.input_bytes_ = base + bytes_at + first;
+    batch.input_offsets_ = offsets.data();
+    if (input_bytes > size - bytes_at - first) return false;
+  } else {
+    return false;
+  }
+  if (batch.input_offsets_[0] != 0 || batch.input_offsets_[count] != input_bytes) return false;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (batch.input_offsets_[i] > batch.input_offsets_[i + 1]) return false;
+  }
+  return true;
 }
 
 }  // namespace batchd

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstring>
 #include <cstdint>
 #include <iterator>
 #include <memory>
@@ -11,7 +12,9 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "daemon/arena_vector.hpp"
 #include "daemon/client_session.hpp"
+#include "daemon/input_arena.hpp"
 
 namespace batchd {
 
@@ -37,8 +40,10 @@ constexpr std::uint64_t make_run_state(std::uint64_t token, RunPhase phase) noex
 struct Batch {
   std::uint64_t id = 0;
   std::int64_t opened_ns = 0;         // arrival of its oldest request
-  std::vector<char> input_bytes;      // private copies of the inputs, back to back
-  std::vector<std::uint32_t> input_offsets{0};
+  // Private copies of the inputs, back to back, and where each ends (the first entry 0): in the
+  // batch's input-arena slot when it has one (worker processes read them there), else the heap.
+  ArenaVector<char> input_bytes;
+  ArenaVector<std::uint32_t> input_offsets;
   std::vector<RequestRef> requests;
   BatchOutput output;
 
@@ -59,12 +64,29 @@ struct Batch {
   // the last to let go returns it to the pool (Router::let_go_of_abandoned).
   std::atomic<int> abandon_holds{0};
 
+  Batch() { input_offsets.assign_one(0); }
+
+  // Gives the batch its input-arena slot. Precondition: empty.
+  void place_in(const InputArena::Slot& slot) {
+    input_bytes.place_in(slot.bytes, slot.bytes_capacity);
+    input_offsets.place_in(slot.offsets, slot.offsets_capacity);
+    input_offsets.assign_one(0);
+  }
+
   [[nodiscard]] BatchInput input() const noexcept { return {input_bytes, input_offsets}; }
+
+  // Appends an input and where its answer goes.
+  void append(std::string_view in, RequestRef request) {
+    input_bytes.append(in.data(), in.size());
+    input_offsets.push_back(static_cast<std::uint32_t>(input_bytes.size()));
+    requests.push_back(std::move(request));
+  }
   [[nodiscard]] std::size_t size() const noexcept { return requests.size(); }
 
   void clear() noexcept {
     input_bytes.clear();
-    input_offsets.assign(1, 0);
+    input_offsets.clear();
+    input_offsets.push_back(0);  // within the capacity clear() keeps: cannot throw
     requests.clear();  // drops the session references
     output.clear();
     failed_devices = 0;
@@ -76,30 +98,29 @@ struct Batch {
   }
 
   // Moves the requests whose deadline has passed by now_ns into `other` (empty); both keep their
-  // order. Returns how many moved.
+  // order. Returns how many moved. The kept ones close up in place: each is read before anything
+  // is written over it, as they only ever move toward the front.
   std::size_t move_expired_into(Batch& other, std::int64_t now_ns) {
-    std::vector<char> kept_bytes;
-    std::vector<std::uint32_t> kept_offsets{0};
-    std::vector<RequestRef> kept;
-    const auto append = [](std::vector<char>& bytes, std::vector<std::uint32_t>& offsets,
-                           std::string_view in) {
-      bytes.insert(bytes.end(), in.begin(), in.end());
-      offsets.push_back(static_cast<std::uint32_t>(bytes.size()));
-    };
+    std::size_t kept = 0;
+    std::uint32_t kept_end = 0;
     for (std::size_t i = 0; i < requests.size(); ++i) {
+      const std::string_view in = input().at(i);
       const std::int64_t deadline = requests[i].deadline_mono_ns;
       if (deadline != 0 && deadline <= now_ns) {
-        append(other.input_bytes, other.input_offsets, input().at(i));
-        other.requests.push_back(std::move(requests[i]));
-      } else {
-        append(kept_bytes, kept_offsets, input().at(i));
-        kept.push_back(std::move(requests[i]));
+        other.append(in, std::move(requests[i]));
+        continue;
       }
+      if (kept != i) {
+        std::memmove(input_bytes.data() + kept_end, in.data(), in.size());
+        requests[kept] = std::move(requests[i]);
+      }
+      kept_end += static_cast<std::uint32_t>(in.size());
+      input_offsets[++kept] = kept_end;
     }
     other.opened_ns = opened_ns;
-    input_bytes.swap(kept_bytes);
-    input_offsets.swap(kept_offsets);
-    requests.swap(kept);
+    input_bytes.truncate(kept_end);
+    input_offsets.truncate(kept + 1);
+    requests.resize(kept);
     return other.requests.size();
   }
 
@@ -107,8 +128,8 @@ struct Batch {
   void split_into(Batch& other) {
     const std::size_t keep = size() / 2;
     const std::uint32_t cut = input_offsets[keep];
-    other.input_bytes.assign(input_bytes.begin() + cut, input_bytes.end());
-    other.input_offsets.assign(1, 0);
+    other.input_bytes.assign(input_bytes.data() + cut, input_bytes.size() - cut);
+    other.input_offsets.assign_one(0);
     for (std::size_t i = keep + 1; i < input_offsets.size(); ++i) {
       other.input_offsets.push_back(input_offsets[i] - cut);
     }
@@ -116,16 +137,16 @@ struct Batch {
                           std::make_move_iterator(requests.end()));
     other.opened_ns = opened_ns;
     other.device_faults = device_faults;
-    input_bytes.resize(cut);
-    input_offsets.resize(keep + 1);
+    input_bytes.truncate(cut);
+    input_offsets.truncate(keep + 1);
     requests.resize(keep);
     ignore_memory = false;  // each half is smaller: it may fit now
   }
 
   // Makes `other` (empty) a copy of this batch's work, to run it again elsewhere.
   void copy_into(Batch& other) const {
-    other.input_bytes = input_bytes;
-    other.input_offsets = input_offsets;
+    other.input_bytes.assign(input_bytes.data(), input_bytes.size());
+    other.input_offsets.assign(input_offsets.data(), input_offsets.size());
     other.requests = requests;
     other.opened_ns = opened_ns;
     other.failed_devices = failed_devices;

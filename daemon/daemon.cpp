@@ -180,6 +180,7 @@ void Daemon::start() {
         if (router_->all_devices_lost()) ring_doorbell();  // the drain loop exits (run())
       });
   if (workers_ != nullptr) {
+    create_input_arena();
     // Every place starts empty: a worker that attaches opens one (daemon_workers.cpp).
     for (unsigned d = 0; d < backend_->devices(); ++d) router_->close_device(d);
   }

@@ -33,6 +33,7 @@
 #include "daemon/control_socket.hpp"
 #include "daemon/fd_reaper.hpp"
 #include "daemon/handshake_limiter.hpp"
+#include "daemon/input_arena.hpp"
 #include "daemon/log_limiter.hpp"
 #include "daemon/metrics_listener.hpp"
 #include "daemon/pending_queue.hpp"
@@ -220,6 +221,9 @@ class Daemon {
   void publish_status() noexcept;
   // --metrics-listen: binds and starts the listener (start-up: throws the address's trouble).
   void start_metrics_listener();
+  // The workers backend: the arena its batches are assembled in, one slot per pooled batch
+  // (start-up: throws what stops it).
+  void create_input_arena();
   // The latency histograms into the pages after the status page (watchdog thread).
   void publish_latency() noexcept;
   // A device's memory and byte budget into its status entry (watchdog thread).
@@ -246,6 +250,8 @@ class Daemon {
   Completer completer_{stats_};
   // Before router_: its lanes record into it until they stop.
   std::unique_ptr<DeadLetterLog> dead_letters_;
+  // The workers backend's batches are assembled here (before router_: its batches point into it).
+  InputArena input_arena_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<ControlSocket> control_;
 

@@ -98,12 +98,12 @@ bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
   const TakenRequest& taken = request.taken;
   // Still withdrawable while it waited: only a batch makes a request claimed.
   if (rejected_as_gone(request, now_ns, "deadline passed before the request was batched")) return false;
-  const std::size_t start = batch.input_bytes.size();
-  batch.input_bytes.resize(start + taken.input_bytes);
-  // Copy first, check the copy: the client may still be scribbling on its slot.
-  if (taken.input_bytes > 0) std::memcpy(batch.input_bytes.data() + start, taken.input, taken.input_bytes);
-  if (!simdjson::validate_utf8(batch.input_bytes.data() + start, taken.input_bytes)) {
-    batch.input_bytes.resize(start);
+  // Copy first, check the copy: the client may still be scribbling on its slot. The copy is the
+  // batch's input itself (a worker process reads it in place, daemon/input_arena.hpp).
+  char* to = batch.input_bytes.grow_by(taken.input_bytes);
+  if (taken.input_bytes > 0) std::memcpy(to, taken.input, taken.input_bytes);
+  if (!simdjson::validate_utf8(to, taken.input_bytes)) {
+    batch.input_bytes.truncate(batch.input_bytes.size() - taken.input_bytes);
     reject(request, shm::WireStatus::kInvalidUtf8, "input is not valid UTF-8");
     return false;
   }

@@ -59,6 +59,8 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
   // The worker's own limits, within what this daemon ever sends.
   WorkerLinkOptions options;
   options.spin = config_.workers.spin;
+  options.arena = &input_arena_;
+  options.copied = &stats_.worker_pieces_copied;
   if (*slot < shm::kStatusDevices) options.handoff = &stats_.latency.handoff_by_device[*slot];
   options.region.buffers = std::min(hello.concurrency, config_.workers.lanes_per_worker);
   options.region.max_inputs = std::min<std::uint32_t>(hello.max_inputs, config_.batch.max_batch);
@@ -77,7 +79,9 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
   }
   std::shared_ptr<WorkerLink> link = std::move(*created);
   const int fd = pending.connection.get();
-  const int out_fds[1] = {link->region_fd()};
+  int out_fds[shm::kWorkerAttachFds] = {};
+  out_fds[shm::kWorkerRegionFd] = link->region_fd();
+  out_fds[shm::kInputArenaFd] = input_arena_.fd();
   if (!send_attached(pending, id, out_fds, "its worker region")) return;
   link->set_connection(std::move(pending.connection));
   arm_poll(fd, pack(Op::kWorker, id));
@@ -86,6 +90,19 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
   attached_workers_.emplace(id, AttachedWorker{*slot, link});
   spdlog::info("{} attached as device {} (uid {}, {} lanes, batches up to {} inputs / {} bytes)", link->label(),
                *slot, peer.uid, link->buffers(), options.region.max_inputs, options.region.max_input_bytes);
+}
+
+void Daemon::create_input_arena() {
+  // A slot holds a whole batch up to this; a larger one (--max-batch-bytes past it) is assembled on
+  // the heap and copied into the worker's buffer, so a huge byte budget does not map a huge arena.
+  constexpr std::uint64_t kMaxSlotBytes = std::uint64_t{64} << 20;
+  auto arena = InputArena::create(router_->pool_size(), config_.batch.max_batch,
+                                  std::min(config_.batch.max_batch_bytes, kMaxSlotBytes));
+  if (!arena) throw std::runtime_error("cannot create the input arena for workers: " + arena.error().message);
+  input_arena_ = std::move(*arena);
+  router_->place_batches_in(input_arena_);
+  spdlog::info("workers read batches in place: an input arena of {} slots ({} MiB, sparse)", input_arena_.slots(),
+               input_arena_.size_bytes() >> 20);
 }
 
 void Daemon::on_worker_readable(std::uint64_t id) {

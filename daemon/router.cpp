@@ -41,6 +41,10 @@ Router::Router(Backend& backend, Completer& completer, RouterOptions options,
 
 Router::~Router() { stop(); }
 
+void Router::place_batches_in(const InputArena& arena) {
+  for (std::size_t i = 0; i < batches_.size() && i < arena.slots(); ++i) batches_[i]->place_in(arena.slot(i));
+}
+
 void Router::start() {
   for (auto& lane : lanes_) {
     Lane* l = lane.get();

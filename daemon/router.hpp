@@ -49,6 +49,10 @@ class Router {
   // Before start(): where each successful run's queue and compute times go (borrowed; none: not
   // recorded).
   void set_latency(LatencyStats* latency) noexcept { latency_ = latency; }
+  // Before start(): gives the pool's batch objects a slot of the arena each, as far as its slots
+  // go (daemon/input_arena.hpp). Batches made beyond the pool later stay on the heap.
+  void place_batches_in(const InputArena& arena);
+  [[nodiscard]] std::size_t pool_size() const noexcept { return batches_.size(); }
 
   void start();
   // Interrupts the backend, stops the workers and the watchdog. Call once nothing is pending.

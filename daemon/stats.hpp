@@ -51,6 +51,9 @@ struct DaemonStats {
   std::atomic<std::uint64_t> connections_shed{0};
   // Worker processes (--backend workers) the daemon dropped: a protocol violation, a hang.
   std::atomic<std::uint64_t> workers_dropped{0};
+  // Pieces of batches handed to a worker by copying them into its buffer: batches outside the
+  // input arena (made beyond the pool, or past a slot's size). The rest it read in place.
+  std::atomic<std::uint64_t> worker_pieces_copied{0};
   // Requests that claimed high priority without their user's grant, and ran at normal.
   std::atomic<std::uint64_t> priority_downgrades{0};
   std::atomic<std::uint64_t> requests_taken{0};

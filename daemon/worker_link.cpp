@@ -24,7 +24,9 @@ constexpr std::size_t kMaxMessageBytes = 240;
 WorkerLink::WorkerLink(WorkerIdentity who, const WorkerLinkOptions& options)
     : who_(std::move(who)),
       spin_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(options.spin).count()),
-      handoff_(options.handoff) {
+      handoff_(options.handoff),
+      arena_(options.arena),
+      copied_(options.copied) {
   label_ = fmt::format("worker {} ({} {}, pid {})", who_.id, who_.name, who_.version, who_.pid);
 }
 
@@ -99,16 +101,9 @@ BackendStatus WorkerLink::run_pieces(unsigned buffer, const BatchInput& in, Batc
 
 BackendStatus WorkerLink::run_piece(unsigned buffer, const BatchInput& in, std::size_t first, std::size_t count,
                                     BatchOutput& out) {
-  const std::int64_t submitted_ns = shm::monotonic_ns();  // the hand-off's time includes the copy in
-  char* data = shm::worker_buffer(base_, header_, buffer);
-  auto* offsets = reinterpret_cast<std::uint32_t*>(data + header_.input_offsets_at);
-  const std::uint32_t start = in.offsets[first];
-  for (std::size_t i = 0; i <= count; ++i) shm::store_once(offsets[i], in.offsets[first + i] - start);
-  const std::uint32_t bytes = in.offsets[first + count] - start;
-  std::memcpy(data + header_.input_bytes_at, in.bytes.data() + start, bytes);
+  const std::int64_t submitted_ns = shm::monotonic_ns();  // the hand-off's time includes any copy in
+  submit_inputs(buffer, in, first, count);
   shm::WorkerDescriptor& d = shm::worker_descriptor(base_, header_, buffer);
-  shm::store_once(d.submit.count, static_cast<std::uint32_t>(count));
-  shm::store_once(d.submit.input_bytes, std::uint64_t{bytes});
   const std::uint32_t seq = ++seq_[buffer];
   shm::store_and_wake(d.submit.seq, seq, d.submit.worker_waiting, 1);
   if (!await_answer(buffer, seq)) return gone_status();
@@ -119,6 +114,28 @@ BackendStatus WorkerLink::run_piece(unsigned buffer, const BatchInput& in, std::
     handoff_->record(shm::monotonic_ns() - submitted_ns - std::max<std::int64_t>(model_ns, 0));
   }
   return collect(buffer, count, out);
+}
+
+void WorkerLink::submit_inputs(unsigned buffer, const BatchInput& in, std::size_t first, std::size_t count) {
+  shm::WorkerDescriptor& d = shm::worker_descriptor(base_, header_, buffer);
+  const std::uint32_t start = in.offsets[first];
+  const std::uint32_t bytes = in.offsets[first + count] - start;
+  shm::store_once(d.submit.count, static_cast<std::uint32_t>(count));
+  shm::store_once(d.submit.input_bytes, std::uint64_t{bytes});
+  const std::uint32_t* offsets_at = in.offsets.data() + first;
+  if (arena_ != nullptr && arena_->holds(offsets_at, (count + 1) * sizeof(std::uint32_t)) &&
+      arena_->holds(in.bytes.data(), in.bytes.size())) {
+    shm::store_once(d.submit.source, shm::kInputsInArena);
+    shm::store_once(d.submit.arena_offsets_at, arena_->offset_of(offsets_at));
+    shm::store_once(d.submit.arena_bytes_at, arena_->offset_of(in.bytes.data()));
+    return;
+  }
+  char* data = shm::worker_buffer(base_, header_, buffer);
+  auto* offsets = reinterpret_cast<std::uint32_t*>(data + header_.input_offsets_at);
+  for (std::size_t i = 0; i <= count; ++i) shm::store_once(offsets[i], in.offsets[first + i] - start);
+  if (bytes > 0) std::memcpy(data + header_.input_bytes_at, in.bytes.data() + start, bytes);
+  shm::store_once(d.submit.source, shm::kInputsInBuffer);
+  if (copied_ != nullptr) copied_->fetch_add(1, std::memory_order_relaxed);
 }
 
 bool WorkerLink::await_answer(unsigned buffer, std::uint32_t seq) noexcept {

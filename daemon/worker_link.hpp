@@ -19,6 +19,7 @@
 
 #include "backend/backend.hpp"
 #include "base/expected.hpp"
+#include "daemon/input_arena.hpp"
 #include "daemon/stats.hpp"
 #include "shm/fd.hpp"
 #include "shm/worker_region.hpp"
@@ -42,6 +43,10 @@ struct WorkerLinkOptions {
   std::chrono::microseconds spin{50};
   // Where each batch's hand-off time goes (borrowed; none: not recorded).
   LatencyHistogram* handoff = nullptr;
+  // Where the drain loop assembles batches (borrowed; none: every batch is copied to the worker).
+  const InputArena* arena = nullptr;
+  // Counts the pieces copied instead (borrowed; none: not counted).
+  std::atomic<std::uint64_t>* copied = nullptr;
 };
 
 class WorkerLink {
@@ -84,6 +89,9 @@ class WorkerLink {
   BackendStatus run_pieces(unsigned buffer, const BatchInput& in, BatchOutput& out);
   BackendStatus run_piece(unsigned buffer, const BatchInput& in, std::size_t first, std::size_t count,
                           BatchOutput& out);
+  // Tells the worker where a piece's inputs are: in the arena as they stand, or copied into the
+  // buffer's input area when the batch is not in the arena.
+  void submit_inputs(unsigned buffer, const BatchInput& in, std::size_t first, std::size_t count);
   // Waits for buffer's answer to seq; false when the worker went first.
   bool await_answer(unsigned buffer, std::uint32_t seq) noexcept;
   // Checks and copies out an answer of `count` outputs.
@@ -96,6 +104,8 @@ class WorkerLink {
   std::string label_;
   std::int64_t spin_ns_ = 0;
   LatencyHistogram* handoff_ = nullptr;
+  const InputArena* arena_ = nullptr;
+  std::atomic<std::uint64_t>* copied_ = nullptr;
   shm::UniqueFd region_fd_;
   boost::interprocess::mapped_region map_;
   shm::WorkerRegionHeader header_{};  // the daemon's own copy: never re-read from the region

@@ -2,8 +2,12 @@
 //
 // A worker attaches as a client does (shm/attach_protocol.hpp) but sends a WorkerHello (flags
 // kHelloWorker): who it is, how many batches it runs at once, and the largest batch it takes.
-// The daemon answers with an AttachReply and one fd: a memfd it created and sealed against
-// resizing, laid out as below. The connection stays open as the lease; the one message a worker
+// The daemon answers with an AttachReply and two fds: a memfd it created and sealed against
+// resizing, laid out as below, and the daemon's input arena: the memfd its drain loop assembles
+// batches in, sealed so that nobody but the daemon's own mapping can write it (a worker maps it
+// read-only). A batch in the arena reaches the worker without a copy: the submission says where
+// its offsets and bytes are. A batch outside it (a rare split or re-run beyond the arena's slots)
+// is copied into the buffer's own input area. The connection stays open as the lease; the one message a worker
 // may send on it afterwards is a WorkerNotice saying it is stopping (the daemon then sends it no
 // new batch and hangs up once the ones it runs are answered).
 //
@@ -50,7 +54,16 @@ struct WorkerNotice {
 static_assert(sizeof(WorkerNotice) == 8);
 
 inline constexpr std::uint32_t kWorkerRegionMagic = 0x47524b57;  // "WKRG"
-inline constexpr std::uint32_t kWorkerRegionVersion = 1;
+inline constexpr std::uint32_t kWorkerRegionVersion = 2;
+
+// The fds of a worker's attach reply, in order.
+inline constexpr std::size_t kWorkerRegionFd = 0;
+inline constexpr std::size_t kInputArenaFd = 1;
+inline constexpr std::size_t kWorkerAttachFds = 2;
+
+// Where a submission's inputs are (WorkerSubmit::source).
+inline constexpr std::uint32_t kInputsInBuffer = 0;  // the buffer's input offsets and bytes
+inline constexpr std::uint32_t kInputsInArena = 1;   // the input arena, at arena_offsets_at / arena_bytes_at
 
 // Written by the daemon before it sends the fd, never after.
 struct WorkerRegionHeader {
@@ -80,8 +93,13 @@ struct alignas(64) WorkerSubmit {
   std::atomic<std::uint32_t> seq;             // bumped once the batch is in the buffer
   std::atomic<std::uint32_t> worker_waiting;  // the worker's flag: it sleeps on seq
   std::uint32_t count;                        // inputs, >= 1
-  std::uint32_t reserved;
+  std::uint32_t source;                       // kInputsInBuffer or kInputsInArena
   std::uint64_t input_bytes;
+  // kInputsInArena: count + 1 offsets at arena_offsets_at, the first not necessarily 0 (a piece of
+  // a larger batch), and input i's bytes at arena_bytes_at + offset i. The arena may be reused
+  // under a worker the daemon has given up on: a worker copies the offsets out and checks them.
+  std::uint64_t arena_offsets_at;
+  std::uint64_t arena_bytes_at;
 };
 
 // The worker's half: its answer to the batch of the same seq.

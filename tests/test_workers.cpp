@@ -274,6 +274,27 @@ TEST_CASE("a worker that answers garbage is dropped; its batch runs elsewhere; o
   CHECK(test::eventually([&] { return client->daemon_status().workers == 1; }, 5s));
 }
 
+TEST_CASE("a worker reads its batches in place in the daemon's input arena, and no way of writing the arena works") {
+  const std::string socket = test::temp_socket_path();
+  test::InProcessDaemon daemon(workers_config(socket), nullptr);
+  auto client = test::connect(socket);
+  // It serves 40 batches and exits; a second worker takes what follows.
+  WorkerProcess probe(misbehaving(socket, "arena-probe", "40"));
+  await_workers(*client, 1);
+  Load load(*client, 4, "arena");
+  const std::optional<int> exit = probe.wait_exit(test::grace(20s));
+  REQUIRE(exit.has_value());
+  // 3: a write reached the arena; 4: a batch came copied instead of in place.
+  CHECK(test::describe_exit(*exit) == "exit code 0");
+  CHECK(daemon.stats().worker_pieces_copied.load() == 0);
+  WorkerProcess good(cpu_worker(socket));
+  await_workers(*client, 1);
+  await_answers(load, 100);
+  load.finish();
+  INFO(load.first_error());
+  CHECK(load.bad() == 0);
+}
+
 TEST_CASE("SIGTERM stops a worker gracefully; a rolling replacement under load fails nothing") {
   const std::string socket = test::temp_socket_path();
   test::InProcessDaemon daemon(workers_config(socket), nullptr);
@@ -323,30 +344,42 @@ TEST_CASE("SIGTERM stops a worker gracefully; a rolling replacement under load f
 }
 
 TEST_CASE("a model that throws on one input: that input alone gets the error, the others are answered") {
-  const std::string socket = test::temp_socket_path();
-  test::InProcessDaemon daemon(workers_config(socket), nullptr);
-  auto client = test::connect(socket);
-  WorkerProcess worker(misbehaving(socket, "fail-on", "poison"));
-  await_workers(*client, 1);
-  std::atomic<std::uint64_t> ok{0}, bad{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 50; ++i) {
-        const std::string input = "fine " + std::to_string(t) + " " + std::to_string(i);
-        const Result r = client->submit(input, 20s);
-        (r.ok() && r.output() == reference_batchstring(input, 1) ? ok : bad).fetch_add(1);
-      }
-    });
+  // The split halves run from the input arena; with a pool of one batch they are made beyond it,
+  // on the heap, and copied into the worker's buffer instead: both ways answer the same.
+  for (const bool pool_of_one : {false, true}) {
+    CAPTURE(pool_of_one);
+    const std::string socket = test::temp_socket_path();
+    DaemonConfig config = workers_config(socket);
+    if (pool_of_one) {
+      config.workers.max_workers = 1;
+      config.workers.lanes_per_worker = 1;
+      config.routing.spare_batches = 0;
+    }
+    test::InProcessDaemon daemon(config, nullptr);
+    auto client = test::connect(socket);
+    WorkerProcess worker(misbehaving(socket, "fail-on", "poison"));
+    await_workers(*client, 1);
+    std::atomic<std::uint64_t> ok{0}, bad{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 50; ++i) {
+          const std::string input = "fine " + std::to_string(t) + " " + std::to_string(i);
+          const Result r = client->submit(input, 20s);
+          (r.ok() && r.output() == reference_batchstring(input, 1) ? ok : bad).fetch_add(1);
+        }
+      });
+    }
+    const Result poisoned = client->submit("poison pill", 20s);
+    for (auto& t : threads) t.join();
+    REQUIRE_FALSE(poisoned.ok());
+    CHECK(poisoned.error().code == ErrorCode::kBackendError);
+    CHECK(poisoned.error().message.find("poisoned input") != std::string::npos);
+    CHECK(ok.load() == 200);
+    CHECK(bad.load() == 0);
+    CHECK(daemon.stats().workers_dropped.load() == 0);
+    if (pool_of_one) CHECK(daemon.stats().worker_pieces_copied.load() > 0);
   }
-  const Result poisoned = client->submit("poison pill", 20s);
-  for (auto& t : threads) t.join();
-  REQUIRE_FALSE(poisoned.ok());
-  CHECK(poisoned.error().code == ErrorCode::kBackendError);
-  CHECK(poisoned.error().message.find("poisoned input") != std::string::npos);
-  CHECK(ok.load() == 200);
-  CHECK(bad.load() == 0);
-  CHECK(daemon.stats().workers_dropped.load() == 0);
 }
 
 TEST_CASE("the worker role: refused by other backends, for bad limits, and for talk after attaching") {

@@ -9,6 +9,11 @@
 //   fail-on PREFIX     the model throws on a batch holding an input that starts with PREFIX
 //   bad-offsets, too-few, too-many, oversize, bad-status, scribble
 //                      a raw worker: its first answer breaks the protocol that way
+//   arena-probe N      a raw worker that tries every way to write the daemon's input arena, then
+//                      answers N batches right from the arena and exits: code 3 when a write got
+//                      through, 4 when a batch's inputs came copied instead of in the arena
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -87,7 +92,76 @@ void write_garbage(const std::string& mode, void* base, const shm::WorkerRegionH
   shm::store_once(d.done.output_bytes, bytes);
 }
 
-int serve_raw(const std::string& socket, const std::string& mode) {
+// Every way a worker might write the arena; each must be refused. Returns how many got through.
+int probe_arena_writes(int fd, std::uint64_t size) {
+  int through = 0;
+  const auto expect_refused = [&through](const char* how, bool refused) {
+    std::printf("arena %s: %s\n", how, refused ? "refused" : "WRITABLE");
+    if (!refused) ++through;
+  };
+  void* rw = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  expect_refused("shared writable mapping", rw == MAP_FAILED);
+  void* ro = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  expect_refused("mprotect to writable", ro != MAP_FAILED && ::mprotect(ro, size, PROT_READ | PROT_WRITE) != 0);
+  expect_refused("madvise(MADV_REMOVE)", ro != MAP_FAILED && ::madvise(ro, size, MADV_REMOVE) != 0);
+  const char byte = 'x';
+  expect_refused("pwrite", ::pwrite(fd, &byte, 1, 0) < 0);
+  expect_refused("fallocate punching a hole",
+                 ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(size)) != 0);
+  expect_refused("ftruncate", ::ftruncate(fd, 0) != 0);
+  expect_refused("new seals", ::fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE) != 0);
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const int reopened = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  void* again = reopened >= 0 ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, reopened, 0) : MAP_FAILED;
+  expect_refused("writable mapping through /proc/self/fd", again == MAP_FAILED);
+  if (reopened >= 0) ::close(reopened);
+  for (void* p : {rw, ro, again}) {
+    if (p != MAP_FAILED) ::munmap(p, size);
+  }
+  return through;
+}
+
+// Answers batches on buffer 0 from the arena, as a worker that does not use the SDK would.
+int serve_from_arena(const Attachment& attached, void* base, const shm::WorkerRegionHeader& h, const char* arena,
+                     int batches) {
+  shm::WorkerDescriptor& d = shm::worker_descriptor(base, h, 0);
+  char* data = shm::worker_buffer(base, h, 0);
+  auto* out_offsets = reinterpret_cast<std::uint32_t*>(data + h.output_offsets_at);
+  std::uint32_t seen = 0;
+  for (int served = 0; served < batches; ++served) {
+    while (d.submit.seq.load(std::memory_order_acquire) == seen) {
+      char byte = 0;
+      if (::recv(attached.connection.get(), &byte, 1, MSG_DONTWAIT | MSG_PEEK) == 0) return 0;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    seen = d.submit.seq.load(std::memory_order_acquire);
+    if (shm::load_once(d.submit.source) != shm::kInputsInArena) {
+      std::printf("batch %d: inputs copied, not in the arena\n", served);
+      return 4;
+    }
+    const std::uint32_t count = shm::load_once(d.submit.count);
+    const auto* in_offsets = reinterpret_cast<const std::uint32_t*>(arena + shm::load_once(d.submit.arena_offsets_at));
+    const char* in_bytes = arena + shm::load_once(d.submit.arena_bytes_at);
+    std::uint32_t used = 0;
+    out_offsets[0] = 0;
+    for (std::uint32_t i = 0; i < count; ++i) {
+      const std::string out =
+          reference_batchstring(std::string_view(in_bytes + in_offsets[i], in_offsets[i + 1] - in_offsets[i]), 1);
+      std::memcpy(data + h.output_bytes_at + used, out.data(), out.size());
+      used += static_cast<std::uint32_t>(out.size());
+      out_offsets[i + 1] = used;
+    }
+    shm::store_once(d.done.status, shm::kWorkerOk);
+    shm::store_once(d.done.count, count);
+    shm::store_once(d.done.output_bytes, std::uint64_t{used});
+    d.done.seq.store(seen, std::memory_order_seq_cst);
+    shm::futex_wake_all(d.done.seq);
+  }
+  std::printf("served %d batches from the arena\n", batches);
+  return 0;
+}
+
+int serve_raw(const std::string& socket, const std::string& mode, const std::string& arg) {
   shm::WorkerHello hello{};
   hello.hello = {shm::kAttachMagic, shm::kProtocolVersion, shm::kHelloWorker, 0};
   hello.concurrency = 1;
@@ -105,6 +179,17 @@ int serve_raw(const std::string& socket, const std::string& mode) {
   void* base = map.get_address();
   shm::WorkerRegionHeader h{};
   std::memcpy(&h, base, sizeof(h));
+  if (mode == "arena-probe") {
+    const int arena_fd = attached->fds.at(shm::kInputArenaFd).get();
+    const std::uint64_t arena_size = shm::file_bytes(arena_fd).value();
+    if (probe_arena_writes(arena_fd, arena_size) > 0) return 3;
+    auto arena = shm::map_fd(arena_fd, arena_size, false).value();
+    std::printf("attached\n");
+    std::fflush(stdout);
+    const int code = serve_from_arena(*attached, base, h, static_cast<const char*>(arena.get_address()), std::stoi(arg));
+    std::fflush(stdout);
+    return code;
+  }
   std::printf("attached\n");
   std::fflush(stdout);
   shm::WorkerDescriptor& d = shm::worker_descriptor(base, h, 0);
@@ -133,5 +218,5 @@ int main(int argc, char** argv) {
   }
   const std::string socket = argv[1], mode = argv[2], arg = argc > 3 ? argv[3] : "";
   if (mode == "ok" || mode == "sleep" || mode == "hold" || mode == "fail-on") return serve_sdk(socket, mode, arg);
-  return serve_raw(socket, mode);
+  return serve_raw(socket, mode, arg);
 }
