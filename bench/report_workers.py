@@ -31,7 +31,9 @@ def workers_section(result: dict) -> str:
             f"| cpu backend in the daemon | {_held(cpu['in_process'])} | |",
             f"| `batchd-worker --backend cpu`, same threads | {_held(cpu['worker'])} | **{cpu['ratio']:.2f}** |", "",
             "Each batch's hand-off to the worker and back (the daemon's `batchd_worker_handoff_seconds`: the "
-            "batch's run on its lane less the model's time):", "",
+            "batch's run on its lane less the model's time). The inputs are not copied on the way: the drain "
+            "loop assembles each batch in the input arena, which the worker maps read-only and reads in place "
+            "(docs/WORKERS.md).", "",
             f"- one request at a time (one client thread, closed loop: "
             f"{cpu['closed_loop_1']['ok'] / cpu['closed_loop_1']['duration_s']:,.0f} requests/s, p50 "
             f"{cpu['closed_loop_1']['p50_us']:.1f} µs end to end): {_handoff(cpu['handoff_closed_loop_1'])};",
