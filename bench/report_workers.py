@@ -1,6 +1,10 @@
 """docs/BENCHMARKS.md section 5c (worker processes) from bench/results/workers.json."""
 
 
+def _trials(side: dict) -> str:
+    return ", ".join(f"{t:.1f}" for t in side.get("p50_us_trials", [side["run"]["p50_us"]]))
+
+
 def _held(side: dict) -> str:
     return f"{side['highest_held']:,}/s" if side["highest_held"] else "none of the rates"
 
@@ -45,9 +49,11 @@ def workers_section(result: dict) -> str:
         out += [
             f"**Python worker** (`batchd.Worker(...).serve(fn)` with `hashlib.sha256` over each input, one "
             f"thread): highest rate held **{_held(py['sha256'])}**. Its overhead per batch, from a model that "
-            "costs nothing (it reverses each input; checked with `--expect-sim 1`), one request at a time: "
-            f"p50 round trip {py['zero_cost_python']['run']['p50_us']:.1f} µs against "
-            f"{py['zero_cost_cpp']['run']['p50_us']:.1f} µs for `batchd-worker --backend sim` at zero cost: "
+            "costs nothing (it reverses each input; checked with `--expect-sim 1`), one request at a time, "
+            "each side three times in turn: median p50 round trip "
+            f"{py['zero_cost_python']['run']['p50_us']:.1f} µs (of {_trials(py['zero_cost_python'])}) against "
+            f"{py['zero_cost_cpp']['run']['p50_us']:.1f} µs (of {_trials(py['zero_cost_cpp'])}) for "
+            "`batchd-worker --backend sim` at zero cost: "
             f"**{py['python_overhead_per_batch_us']:.1f} µs** a batch for taking the GIL from a foreign thread, the "
             "lists and the str conversions.", "",
         ]

@@ -17,6 +17,7 @@
 #include "client_lib/attach.hpp"
 #include "shm/futex.hpp"
 #include "shm/memfd_region.hpp"
+#include "shm/spin_advisor.hpp"
 #include "shm/untrusted.hpp"
 
 namespace batchd {
@@ -176,12 +177,18 @@ void Worker::Impl::serve_lane(unsigned buffer, const WorkerHandler& handler) noe
   // before this thread started, which must count as new.
   std::uint32_t seen = d.done.seq.load(std::memory_order_acquire);
   const std::int64_t spin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(options.spin).count();
-  bool spin = true;
+  // Spins for the next batch only while batches come that soon, and only after work: an idle
+  // worker sleeps.
+  shm::SpinAdvisor advisor;
+  bool after_work = true;
   while (!ended.load(std::memory_order_acquire)) {
-    const bool arrived = shm::wait_for_change(d.submit.seq, d.submit.worker_waiting, 1, spin ? spin_ns : 0,
-                                              shm::monotonic_ns() + kRecheckNs,
+    const std::int64_t started_ns = shm::monotonic_ns();
+    const bool arrived = shm::wait_for_change(d.submit.seq, d.submit.worker_waiting, 1,
+                                              after_work && advisor.pays() ? spin_ns : 0,
+                                              started_ns + kRecheckNs,
                                               [seen](std::uint32_t now) { return now != seen; });
-    spin = arrived;  // spin again only after work: an idle worker sleeps
+    if (after_work) advisor.note(arrived && shm::monotonic_ns() - started_ns <= spin_ns);
+    after_work = arrived;
     if (!arrived) continue;
     seen = d.submit.seq.load(std::memory_order_acquire);
     shm::store_once(d.done.picked_ns, shm::monotonic_ns());

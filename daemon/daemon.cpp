@@ -369,18 +369,6 @@ void Daemon::ping_watchdog_if_due(std::int64_t now_ns) {
   next_watchdog_ns_ = now_ns + watchdog_interval_ns_;
 }
 
-bool Daemon::spin_pays() noexcept {
-  // A spin that ends in sleep anyway only took a core from the clients. Spin while at least one
-  // idle period in kSpinPaysOneIn ended inside the spin (work came back soon), and probe with a
-  // spin now and then so that a change of load is noticed.
-  return spin_wins_ * kSpinPaysOneIn >= kSpinScore || (++idle_periods_ % kSpinProbeEvery) == 0;
-}
-
-void Daemon::note_spin(bool won) noexcept {
-  // A moving average in fixed point: kSpinScore means every spin was won.
-  spin_wins_ = (spin_wins_ * 7 + (won ? kSpinScore : 0)) / 8;
-}
-
 void Daemon::run() {
   std::int64_t idle_since_ns = 0;
   bool spinning = false;
@@ -404,14 +392,14 @@ void Daemon::run() {
       return;
     }
     if (progressed) {
-      if (spinning) note_spin(true);
+      if (spinning) drain_spin_.note(true);
       spinning = false;
       idle_since_ns = 0;
       continue;
     }
     if (idle_since_ns == 0) {
       idle_since_ns = now_ns;
-      spinning = spin_ns > 0 && spin_pays();
+      spinning = spin_ns > 0 && drain_spin_.pays();
     }
     if (spinning && now_ns - idle_since_ns < spin_ns) {
 #if defined(__x86_64__)
@@ -419,7 +407,7 @@ void Daemon::run() {
 #endif
       continue;
     }
-    if (spinning) note_spin(false);
+    if (spinning) drain_spin_.note(false);
     spinning = false;
     sleep_until_work();
     idle_since_ns = 0;

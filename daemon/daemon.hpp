@@ -42,6 +42,7 @@
 #include "daemon/worker_backend.hpp"
 #include "shm/attach_protocol.hpp"
 #include "shm/clock.hpp"
+#include "shm/spin_advisor.hpp"
 #include "shm/worker_region.hpp"
 #include "shm/status_page.hpp"
 
@@ -209,9 +210,6 @@ class Daemon {
   // Every device is lost: stops the lanes and lets the clients go with their requests unanswered.
   void finish_lost();
   void ping_watchdog_if_due(std::int64_t now_ns);
-  // Whether the drain loop should spin before it sleeps, from how often spinning has paid.
-  bool spin_pays() noexcept;
-  void note_spin(bool won) noexcept;
 
   io_uring_sqe* next_sqe();
   void arm_poll(int fd, std::uint64_t user_data);
@@ -300,11 +298,7 @@ class Daemon {
   BatchLimits pending_limits_;           // guarded by limits_mu_
   std::atomic<bool> limits_changed_{false};
 
-  static constexpr std::uint32_t kSpinScore = 1024;
-  static constexpr std::uint32_t kSpinPaysOneIn = 8;
-  static constexpr std::uint32_t kSpinProbeEvery = 16;
-  std::uint32_t spin_wins_ = kSpinScore;  // drain loop only: starts out spinning
-  std::uint32_t idle_periods_ = 0;
+  shm::SpinAdvisor drain_spin_;  // drain loop only: whether its idle spins pay
 
   std::int64_t watchdog_interval_ns_ = 0;  // 0: no watchdog
   std::int64_t next_watchdog_ns_ = 0;

@@ -51,6 +51,7 @@ Expected<std::shared_ptr<WorkerLink>> WorkerLink::create(WorkerIdentity who, con
     new (&shm::worker_descriptor(link->base_, link->header_, b)) shm::WorkerDescriptor{};
   }
   link->seq_.assign(layout->buffers, 0);
+  link->spin_.resize(layout->buffers);
   return link;
 }
 
@@ -140,10 +141,14 @@ void WorkerLink::submit_inputs(unsigned buffer, const BatchInput& in, std::size_
 
 bool WorkerLink::await_answer(unsigned buffer, std::uint32_t seq) noexcept {
   shm::WorkerDescriptor& d = shm::worker_descriptor(base_, header_, buffer);
-  std::int64_t spin_ns = spin_ns_;
+  // A model slower than the spin would only have the lane burn a core it needs.
+  shm::SpinAdvisor& advisor = spin_[buffer];
+  const std::int64_t started_ns = shm::monotonic_ns();
+  std::int64_t spin_ns = advisor.pays() ? spin_ns_ : 0;
   for (;;) {
     if (shm::wait_for_change(d.done.seq, d.done.daemon_waiting, 1, spin_ns, shm::monotonic_ns() + kRecheckNs,
                              [seq](std::uint32_t seen) { return seen == seq; })) {
+      advisor.note(shm::monotonic_ns() - started_ns <= spin_ns_);
       return true;
     }
     if (gone_.load(std::memory_order_acquire)) return false;

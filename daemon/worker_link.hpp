@@ -22,6 +22,7 @@
 #include "daemon/input_arena.hpp"
 #include "daemon/stats.hpp"
 #include "shm/fd.hpp"
+#include "shm/spin_advisor.hpp"
 #include "shm/worker_region.hpp"
 
 namespace batchd {
@@ -111,6 +112,7 @@ class WorkerLink {
   shm::WorkerRegionHeader header_{};  // the daemon's own copy: never re-read from the region
   void* base_ = nullptr;
   std::vector<std::uint32_t> seq_;  // per buffer: the last submission; a buffer runs one batch at a time
+  std::vector<shm::SpinAdvisor> spin_;  // per buffer: whether answers come within the spin
 
   mutable std::mutex mu_;  // guards connection_, running_, stopping_, why_
   shm::UniqueFd connection_;
