@@ -187,7 +187,7 @@ void Worker::Impl::serve_lane(unsigned buffer, const WorkerHandler& handler) noe
                                               after_work && advisor.pays() ? spin_ns : 0,
                                               started_ns + kRecheckNs,
                                               [seen](std::uint32_t now) { return now != seen; });
-    if (after_work) advisor.note(arrived && shm::monotonic_ns() - started_ns <= spin_ns);
+    if (after_work) advisor.note_wait(arrived ? shm::monotonic_ns() - started_ns : kRecheckNs, spin_ns);
     after_work = arrived;
     if (!arrived) continue;
     seen = d.submit.seq.load(std::memory_order_acquire);

@@ -148,7 +148,7 @@ bool WorkerLink::await_answer(unsigned buffer, std::uint32_t seq) noexcept {
   for (;;) {
     if (shm::wait_for_change(d.done.seq, d.done.daemon_waiting, 1, spin_ns, shm::monotonic_ns() + kRecheckNs,
                              [seq](std::uint32_t seen) { return seen == seq; })) {
-      advisor.note(shm::monotonic_ns() - started_ns <= spin_ns_);
+      advisor.note_wait(shm::monotonic_ns() - started_ns, spin_ns_);
       return true;
     }
     if (gone_.load(std::memory_order_acquire)) return false;
