@@ -221,7 +221,13 @@ fi
 cat "$times/venv.log"
 phase "setup: .venv" "$venv_started"
 started=$(date +%s)
-configure build-debug -Dbuildtype=debugoptimized "${debug_info[@]}" || exit 1
+# The full suite builds the debug build as a unity build too: a quarter less compile time (433 to
+# 323 CPU-seconds for its test targets, measured here), and the sanitizer builds, which compile
+# behind it, get the cores sooner. --quick keeps one object per file, for quick rebuilds in the
+# developer's loop; either way a build directory keeps what it was configured with.
+debug_unity=()
+[ "$quick" = 1 ] || debug_unity=(-Dunity=on -Dunity_size=100)
+configure build-debug -Dbuildtype=debugoptimized "${debug_info[@]}" "${debug_unity[@]}" || exit 1
 phase "configure the debug build" "$started"
 
 echo "== debug build: building what its tests need"
