@@ -46,15 +46,22 @@ class ArenaVector {
 
   // Appends n values left for the caller to write, and returns where they go.
   T* grow_by(std::size_t n) {
-    reserve(size_ + n);
+    std::unique_ptr<T[]> old;
+    reserve(size_ + n, old);
     T* at = data_ + size_;
     size_ += n;
     return at;
   }
   void push_back(T value) { *grow_by(1) = value; }
+  // `first` may point into this vector's own values: a spilled array is freed after the copy.
   void append(const T* first, std::size_t n) {
-    if (n > 0) std::memcpy(grow_by(n), first, n * sizeof(T));
+    if (n == 0) return;
+    std::unique_ptr<T[]> old;
+    reserve(size_ + n, old);
+    std::memcpy(data_ + size_, first, n * sizeof(T));
+    size_ += n;
   }
+  // `first` may not point into this vector's own values.
   void assign(const T* first, std::size_t n) {
     size_ = 0;
     append(first, n);
@@ -75,11 +82,13 @@ class ArenaVector {
   }
 
  private:
-  void reserve(std::size_t n) {
+  // Grows to hold n; a heap array it replaces goes to `old`, for the caller to free when done.
+  void reserve(std::size_t n, std::unique_ptr<T[]>& old) {
     if (n <= capacity_) return;
     const std::size_t capacity = std::max({n, 2 * capacity_, std::size_t{64}});
     auto bigger = std::make_unique_for_overwrite<T[]>(capacity);
     if (size_ > 0) std::memcpy(bigger.get(), data_, size_ * sizeof(T));
+    old = std::move(heap_);
     heap_ = std::move(bigger);
     data_ = heap_.get();
     capacity_ = capacity;

@@ -111,7 +111,8 @@ struct Batch {
         continue;
       }
       if (kept != i) {
-        std::memmove(input_bytes.data() + kept_end, in.data(), in.size());
+        // A batch never placed in the arena has no storage until its first byte: no null to memmove.
+        if (!in.empty()) std::memmove(input_bytes.data() + kept_end, in.data(), in.size());
         requests[kept] = std::move(requests[i]);
       }
       kept_end += static_cast<std::uint32_t>(in.size());

@@ -94,15 +94,17 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
 
 void Daemon::create_input_arena() {
   // A slot holds a whole batch up to this; a larger one (--max-batch-bytes past it) is assembled on
-  // the heap and copied into the worker's buffer, so a huge byte budget does not map a huge arena.
-  constexpr std::uint64_t kMaxSlotBytes = std::uint64_t{64} << 20;
+  // the heap and copied into the worker's buffer. A worker can make the whole arena resident (read
+  // faults on a memfd allocate), so this bounds what it can pin: slots x 16 MiB at most.
+  constexpr std::uint64_t kMaxSlotBytes = std::uint64_t{16} << 20;
   auto arena = InputArena::create(router_->pool_size(), config_.batch.max_batch,
                                   std::min(config_.batch.max_batch_bytes, kMaxSlotBytes));
   if (!arena) throw std::runtime_error("cannot create the input arena for workers: " + arena.error().message);
   input_arena_ = std::move(*arena);
   router_->place_batches_in(input_arena_);
-  spdlog::info("workers read batches in place: an input arena of {} slots ({} MiB, sparse)", input_arena_.slots(),
-               input_arena_.size_bytes() >> 20);
+  spdlog::info("workers read batches in place: an input arena of {} slots ({} MiB, sparse; a worker may make all "
+               "of it resident)",
+               input_arena_.slots(), input_arena_.size_bytes() >> 20);
 }
 
 void Daemon::on_worker_readable(std::uint64_t id) {

@@ -53,6 +53,21 @@ TEST_CASE("an arena vector stays in its piece while it fits, moves to the heap p
   v.assign("xyz", 3);
   CHECK(v.data() == piece);
   CHECK(std::string(v.data(), v.size()) == "xyz");
+  // Its own values appended to it, as it spills and once on the heap (the old array outlives the copy).
+  v.append("0123456789", 10);
+  v.append(v.data(), v.size());
+  CHECK_FALSE(v.in_place());
+  v.append(v.data(), v.size());
+  CHECK(std::string(v.data(), v.size()) == "xyz0123456789xyz0123456789xyz0123456789xyz0123456789");
+}
+
+TEST_CASE("a batch of empty inputs on no storage at all takes out the expired without touching memory") {
+  Batch a, b;  // never placed, never given a byte: its input bytes have no storage
+  fill(a, {"", "", ""}, {10, 0, 10});
+  CHECK(a.move_expired_into(b, 20) == 2);
+  CHECK(slots_of(a) == std::vector<std::uint32_t>{1});
+  CHECK(inputs_of(b) == std::vector<std::string>{"", ""});
+  CHECK(a.input().offsets[1] == 0);
 }
 
 TEST_CASE("a batch in an arena slot keeps its inputs there, and outgrows it onto the heap without losing any") {
