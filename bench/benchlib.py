@@ -108,6 +108,15 @@ def run_stress(sock: Path, *flags, timeout_s=600) -> dict:
     return last_json_line(done.stdout + "\n" + done.stderr, "batchd-stress " + " ".join(flags))
 
 
+
+def open_loop_step(sock: Path, rate: int, duration_s: float, *flags) -> dict:
+    """One open-loop rate over shared memory (1 s of warm-up, 0.5 s of cool-down, inputs of 16 to
+    256 bytes): batchd-stress's summary, marked held or not."""
+    run = run_stress(sock, "--rate", str(rate), "--duration", str(duration_s), "--warmup", "1", "--cooldown", "0.5",
+                     "--input-bytes", "16:256", *flags, timeout_s=duration_s + 120)
+    run["held"] = held(run)
+    return run
+
 def machine() -> dict:
     model = ""
     try:

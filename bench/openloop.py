@@ -30,10 +30,7 @@ def main():
         with benchlib.start_daemon(work, *DAEMON_FLAGS)[0] as _:
             sock = work / "batchd.sock"
             for rate in RATES:
-                run = benchlib.run_stress(sock, "--rate", str(rate), "--duration", str(DURATION_S), "--warmup", "1",
-                                          "--cooldown", "0.5", "--input-bytes", "16:256",
-                                          timeout_s=DURATION_S + 120)
-                run["held"] = benchlib.held(run)
+                run = benchlib.open_loop_step(sock, rate, DURATION_S)
                 runs.append(run)
                 print(f"openloop: offered {rate:9d}/s  answered {run['ok'] / run['duration_s']:11.0f}/s  "
                       f"errors {run['errors']}  wrong {run['wrong']}  p50 {run['p50_us']:8.1f} us  "

@@ -53,10 +53,7 @@ def ladder(sock: Path, rates: list, label: str, *flags) -> dict:
     """Rates in turn until one is not held; the runs and the highest held."""
     runs = []
     for rate in rates:
-        run = benchlib.run_stress(sock, "--rate", str(rate), "--duration", str(STEP_S), "--warmup", "1",
-                                  "--cooldown", "0.5", "--input-bytes", "16:256", *flags,
-                                  timeout_s=STEP_S + 120)
-        run["held"] = benchlib.held(run)
+        run = benchlib.open_loop_step(sock, rate, STEP_S, *flags)
         runs.append(run)
         print(f"workers: {label:>10} offered {rate:8d}/s answered {run['ok'] / run['duration_s']:9.0f}/s "
               f"errors {run['errors']} wrong {run['wrong']} p99 {run['p99_us']:9.1f} us "

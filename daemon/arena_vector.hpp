@@ -39,9 +39,6 @@ class ArenaVector {
   [[nodiscard]] const T* data() const noexcept { return data_; }
   T& operator[](std::size_t i) noexcept { return data_[i]; }
   const T& operator[](std::size_t i) const noexcept { return data_[i]; }
-  [[nodiscard]] T& back() noexcept { return data_[size_ - 1]; }
-  [[nodiscard]] const T* begin() const noexcept { return data_; }
-  [[nodiscard]] const T* end() const noexcept { return data_ + size_; }
   operator std::span<const T>() const noexcept { return {data_, size_}; }  // NOLINT: a view, as vector's
 
   // Appends n values left for the caller to write, and returns where they go.
