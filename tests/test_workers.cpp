@@ -370,8 +370,18 @@ TEST_CASE("a model that throws on one input: that input alone gets the error, th
         }
       });
     }
-    const Result poisoned = client->submit("poison pill", 20s);
+    // The poisoned input goes in one submission with others, so that its batch holds more than it
+    // and must be split (a batch of it alone would fail without a split, and copy nothing).
+    const std::vector<std::string> companions{"fine a", "fine b", "fine c", "fine d", "fine e", "fine f", "fine g"};
+    std::vector<std::string_view> submission{"poison pill"};
+    submission.insert(submission.end(), companions.begin(), companions.end());
+    const std::vector<Result> results = client->submit_many(submission, 20s);
     for (auto& t : threads) t.join();
+    REQUIRE(results.size() == submission.size());
+    for (std::size_t i = 1; i < results.size(); ++i) {
+      CHECK((results[i].ok() && results[i].output() == reference_batchstring(submission[i], 1)));
+    }
+    const Result& poisoned = results[0];
     REQUIRE_FALSE(poisoned.ok());
     CHECK(poisoned.error().code == ErrorCode::kBackendError);
     CHECK(poisoned.error().message.find("poisoned input") != std::string::npos);
