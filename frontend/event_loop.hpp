@@ -21,6 +21,7 @@
 #include "frontend/jobs_service.hpp"
 #include "frontend/metrics.hpp"
 #include "frontend/options.hpp"
+#include "frontend/v2_api.hpp"
 
 namespace batchd::http {
 
@@ -58,6 +59,7 @@ class EventLoop final : private ApiContext {
   struct Answer;
   struct Caller;
   struct RunningJob;
+  struct V2Call;
 
   // ring plumbing (event_loop.cpp)
   io_uring_sqe* sqe();
@@ -96,6 +98,11 @@ class EventLoop final : private ApiContext {
   void post_daemon_event();
   void on_daemon_event(int res);
   void poll_daemon();
+  // Open Inference Protocol inferences (loop_v2.cpp)
+  void on_v2_request(Conn& conn, std::uint64_t seq, Request&& request);
+  void submit_v2(const Caller& caller, Conn& conn, V2Infer&& infer);
+  void on_v2_answer(std::uint64_t key, Result&& result);
+  void finish_v2(V2Call& call, const Response& response);
   // asynchronous jobs (loop_jobs.cpp)
   void on_jobs_request(Conn& conn, std::uint64_t seq, Request&& request);
   void submit_job(const Caller& caller, JobSubmit&& job);
@@ -114,6 +121,7 @@ class EventLoop final : private ApiContext {
   Readiness readiness() override;
   std::string metrics_text() override;
   std::uint32_t max_input_bytes() override;
+  InferStatistics infer_statistics() override;
 
   LoopContext context_;
   const FrontendOptions& options_;
@@ -150,6 +158,12 @@ class EventLoop final : private ApiContext {
   bool daemon_event_by_poll_ = false;  // the eventfd read returned EAGAIN: watch it with poll instead
   std::uint64_t daemon_event_value_ = 0;
   std::int64_t answers_owed_ = 0;      // submitted requests whose callback has not run
+
+  std::unique_ptr<V2Api> v2_api_;
+  // Inferences with strings still at the daemon, by a loop-local serial their callbacks carry.
+  std::unordered_map<std::uint64_t, std::unique_ptr<V2Call>> v2_calls_;
+  std::uint64_t next_v2_serial_ = 0;
+  std::vector<Client::AsyncSubmission> v2_submissions_;  // reused by every inference
 
   JobsService& jobs_;
   std::unique_ptr<JobsApi> jobs_api_;

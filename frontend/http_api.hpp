@@ -40,6 +40,17 @@ struct Readiness {
   std::string message;
 };
 
+// The Open Inference Protocol's inference statistics (/v2/models/stats): the process's /v2 and
+// gRPC inferences, each counted once however many strings it carried.
+struct InferStatistics {
+  std::uint64_t success_count = 0;
+  std::uint64_t success_ns = 0;    // their time in the front-end, from request to answer
+  std::uint64_t fail_count = 0;
+  std::uint64_t fail_ns = 0;
+  std::uint64_t inference_count = 0;  // strings inferred (Triton counts batch elements here)
+  std::int64_t last_inference_ms = 0;  // Unix time of the last success; 0: none yet
+};
+
 // What the API needs from the process around it. Called on the event loop's thread.
 class ApiContext {
  public:
@@ -48,6 +59,7 @@ class ApiContext {
   virtual std::string metrics_text() = 0;
   // The daemon's largest input, or 0 while no daemon is attached (the client checks again).
   virtual std::uint32_t max_input_bytes() = 0;
+  virtual InferStatistics infer_statistics() = 0;
 };
 
 struct ApiLimits {

@@ -51,6 +51,10 @@ void serialize(const Response& response, const Framing& framing, std::string& ou
     out.append("\r\nLocation: ");
     out.append(response.location);
   }
+  if (response.inference_header_length != 0) {
+    out.append("\r\nInference-Header-Content-Length: ");
+    out.append(std::to_string(response.inference_header_length));
+  }
   if (framing.close) out.append("\r\nConnection: close");
   out.append("\r\n\r\n");
   if (!framing.head) out.append(response.body);

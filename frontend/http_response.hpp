@@ -11,6 +11,7 @@ namespace batchd::http {
 inline constexpr std::string_view kJsonType = "application/json";
 inline constexpr std::string_view kTextType = "text/plain; charset=utf-8";
 inline constexpr std::string_view kPrometheusType = "text/plain; version=0.0.4; charset=utf-8";
+inline constexpr std::string_view kOctetStreamType = "application/octet-stream";
 
 struct Response {
   unsigned status = 200;
@@ -19,6 +20,9 @@ struct Response {
   unsigned retry_after_s = 0;   // 0: no Retry-After header
   std::string_view allow;       // non-empty: an Allow header (405)
   std::string location;         // non-empty: a Location header (202 for a new job)
+  // Non-zero: the body is a JSON header this long followed by binary tensor data (the Open
+  // Inference Protocol's Inference-Header-Content-Length).
+  std::size_t inference_header_length = 0;
 };
 
 // How the connection wants the response framed.

@@ -87,6 +87,16 @@ struct EventLoop::RunningJob {
   std::vector<std::uint64_t> request_ids;    // for Client::cancel, when the job is deleted
 };
 
+// An Open Inference Protocol inference whose strings are with the daemon.
+struct EventLoop::V2Call {
+  Caller caller;
+  V2Reply reply;
+  std::vector<std::optional<Result>> results;  // by string
+  std::vector<std::uint64_t> ids;              // the daemon requests, for Client::cancel
+  std::size_t remaining = 0;                   // callbacks still to come
+  bool answered = false;                       // the response is written (or its caller left)
+};
+
 // Hands the requests a connection parses to the loop, with the connection they came on.
 class EventLoop::Dispatcher final : public HttpConnection::Handler {
  public:

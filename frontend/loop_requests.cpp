@@ -29,8 +29,13 @@ struct EventLoop::Answer {
 };
 
 void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
-  if (is_jobs_target(std::string_view(request.target().data(), request.target().size()))) {
+  const std::string_view path(request.target().data(), request.target().size());
+  if (is_jobs_target(path)) {
     on_jobs_request(conn, seq, std::move(request));
+    return;
+  }
+  if (is_v2_target(path)) {
+    on_v2_request(conn, seq, std::move(request));
     return;
   }
   Action action = api_->route(request);
@@ -176,6 +181,8 @@ std::string EventLoop::metrics_text() {
   jobs_.render_metrics(text);
   return text;
 }
+
+InferStatistics EventLoop::infer_statistics() { return context_.metrics->infer_statistics(); }
 
 std::uint32_t EventLoop::max_input_bytes() {
   Client* client = link_.client();

@@ -76,6 +76,9 @@ void add_flags(CLI::App& app, FrontendOptions& o, std::string& io_mode, std::str
       ->capture_default_str()->check(CLI::Range(std::uint64_t{1} << 10, std::uint64_t{1} << 40));
   app.add_option("--jobs-max-inputs", o.jobs_max_inputs, "inputs one job may hold")
       ->capture_default_str()->check(CLI::Range(1U, 65536U));
+  app.add_option("--max-infer-strings", o.max_infer_strings,
+                 "strings one Open Inference Protocol request may carry (the model's max_batch_size)")
+      ->capture_default_str()->check(CLI::Range(1U, 65536U));
   app.add_option("--jobs-redis", o.jobs_redis,
                  "keep jobs in Redis (redis://HOST[:PORT][/DB]) so any node can answer a poll");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "client_lib/client.hpp"
+#include "frontend/http_api.hpp"
 
 namespace batchd::http {
 
@@ -34,6 +35,9 @@ class WorkerMetrics {
   void connection_rejected() noexcept { rejected_connections_.fetch_add(1, relaxed); }
   void answer_dropped() noexcept { dropped_answers_.fetch_add(1, relaxed); }
   void set_attached(bool attached) noexcept { attached_.store(attached, relaxed); }
+  // One Open Inference Protocol inference answered: whether it succeeded, how long it took, how
+  // many strings it carried, and the wall-clock time (Unix ms) it ended.
+  void record_inference(bool ok, std::int64_t latency_ns, std::size_t strings, std::int64_t unix_ms) noexcept;
 
  private:
   static constexpr auto relaxed = std::memory_order_relaxed;
@@ -47,6 +51,12 @@ class WorkerMetrics {
   std::atomic<std::uint64_t> rejected_connections_{0};  // over --max-connections
   std::atomic<std::uint64_t> dropped_answers_{0};       // the caller had gone
   std::atomic<bool> attached_{false};                   // this loop has a daemon client
+  std::atomic<std::uint64_t> infer_success_{0};
+  std::atomic<std::uint64_t> infer_success_ns_{0};
+  std::atomic<std::uint64_t> infer_fail_{0};
+  std::atomic<std::uint64_t> infer_fail_ns_{0};
+  std::atomic<std::uint64_t> inferred_strings_{0};
+  std::atomic<std::int64_t> last_inference_ms_{0};
 };
 
 // Every loop's counters, created before the loops start and read by all of them.
@@ -65,6 +75,8 @@ class MetricsRegistry {
   // Loops attached to the daemon right now.
   [[nodiscard]] unsigned attached_workers() const noexcept;
   [[nodiscard]] unsigned workers() const noexcept { return count_; }
+  // Every loop's inferences, summed.
+  [[nodiscard]] InferStatistics infer_statistics() const noexcept;
 
   // The Prometheus text exposition: the front-end's series, then the daemon's from `status`
   // (nullptr while no daemon is attached).

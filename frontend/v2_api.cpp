@@ -1,0 +1,457 @@
+#include "frontend/v2_api.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "oip/bytes_tensor.hpp"
+#include "oip/model.hpp"
+#include "text/ascii.hpp"
+#include "text/json_escape.hpp"
+
+namespace batchd::http {
+
+namespace beast_http = boost::beast::http;
+
+namespace {
+
+constexpr std::string_view kModelsPrefix = "/v2/models/";
+// What GET /v2 lists: the protocol extensions these routes implement.
+constexpr std::string_view kExtensions = R"("binary_tensor_data","model_configuration","statistics")";
+
+bool is_get(const Request& request) {
+  return request.method() == beast_http::verb::get || request.method() == beast_http::verb::head;
+}
+
+Response json_ok(std::string body) {
+  Response response;
+  response.body = std::move(body);
+  return response;
+}
+
+Response v2_method_not_allowed(std::string_view allow) {
+  Response response = v2_error(405, "this resource allows only " + std::string(allow));
+  response.allow = allow;
+  return response;
+}
+
+Response not_found(std::string_view path) {
+  return v2_error(404, "no such resource: " + std::string(path.substr(0, 256)));
+}
+
+std::string_view header(const Request& request, std::string_view name) {
+  const auto it = request.find(name);
+  if (it == request.end()) return {};
+  return text::trim(std::string_view(it->value().data(), it->value().size()));
+}
+
+bool parse_size(std::string_view text, std::uint64_t& value) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return ec == std::errc() && end == text.data() + text.size() && !text.empty();
+}
+
+// The strings of a JSON "data" array: flat, or rows of strings for shape [N, 1]; no deeper.
+std::optional<Response> read_json_data(simdjson::dom::array data, std::vector<std::string_view>& out) {
+  for (simdjson::dom::element item : data) {
+    std::string_view value;
+    if (item.get_string().get(value) == simdjson::SUCCESS) {
+      out.push_back(value);
+      continue;
+    }
+    simdjson::dom::array row;
+    if (item.get_array().get(row) != simdjson::SUCCESS) {
+      return v2_error(400, "input 'INPUT' is BYTES: its \"data\" must hold JSON strings");
+    }
+    for (simdjson::dom::element inner : row) {
+      if (inner.get_string().get(value) != simdjson::SUCCESS) {
+        return v2_error(400, "input 'INPUT': \"data\" may nest one level (rows of strings) and must hold JSON strings");
+      }
+      out.push_back(value);
+    }
+  }
+  return std::nullopt;
+}
+
+void append_shape(const std::vector<std::int64_t>& shape, std::string& out) {
+  out.push_back('[');
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i != 0) out.push_back(',');
+    out.append(std::to_string(shape[i]));
+  }
+  out.push_back(']');
+}
+
+// The response's JSON up to the output tensor's last field, which the caller appends.
+void append_infer_head(const V2Reply& reply, std::string& out) {
+  out.append("{");
+  if (!reply.id.empty()) {
+    out.append(R"("id":")");
+    text::append_json_escaped(reply.id, out);
+    out.append("\",");
+  }
+  out.append(R"("model_name":")");
+  out.append(oip::kModelName);
+  out.append(R"(","model_version":")");
+  out.append(oip::kModelVersion);
+  out.append(R"(","outputs":[{"name":")");
+  out.append(oip::kOutputName);
+  out.append(R"(","datatype":"BYTES","shape":)");
+  append_shape(reply.shape, out);
+}
+
+}  // namespace
+
+bool is_v2_target(std::string_view target) noexcept {
+  const std::string_view path = path_of(target);
+  return path == "/v2" || path.starts_with("/v2/");
+}
+
+V2Api::V2Api(const V2Limits& limits, ApiContext& context)
+    : limits_(limits), context_(context), json_(std::max<std::size_t>(limits.api.max_body_bytes, 64)) {}
+
+V2Action V2Api::route(const Request& request) {
+  const std::string_view path = path_of(std::string_view(request.target().data(), request.target().size()));
+  if (path.starts_with(kModelsPrefix)) return model_route(request, path.substr(kModelsPrefix.size()));
+  if (path != "/v2" && path != "/v2/health/live" && path != "/v2/health/ready") return not_found(path);
+  if (!is_get(request)) return v2_method_not_allowed("GET, HEAD");
+  if (path == "/v2") return json_ok(oip::server_metadata_json(kExtensions));
+  if (path == "/v2/health/live") return json_ok("{}");
+  return ready();
+}
+
+// Below /v2/models/: NAME[/versions/V][/ready|/config|/stats|/infer], and "stats" for all models.
+V2Action V2Api::model_route(const Request& request, std::string_view rest) {
+  const std::string_view full = path_of(std::string_view(request.target().data(), request.target().size()));
+  if (rest == "stats") {
+    if (!is_get(request)) return v2_method_not_allowed("GET, HEAD");
+    return statistics();
+  }
+  const std::size_t name_end = rest.find('/');
+  const std::string_view name = rest.substr(0, name_end);
+  rest = name_end == std::string_view::npos ? std::string_view() : rest.substr(name_end + 1);
+  std::string_view version;
+  if (rest.starts_with("versions/")) {
+    rest.remove_prefix(std::string_view("versions/").size());
+    const std::size_t version_end = rest.find('/');
+    version = rest.substr(0, version_end);
+    rest = version_end == std::string_view::npos ? std::string_view() : rest.substr(version_end + 1);
+    if (version.empty()) return not_found(full);
+  }
+  if (!rest.empty() && rest != "ready" && rest != "config" && rest != "stats" && rest != "infer") {
+    return not_found(full);
+  }
+  if (auto unknown = oip::check_model(name, version)) return v2_error(404, *unknown);
+  if (rest == "infer") {
+    if (request.method() != beast_http::verb::post) return v2_method_not_allowed("POST");
+    return infer(request);
+  }
+  if (!is_get(request)) return v2_method_not_allowed("GET, HEAD");
+  if (rest.empty()) return json_ok(oip::model_metadata_json());
+  if (rest == "ready") return ready();
+  if (rest == "config") return json_ok(oip::model_config_json(limits_.max_elements));
+  return statistics();
+}
+
+Response V2Api::ready() {
+  Readiness readiness = context_.readiness();
+  if (readiness.ready) return json_ok("{}");
+  return v2_error(503, readiness.message, 1);
+}
+
+Response V2Api::statistics() {
+  const InferStatistics s = context_.infer_statistics();
+  // Triton's fields, all of them, since clients read them without checking. The front-end does not
+  // see how a request's time splits into queue and compute (the daemon's /metrics breaks that
+  // down), so those times are 0; but every inference was queued, and perf_analyzer finds the
+  // model's version by its queue count rising, so that count is the inferences'.
+  constexpr std::string_view kZero = R"({"count":0,"ns":0})";
+  const std::string queued = fmt::format(R"({{"count":{},"ns":0}})", s.success_count + s.fail_count);
+  return json_ok(fmt::format(
+      R"({{"model_stats":[{{"name":"{}","version":"{}","last_inference":{},"inference_count":{},"execution_count":{},)"
+      R"("inference_stats":{{"success":{{"count":{},"ns":{}}},"fail":{{"count":{},"ns":{}}},"queue":{},)"
+      R"("compute_input":{},"compute_infer":{},"compute_output":{},"cache_hit":{},"cache_miss":{}}},)"
+      R"("batch_stats":[]}}]}})",
+      oip::kModelName, oip::kModelVersion, s.last_inference_ms, s.inference_count, s.success_count, s.success_count,
+      s.success_ns, s.fail_count, s.fail_ns, queued, kZero, kZero, kZero, kZero, kZero));
+}
+
+V2Action V2Api::infer(const Request& request) {
+  V2Infer infer;
+  if (auto refused = read_timeout(request, limits_.api, infer.timeout)) {
+    return v2_error(400, "X-Timeout-Ms must be a positive whole number of milliseconds");
+  }
+  std::optional<Priority> priority;
+  if (auto refused = read_header_priority(request, priority)) {
+    return v2_error(400, "X-Priority must be high, normal or low");
+  }
+  infer.priority = priority.value_or(Priority::kNormal);
+  const std::string_view encoding = header(request, "Content-Encoding");
+  if (!encoding.empty() && !text::iequals(encoding, "identity")) {
+    return v2_error(400, "Content-Encoding " + std::string(encoding.substr(0, 64)) +
+                             " is not supported: send the body uncompressed");
+  }
+  const std::string& body = request.body();
+  std::string_view json = body;
+  std::string_view binary;
+  const std::string_view header_length = header(request, "Inference-Header-Content-Length");
+  if (!header_length.empty()) {
+    std::uint64_t length = 0;
+    if (!parse_size(header_length, length) || length > body.size()) {
+      return v2_error(400, "Inference-Header-Content-Length must be a whole number no larger than the body (" +
+                               std::to_string(body.size()) + " bytes)");
+    }
+    json = json.substr(0, length);
+    binary = std::string_view(body).substr(length);
+  }
+  simdjson::dom::element element;
+  const simdjson::error_code parsed = json_.parse(json.data(), json.size()).get(element);
+  if (parsed != simdjson::SUCCESS) {
+    return v2_error(400, std::string("the inference request is not valid JSON: ") + simdjson::error_message(parsed));
+  }
+  simdjson::dom::object root;
+  if (element.get_object().get(root) != simdjson::SUCCESS) {
+    return v2_error(400, "the inference request must be a JSON object");
+  }
+  simdjson::dom::element field;
+  if (root.at_key("id").get(field) == simdjson::SUCCESS) {
+    std::string_view id;
+    if (field.get_string().get(id) != simdjson::SUCCESS) return v2_error(400, "\"id\" must be a JSON string");
+    infer.reply.id = std::string(id.substr(0, 256));
+  }
+  if (auto refused = read_parameters(root, infer)) return std::move(*refused);
+  simdjson::dom::array inputs;
+  if (root.at_key("inputs").get(field) != simdjson::SUCCESS || field.get_array().get(inputs) != simdjson::SUCCESS) {
+    return v2_error(400, "the inference request needs \"inputs\", a JSON array");
+  }
+  if (inputs.size() != 1) {
+    return v2_error(400, fmt::format("model '{}' takes 1 input, '{}'; the request has {}", oip::kModelName,
+                                     oip::kInputName, inputs.size()));
+  }
+  simdjson::dom::object input;
+  if (inputs.at(0).get_object().get(input) != simdjson::SUCCESS) {
+    return v2_error(400, "each of \"inputs\" must be a JSON object");
+  }
+  std::size_t binary_used = 0;
+  if (auto refused = read_input(input, binary, binary_used, infer)) return std::move(*refused);
+  if (binary_used != binary.size()) {
+    return v2_error(400, fmt::format("the body has {} bytes of binary data after its JSON header, and the inputs' "
+                                     "binary_data_size claim {}",
+                                     binary.size(), binary_used));
+  }
+  if (auto refused = read_outputs(root, infer)) return std::move(*refused);
+  if (auto refused = check_inputs(infer)) return std::move(*refused);
+  return infer;
+}
+
+std::optional<Response> V2Api::read_parameters(simdjson::dom::object root, V2Infer& infer) {
+  simdjson::dom::element field;
+  if (root.at_key("parameters").get(field) != simdjson::SUCCESS) return std::nullopt;
+  simdjson::dom::object parameters;
+  if (field.get_object().get(parameters) != simdjson::SUCCESS) {
+    return v2_error(400, "\"parameters\" must be a JSON object");
+  }
+  if (parameters.at_key("binary_data_output").get(field) == simdjson::SUCCESS &&
+      field.get_bool().get(infer.reply.binary) != simdjson::SUCCESS) {
+    return v2_error(400, "the parameter binary_data_output must be true or false");
+  }
+  // Triton's request timeout, in microseconds; it replaces X-Timeout-Ms and is capped the same way.
+  if (parameters.at_key("timeout").get(field) == simdjson::SUCCESS) {
+    std::uint64_t us = 0;
+    if (field.get_uint64().get(us) != simdjson::SUCCESS || us == 0) {
+      return v2_error(400, "the parameter timeout must be a positive whole number of microseconds");
+    }
+    const auto ms = std::chrono::milliseconds(std::min<std::uint64_t>((us + 999) / 1000, 1ULL << 40));
+    infer.timeout = std::min(limits_.api.max_timeout, ms);
+  }
+  return std::nullopt;
+}
+
+std::optional<Response> V2Api::read_input(simdjson::dom::object input, std::string_view binary,
+                                          std::size_t& binary_used, V2Infer& infer) {
+  std::string_view name;
+  if (input.at_key("name").get_string().get(name) != simdjson::SUCCESS) {
+    return v2_error(400, "the input has no \"name\" string");
+  }
+  if (name != oip::kInputName) {
+    return v2_error(400, fmt::format("unexpected inference input '{}' for model '{}': it takes '{}'",
+                                     name.substr(0, 128), oip::kModelName, oip::kInputName));
+  }
+  std::string_view datatype;
+  if (input.at_key("datatype").get_string().get(datatype) != simdjson::SUCCESS || datatype != oip::kBytesType) {
+    return v2_error(400, fmt::format("input '{}' must have datatype BYTES, not '{}'", oip::kInputName,
+                                     datatype.substr(0, 32)));
+  }
+  simdjson::dom::array shape;
+  if (input.at_key("shape").get_array().get(shape) != simdjson::SUCCESS) {
+    return v2_error(400, "input 'INPUT' needs \"shape\", a JSON array of whole numbers");
+  }
+  for (simdjson::dom::element dim : shape) {
+    std::int64_t value = 0;
+    if (dim.get_int64().get(value) != simdjson::SUCCESS) {
+      return v2_error(400, "input 'INPUT': each dimension of \"shape\" must be a whole number");
+    }
+    infer.reply.shape.push_back(value);
+  }
+  const oip::ShapeCheck check = oip::check_input_shape(infer.reply.shape, limits_.max_elements);
+  if (check.error) return v2_error(400, *check.error);
+  simdjson::dom::element field;
+  const bool has_data = input.at_key("data").get(field) == simdjson::SUCCESS;
+  std::uint64_t binary_size = 0;
+  simdjson::dom::element size_field;
+  if (input.at_key("parameters").at_key("binary_data_size").get(size_field) == simdjson::SUCCESS) {
+    if (size_field.get_uint64().get(binary_size) != simdjson::SUCCESS) {
+      return v2_error(400, "input 'INPUT': binary_data_size must be a whole number of bytes");
+    }
+    if (has_data) return v2_error(400, "input 'INPUT' has both \"data\" and binary_data_size");
+    if (binary_size > binary.size() - binary_used) {
+      return v2_error(400, fmt::format("input 'INPUT' claims {} bytes of binary data but the body holds {}",
+                                       binary_size, binary.size() - binary_used));
+    }
+    const std::string_view data = binary.substr(binary_used, binary_size);
+    binary_used += binary_size;
+    if (auto fault = oip::decode_bytes_elements(data, check.elements, infer.inputs)) {
+      return v2_error(400, "input 'INPUT': " + *fault);
+    }
+    return std::nullopt;
+  }
+  simdjson::dom::array data;
+  if (!has_data || field.get_array().get(data) != simdjson::SUCCESS) {
+    return v2_error(400, "input 'INPUT' needs \"data\" (a JSON array) or a binary_data_size parameter");
+  }
+  // A peer's array may be far longer than its shape says: no more than the limit is read.
+  if (data.size() > limits_.max_elements) {
+    return v2_error(400, fmt::format("input 'INPUT' holds more than {} strings (max_batch_size)", limits_.max_elements));
+  }
+  infer.inputs.reserve(check.elements);
+  if (auto refused = read_json_data(data, infer.inputs)) return refused;
+  if (infer.inputs.size() != check.elements) {
+    return v2_error(400, fmt::format("input 'INPUT' has {} strings in \"data\" but its shape holds {}",
+                                     infer.inputs.size(), check.elements));
+  }
+  return std::nullopt;
+}
+
+std::optional<Response> V2Api::read_outputs(simdjson::dom::object root, V2Infer& infer) {
+  simdjson::dom::element field;
+  if (root.at_key("outputs").get(field) != simdjson::SUCCESS) return std::nullopt;
+  simdjson::dom::array outputs;
+  if (field.get_array().get(outputs) != simdjson::SUCCESS) return v2_error(400, "\"outputs\" must be a JSON array");
+  for (simdjson::dom::element item : outputs) {
+    std::string_view name;
+    if (item.at_key("name").get_string().get(name) != simdjson::SUCCESS) {
+      return v2_error(400, "each of \"outputs\" needs a \"name\" string");
+    }
+    if (name != oip::kOutputName) {
+      return v2_error(400, fmt::format("unexpected inference output '{}' for model '{}': it has '{}'",
+                                       name.substr(0, 128), oip::kModelName, oip::kOutputName));
+    }
+    simdjson::dom::element parameters;
+    if (item.at_key("parameters").get(parameters) != simdjson::SUCCESS) continue;
+    if (parameters.at_key("classification").get(field) == simdjson::SUCCESS) {
+      return v2_error(400, "output 'OUTPUT' is BYTES: the classification extension does not apply");
+    }
+    if (parameters.at_key("binary_data").get(field) == simdjson::SUCCESS &&
+        field.get_bool().get(infer.reply.binary) != simdjson::SUCCESS) {
+      return v2_error(400, "the output parameter binary_data must be true or false");
+    }
+  }
+  return std::nullopt;
+}
+
+// What the daemon would refuse anyway, refused for the whole request before any string is sent,
+// naming the string at fault.
+std::optional<Response> V2Api::check_inputs(const V2Infer& infer) {
+  const std::uint32_t max_input = context_.max_input_bytes();
+  for (std::size_t i = 0; i < infer.inputs.size(); ++i) {
+    const std::string_view input = infer.inputs[i];
+    if (max_input != 0 && input.size() > max_input) {
+      return v2_error(400, fmt::format("string {} of input 'INPUT' is {} bytes, over the daemon's limit of {}", i,
+                                       input.size(), max_input));
+    }
+    if (!simdjson::validate_utf8(input.data(), input.size())) {
+      return v2_error(400, fmt::format("string {} of input 'INPUT' is not valid UTF-8", i));
+    }
+  }
+  return std::nullopt;
+}
+
+Response v2_error(unsigned status, std::string_view message, unsigned retry_after_s) {
+  Response response;
+  response.status = status;
+  response.retry_after_s = retry_after_s;
+  response.body.append(R"({"error":")");
+  // A message may quote what the peer sent, which need not be UTF-8; the body must be.
+  if (simdjson::validate_utf8(message.data(), message.size())) {
+    text::append_json_escaped(message, response.body);
+  } else {
+    std::string ascii(message);
+    for (char& c : ascii) {
+      if (static_cast<unsigned char>(c) >= 0x80) c = '?';
+    }
+    text::append_json_escaped(ascii, response.body);
+  }
+  response.body.append("\"}");
+  return response;
+}
+
+Response v2_response_for_error(const Error& error) {
+  switch (error.code) {
+    case ErrorCode::kTimeout: return v2_error(504, error.message);
+    case ErrorCode::kOverloaded: return v2_error(503, error.message, 1);
+    case ErrorCode::kTooLarge:
+    case ErrorCode::kInvalidUtf8: return v2_error(400, error.message);
+    case ErrorCode::kBackendError:
+    case ErrorCode::kProtocolError: return v2_error(500, error.message);
+    case ErrorCode::kDaemonUnavailable:
+    case ErrorCode::kBackendUnavailable:
+    case ErrorCode::kCancelled:
+    case ErrorCode::kTooManyClients: return v2_error(503, error.message, 1);
+    case ErrorCode::kPermissionDenied: return v2_error(503, error.message);
+  }
+  return v2_error(500, error.message);
+}
+
+Response v2_infer_response(const V2Reply& reply, std::span<std::optional<Result>> results) {
+  std::size_t output_bytes = 0;
+  for (std::optional<Result>& result : results) {
+    if (!result || !result->ok()) {
+      return result ? v2_response_for_error(result->error()) : v2_error(500, "an answer is missing");
+    }
+    output_bytes += result->output().size();
+  }
+  Response response;
+  std::string& out = response.body;
+  if (reply.binary) {
+    const std::size_t framed = oip::framed_size(results.size(), output_bytes);
+    out.reserve(160 + reply.id.size() + framed);
+    append_infer_head(reply, out);
+    out.append(R"(,"parameters":{"binary_data_size":)");
+    out.append(std::to_string(framed));
+    out.append("}}]}");
+    response.inference_header_length = out.size();
+    response.content_type = kOctetStreamType;
+    for (std::optional<Result>& result : results) oip::append_bytes_element(out, result->output());
+    return response;
+  }
+  out.reserve(160 + reply.id.size() + output_bytes + 4 * results.size());
+  append_infer_head(reply, out);
+  out.append(R"(,"data":[)");
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const std::string& output = results[i]->output();
+    // A JSON string cannot carry bytes that are not UTF-8; a backend may produce them.
+    if (!simdjson::validate_utf8(output.data(), output.size())) {
+      return v2_error(500, fmt::format("output {} is not valid UTF-8, which a JSON tensor cannot carry; ask for "
+                                       "binary_data on output 'OUTPUT' to get raw bytes",
+                                       i));
+    }
+    if (i != 0) out.push_back(',');
+    out.push_back('"');
+    text::append_json_escaped(output, out);
+    out.push_back('"');
+  }
+  out.append("]}]}");
+  return response;
+}
+
+}  // namespace batchd::http

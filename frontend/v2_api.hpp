@@ -1,0 +1,87 @@
+// The Open Inference Protocol's HTTP routes (KServe v2, as Triton serves them): health, server and
+// model metadata, the model configuration and statistics Triton's clients read, and inference with
+// JSON tensors or the binary tensor data extension. Like http_api, free of I/O: the event loop
+// submits what route() returns and hands the answers back to v2_infer_response().
+//
+// Errors use the protocol's body, {"error": "..."}, not /v1's {"error": {"code", "message"}}.
+#pragma once
+
+#include <simdjson.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "client_lib/client.hpp"
+#include "frontend/http_api.hpp"
+
+namespace batchd::http {
+
+// "/v2" and everything below it.
+bool is_v2_target(std::string_view target) noexcept;
+
+// What an inference's answer needs from its request.
+struct V2Reply {
+  std::string id;                   // the request's "id", echoed; empty: none was sent
+  std::vector<std::int64_t> shape;  // the input's, which the output keeps
+  bool binary = false;              // the output as binary tensor data
+};
+
+// An inference that passed every check: its strings go to the daemon, one request each.
+struct V2Infer {
+  // Views into the request's body or the V2Api's parser: valid until the request is destroyed
+  // or route() is called again, whichever is first.
+  std::vector<std::string_view> inputs;
+  V2Reply reply;
+  std::chrono::milliseconds timeout{};
+  Priority priority = Priority::kNormal;
+};
+
+using V2Action = std::variant<Response, V2Infer>;
+
+struct V2Limits {
+  ApiLimits api;
+  std::size_t max_elements = 1024;  // strings in one inference: the configuration's max_batch_size
+};
+
+// One per event loop: it owns a JSON parser whose buffers are reused between requests.
+class V2Api {
+ public:
+  V2Api(const V2Limits& limits, ApiContext& context);
+
+  // Precondition: is_v2_target(request.target()).
+  V2Action route(const Request& request);
+
+ private:
+  V2Action model_route(const Request& request, std::string_view rest);
+  V2Action infer(const Request& request);
+  std::optional<Response> read_input(simdjson::dom::object input, std::string_view binary,
+                                     std::size_t& binary_used, V2Infer& infer);
+  std::optional<Response> read_parameters(simdjson::dom::object root, V2Infer& infer);
+  std::optional<Response> read_outputs(simdjson::dom::object root, V2Infer& infer);
+  std::optional<Response> check_inputs(const V2Infer& infer);
+  Response ready();
+  Response statistics();
+
+  V2Limits limits_;
+  ApiContext& context_;  // borrowed; outlives the V2Api
+  simdjson::dom::parser json_;
+};
+
+// {"error": message} with the given status.
+Response v2_error(unsigned status, std::string_view message, unsigned retry_after_s = 0);
+
+// The protocol's mapping of a client-library error: overloaded 503, deadline 504, too large or
+// not UTF-8 400, and so on.
+Response v2_response_for_error(const Error& error);
+
+// The answer to an inference whose strings were all answered: results[i] answers inputs[i]. The
+// first failure (in input order) answers for the whole request.
+Response v2_infer_response(const V2Reply& reply, std::span<std::optional<Result>> results);
+
+}  // namespace batchd::http

@@ -1,0 +1,49 @@
+// The one model batchd serves, as the Open Inference Protocol describes it: its name, version,
+// tensors, metadata and configuration, and the checks a request's tensors must pass. HTTP and
+// gRPC front-ends both answer from here, so the two never describe the model differently.
+//
+// The tensors are BYTES of shape [-1, 1]: a batch dimension (max_batch_size > 0 in the
+// configuration, as Triton's clients and perf_analyzer expect for a batching model) over one
+// string each. A request may also send shape [N]; either way its N strings become N requests to
+// the daemon, batched with everyone else's, and the output has the shape the input had.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace batchd::oip {
+
+inline constexpr std::string_view kServerName = "batchd";
+inline constexpr std::string_view kModelName = "batchstring";
+inline constexpr std::string_view kModelVersion = "1";
+inline constexpr std::string_view kInputName = "INPUT";
+inline constexpr std::string_view kOutputName = "OUTPUT";
+inline constexpr std::string_view kBytesType = "BYTES";
+
+// The project's version (meson's), as server metadata reports it.
+std::string_view server_version() noexcept;
+
+// Whether a request naming `name` and `version` (empty: the latest) means the model. The reason
+// it does not, for the protocol's NOT_FOUND / 404, when it does not.
+std::optional<std::string> check_model(std::string_view name, std::string_view version);
+
+// The elements a tensor of `shape` holds, when the shape is one the model takes ([N] or [N, 1],
+// N >= 0) and N <= max_elements; otherwise the reason, for INVALID_ARGUMENT / 400.
+struct ShapeCheck {
+  std::size_t elements = 0;
+  std::optional<std::string> error;
+};
+ShapeCheck check_input_shape(std::span<const std::int64_t> shape, std::size_t max_elements);
+
+// The JSON bodies of the HTTP metadata endpoints; `extensions` is a JSON array's inside.
+std::string server_metadata_json(std::string_view extensions);
+std::string model_metadata_json();
+// Triton's model configuration (what perf_analyzer and tritonclient read): `max_batch_size` is
+// the most strings one request may carry.
+std::string model_config_json(std::size_t max_batch_size);
+
+}  // namespace batchd::oip
