@@ -15,6 +15,7 @@
 #include <variant>
 
 #include "client_lib/client.hpp"
+#include "oip/infer_counters.hpp"
 #include "frontend/http_response.hpp"
 
 namespace batchd::http {
@@ -40,16 +41,8 @@ struct Readiness {
   std::string message;
 };
 
-// The Open Inference Protocol's inference statistics (/v2/models/stats): the process's /v2 and
-// gRPC inferences, each counted once however many strings it carried.
-struct InferStatistics {
-  std::uint64_t success_count = 0;
-  std::uint64_t success_ns = 0;    // their time in the front-end, from request to answer
-  std::uint64_t fail_count = 0;
-  std::uint64_t fail_ns = 0;
-  std::uint64_t inference_count = 0;  // strings inferred (Triton counts batch elements here)
-  std::int64_t last_inference_ms = 0;  // Unix time of the last success; 0: none yet
-};
+// The Open Inference Protocol's inference statistics (/v2/models/stats).
+using InferStatistics = oip::InferStatistics;
 
 // What the API needs from the process around it. Called on the event loop's thread.
 class ApiContext {

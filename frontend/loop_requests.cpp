@@ -6,16 +6,10 @@
 
 #include <cerrno>
 
+#include "client_lib/daemon_readiness.hpp"
 #include "frontend/loop_internal.hpp"
 
 namespace batchd::http {
-
-namespace {
-
-// The daemon publishes about every 50 ms; a page older than this means it is stuck.
-constexpr std::int64_t kStatusStaleNs = 2'000'000'000;
-
-}  // namespace
 
 // What an answer callback needs to find its way back; the connection may be gone by then, which
 // the slot's generation tells.
@@ -145,19 +139,8 @@ Readiness EventLoop::readiness() {
     return {false, "daemon_unavailable",
             std::to_string(context_.metrics->workers() - attached) + " worker(s) not yet attached to the daemon"};
   }
-  const DaemonStatus status = client->daemon_status();
-  if (status.age_ns > kStatusStaleNs) {
-    return {false, "daemon_stale",
-            "the daemon has not published its status for " + std::to_string(status.age_ns / 1'000'000) + " ms"};
-  }
-  if (status.workers < status.min_workers) {
-    return {false, "no_worker",
-            "the daemon has " + std::to_string(status.workers) + " of the " + std::to_string(status.min_workers) +
-                " worker(s) it needs attached (--min-workers)"};
-  }
-  if (status.healthy_devices == 0) return {false, "no_healthy_device", "the daemon has no healthy device"};
-  if (status.in_flight >= options_.ready_max_queue) {
-    return {false, "overloaded", "the daemon's queue holds " + std::to_string(status.in_flight) + " requests"};
+  if (std::optional<NotReady> not_ready = daemon_not_ready(*client, options_.ready_max_queue)) {
+    return {false, not_ready->code, std::move(not_ready->message)};
   }
   const std::uint64_t capacity = std::uint64_t{client->slot_count()} * options_.workers;
   const auto in_flight = static_cast<std::uint64_t>(std::max<std::int64_t>(0, context_.metrics->in_flight()));

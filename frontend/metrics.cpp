@@ -55,31 +55,9 @@ std::int64_t MetricsRegistry::in_flight() const noexcept {
   return total;
 }
 
-void WorkerMetrics::record_inference(bool ok, std::int64_t latency_ns, std::size_t strings,
-                                     std::int64_t unix_ms) noexcept {
-  const auto ns = static_cast<std::uint64_t>(std::max<std::int64_t>(latency_ns, 0));
-  if (ok) {
-    infer_success_.fetch_add(1, relaxed);
-    infer_success_ns_.fetch_add(ns, relaxed);
-    inferred_strings_.fetch_add(strings, relaxed);
-    last_inference_ms_.store(unix_ms, relaxed);
-  } else {
-    infer_fail_.fetch_add(1, relaxed);
-    infer_fail_ns_.fetch_add(ns, relaxed);
-  }
-}
-
 InferStatistics MetricsRegistry::infer_statistics() const noexcept {
   InferStatistics s;
-  for (unsigned w = 0; w < count_; ++w) {
-    const WorkerMetrics& m = workers_[w];
-    s.success_count += m.infer_success_.load(relaxed);
-    s.success_ns += m.infer_success_ns_.load(relaxed);
-    s.fail_count += m.infer_fail_.load(relaxed);
-    s.fail_ns += m.infer_fail_ns_.load(relaxed);
-    s.inference_count += m.inferred_strings_.load(relaxed);
-    s.last_inference_ms = std::max(s.last_inference_ms, m.last_inference_ms_.load(relaxed));
-  }
+  for (unsigned w = 0; w < count_; ++w) s += workers_[w].inferences_.snapshot();
   return s;
 }
 

@@ -37,7 +37,9 @@ class WorkerMetrics {
   void set_attached(bool attached) noexcept { attached_.store(attached, relaxed); }
   // One Open Inference Protocol inference answered: whether it succeeded, how long it took, how
   // many strings it carried, and the wall-clock time (Unix ms) it ended.
-  void record_inference(bool ok, std::int64_t latency_ns, std::size_t strings, std::int64_t unix_ms) noexcept;
+  void record_inference(bool ok, std::int64_t latency_ns, std::size_t strings, std::int64_t unix_ms) noexcept {
+    inferences_.record(ok, latency_ns, strings, unix_ms);
+  }
 
  private:
   static constexpr auto relaxed = std::memory_order_relaxed;
@@ -51,12 +53,7 @@ class WorkerMetrics {
   std::atomic<std::uint64_t> rejected_connections_{0};  // over --max-connections
   std::atomic<std::uint64_t> dropped_answers_{0};       // the caller had gone
   std::atomic<bool> attached_{false};                   // this loop has a daemon client
-  std::atomic<std::uint64_t> infer_success_{0};
-  std::atomic<std::uint64_t> infer_success_ns_{0};
-  std::atomic<std::uint64_t> infer_fail_{0};
-  std::atomic<std::uint64_t> infer_fail_ns_{0};
-  std::atomic<std::uint64_t> inferred_strings_{0};
-  std::atomic<std::int64_t> last_inference_ms_{0};
+  oip::InferCounters inferences_;  // the /v2 inferences
 };
 
 // Every loop's counters, created before the loops start and read by all of them.

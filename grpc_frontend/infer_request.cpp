@@ -1,0 +1,160 @@
+#include "grpc_frontend/infer_request.hpp"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <algorithm>
+
+#include "oip/bytes_tensor.hpp"
+#include "oip/model.hpp"
+
+namespace batchd::grpcfront {
+
+namespace {
+
+grpc::Status invalid(std::string message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
+}
+
+// Whether a tensor's contents carry anything but strings (what another datatype would send).
+bool has_non_bytes_contents(const inference::InferTensorContents& contents) {
+  return contents.bool_contents_size() != 0 || contents.int_contents_size() != 0 ||
+         contents.int64_contents_size() != 0 || contents.uint_contents_size() != 0 ||
+         contents.uint64_contents_size() != 0 || contents.fp32_contents_size() != 0 ||
+         contents.fp64_contents_size() != 0;
+}
+
+// Triton's request timeout, in microseconds, as an int64 or uint64 parameter.
+grpc::Status read_timeout(const inference::ModelInferRequest& request, const InferLimits& limits,
+                          std::chrono::milliseconds& timeout) {
+  timeout = limits.default_timeout;
+  const auto it = request.parameters().find("timeout");
+  if (it == request.parameters().end()) return grpc::Status::OK;
+  std::uint64_t us = 0;
+  if (it->second.has_int64_param() && it->second.int64_param() > 0) {
+    us = static_cast<std::uint64_t>(it->second.int64_param());
+  } else if (it->second.has_uint64_param() && it->second.uint64_param() > 0) {
+    us = it->second.uint64_param();
+  } else {
+    return invalid("the parameter timeout must be a positive whole number of microseconds");
+  }
+  // Rounded up without adding first, which would wrap a claim near 2^64 to 0 ms.
+  const std::uint64_t rounded_ms = us / 1000 + (us % 1000 != 0 ? 1 : 0);
+  timeout = std::min(limits.max_timeout, std::chrono::milliseconds(std::min<std::uint64_t>(rounded_ms, 1ULL << 40)));
+  return grpc::Status::OK;
+}
+
+grpc::Status read_data(const inference::ModelInferRequest& request, std::size_t elements, ParsedInfer& out) {
+  const inference::ModelInferRequest::InferInputTensor& input = request.inputs(0);
+  if (has_non_bytes_contents(input.contents())) {
+    return invalid("input 'INPUT' is BYTES: its contents may hold only bytes_contents");
+  }
+  if (request.raw_input_contents_size() != 0) {
+    if (request.raw_input_contents_size() != 1) {
+      return invalid(fmt::format("raw_input_contents has {} entries for the request's 1 input",
+                                 request.raw_input_contents_size()));
+    }
+    if (input.contents().bytes_contents_size() != 0) {
+      return invalid("input 'INPUT' has both contents and raw_input_contents");
+    }
+    if (auto fault = oip::decode_bytes_elements(request.raw_input_contents(0), elements, out.inputs)) {
+      return invalid("input 'INPUT': " + *fault);
+    }
+    return grpc::Status::OK;
+  }
+  const auto& strings = input.contents().bytes_contents();
+  if (static_cast<std::size_t>(strings.size()) != elements) {
+    return invalid(fmt::format("input 'INPUT' has {} strings in bytes_contents but its shape holds {}",
+                               strings.size(), elements));
+  }
+  out.inputs.reserve(elements);
+  for (const std::string& s : strings) out.inputs.emplace_back(s);
+  return grpc::Status::OK;
+}
+
+grpc::Status check_strings(const ParsedInfer& parsed, std::uint32_t max_input_bytes) {
+  for (std::size_t i = 0; i < parsed.inputs.size(); ++i) {
+    const std::string_view input = parsed.inputs[i];
+    if (max_input_bytes != 0 && input.size() > max_input_bytes) {
+      return invalid(fmt::format("string {} of input 'INPUT' is {} bytes, over the daemon's limit of {}", i,
+                                 input.size(), max_input_bytes));
+    }
+    if (!simdjson::validate_utf8(input.data(), input.size())) {
+      return invalid(fmt::format("string {} of input 'INPUT' is not valid UTF-8", i));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status parse_infer_request(const inference::ModelInferRequest& request, const InferLimits& limits,
+                                 std::uint32_t max_input_bytes, ParsedInfer& out) {
+  if (auto unknown = oip::check_model(request.model_name(), request.model_version())) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, *unknown);
+  }
+  if (request.inputs_size() != 1) {
+    return invalid(fmt::format("model '{}' takes 1 input, '{}'; the request has {}", oip::kModelName,
+                               oip::kInputName, request.inputs_size()));
+  }
+  const auto& input = request.inputs(0);
+  if (input.name() != oip::kInputName) {
+    return invalid(fmt::format("unexpected inference input '{}' for model '{}': it takes '{}'",
+                               std::string_view(input.name()).substr(0, 128), oip::kModelName, oip::kInputName));
+  }
+  if (input.datatype() != oip::kBytesType) {
+    return invalid(fmt::format("input '{}' must have datatype BYTES, not '{}'", oip::kInputName,
+                               std::string_view(input.datatype()).substr(0, 32)));
+  }
+  for (const auto& output : request.outputs()) {
+    if (output.name() != oip::kOutputName) {
+      return invalid(fmt::format("unexpected inference output '{}' for model '{}': it has '{}'",
+                                 std::string_view(output.name()).substr(0, 128), oip::kModelName, oip::kOutputName));
+    }
+  }
+  out.reply.shape.assign(input.shape().begin(), input.shape().end());
+  const oip::ShapeCheck check = oip::check_input_shape(out.reply.shape, limits.max_elements);
+  if (check.error) return invalid(*check.error);
+  if (grpc::Status status = read_timeout(request, limits, out.timeout); !status.ok()) return status;
+  if (grpc::Status status = read_data(request, check.elements, out); !status.ok()) return status;
+  out.reply.id = request.id().substr(0, 256);
+  return check_strings(out, max_input_bytes);
+}
+
+void fill_infer_response(const InferReply& reply, std::span<Result> results, inference::ModelInferResponse& response) {
+  response.set_model_name(std::string(oip::kModelName));
+  response.set_model_version(std::string(oip::kModelVersion));
+  response.set_id(reply.id);
+  auto* output = response.add_outputs();
+  output->set_name(std::string(oip::kOutputName));
+  output->set_datatype(std::string(oip::kBytesType));
+  for (const std::int64_t dim : reply.shape) output->add_shape(dim);
+  std::size_t bytes = 0;
+  for (const Result& result : results) bytes += result.output().size();
+  std::string* raw = response.add_raw_output_contents();
+  raw->reserve(oip::framed_size(results.size(), bytes));
+  for (const Result& result : results) oip::append_bytes_element(*raw, result.output());
+}
+
+grpc::Status status_for_error(const Error& error) {
+  using grpc::StatusCode;
+  auto code = [](ErrorCode c) {
+    switch (c) {
+      case ErrorCode::kTimeout: return StatusCode::DEADLINE_EXCEEDED;
+      case ErrorCode::kTooLarge:
+      case ErrorCode::kInvalidUtf8: return StatusCode::INVALID_ARGUMENT;
+      case ErrorCode::kBackendError:
+      case ErrorCode::kProtocolError: return StatusCode::INTERNAL;
+      case ErrorCode::kCancelled: return StatusCode::CANCELLED;
+      case ErrorCode::kOverloaded:
+      case ErrorCode::kDaemonUnavailable:
+      case ErrorCode::kBackendUnavailable:
+      case ErrorCode::kPermissionDenied:
+      case ErrorCode::kTooManyClients: return StatusCode::UNAVAILABLE;
+    }
+    return StatusCode::INTERNAL;
+  };
+  return grpc::Status(code(error.code), error.message);
+}
+
+}  // namespace batchd::grpcfront

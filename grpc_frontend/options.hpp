@@ -1,0 +1,25 @@
+// batchd-grpc's settings, one field per flag (main.cpp defines the flags and their help).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace batchd::grpcfront {
+
+struct GrpcOptions {
+  std::string listen = "127.0.0.1:8001";   // ADDR:PORT; port 0 picks a free one (see port_file)
+  std::string socket_path;                 // the daemon's control socket; empty: its default
+  unsigned clients = 1;                    // daemon clients, each with its own polling thread
+  std::string port_file;                   // if set, the bound port is written here once listening
+  std::string tls_cert;                    // PEM files: both set, the port serves TLS only
+  std::string tls_key;
+  std::int64_t default_timeout_ms = 5000;  // an inference with neither a deadline nor a timeout
+  std::int64_t max_timeout_ms = 60000;     // deadlines and timeouts are capped to this
+  std::uint32_t max_infer_strings = 1024;  // strings in one inference (the model's max_batch_size)
+  std::uint32_t max_message_bytes = 16U << 20;  // largest request message
+  std::uint32_t max_stream_in_flight = 256;     // a stream's requests unanswered or unsent, before it is not read
+  std::uint64_t ready_max_queue = 65536;   // ServerReady fails while the daemon's queue is this deep
+  std::int64_t drain_timeout_ms = 0;       // SIGTERM: longest wait for RPCs; 0: max_timeout_ms + 1 s
+};
+
+}  // namespace batchd::grpcfront

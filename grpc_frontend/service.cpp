@@ -1,0 +1,253 @@
+#include "grpc_frontend/service.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+#include "client_lib/fan_out.hpp"
+#include "oip/model.hpp"
+#include "shm/clock.hpp"
+
+namespace batchd::grpcfront {
+
+namespace {
+
+// What GetServerMetadata lists: the protocol extensions this service implements.
+constexpr std::string_view kExtensions[] = {"model_configuration", "statistics"};
+
+grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* call, const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+grpc::Status check_model(const std::string& name, const std::string& version) {
+  if (auto unknown = oip::check_model(name, version)) return grpc::Status(grpc::StatusCode::NOT_FOUND, *unknown);
+  return grpc::Status::OK;
+}
+
+void fill_tensor(inference::ModelMetadataResponse::TensorMetadata& tensor, std::string_view name) {
+  tensor.set_name(std::string(name));
+  tensor.set_datatype(std::string(oip::kBytesType));
+  tensor.add_shape(-1);
+  tensor.add_shape(1);
+}
+
+void set_duration(inference::StatisticDuration& duration, std::uint64_t count, std::uint64_t ns) {
+  duration.set_count(count);
+  duration.set_ns(ns);
+}
+
+std::int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// One ModelInfer call. Deleted when both gRPC is done with it (OnDone) and its constructor has
+// returned: the daemon's answer may finish the call on another thread before then.
+class UnaryInfer final : public grpc::ServerUnaryReactor {
+ public:
+  UnaryInfer(grpc::CallbackServerContext* call, const inference::ModelInferRequest* request,
+             inference::ModelInferResponse* response, ServiceContext& context)
+      : response_(response), context_(context), started_ns_(shm::monotonic_ns()) {
+    start(*call, *request);
+    release();
+  }
+
+  void OnCancel() override {
+    std::shared_ptr<FanOut> fan;
+    {
+      std::lock_guard lock(mu_);
+      fan = fan_;
+    }
+    if (fan) fan->cancel();  // the answer comes as cancelled, and finishes the call
+  }
+  void OnDone() override { release(); }
+
+ private:
+  void start(const grpc::CallbackServerContext& call, const inference::ModelInferRequest& request) {
+    Client* client = context_.pool->pick();
+    ParsedInfer parsed;
+    grpc::Status status =
+        parse_infer_request(request, context_.limits, client != nullptr ? client->max_input_bytes() : 0, parsed);
+    if (status.ok() && client == nullptr) {
+      status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "not attached to the batchd daemon");
+    }
+    if (!status.ok()) {
+      complete(status, 0);
+      return;
+    }
+    reply_ = std::move(parsed.reply);
+    strings_ = parsed.inputs.size();
+    std::shared_ptr<FanOut> fan =
+        FanOut::start(*client, parsed.inputs, infer_timeout(call, parsed.timeout), Priority::kNormal,
+                      [this](FanOut::Outcome&& outcome) { on_answer(std::move(outcome)); });
+    std::lock_guard lock(mu_);
+    fan_ = std::move(fan);
+  }
+
+  void on_answer(FanOut::Outcome&& outcome) {
+    if (outcome.error) {
+      complete(status_for_error(*outcome.error), strings_);
+      return;
+    }
+    fill_infer_response(reply_, outcome.results, *response_);
+    complete(grpc::Status::OK, strings_);
+  }
+
+  void complete(const grpc::Status& status, std::size_t strings) {
+    context_.counters.record(status.ok(), shm::monotonic_ns() - started_ns_, strings, unix_ms_now());
+    Finish(status);
+  }
+
+  void release() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  inference::ModelInferResponse* response_;
+  ServiceContext& context_;
+  std::int64_t started_ns_;
+  InferReply reply_;
+  std::size_t strings_ = 0;
+  std::atomic<int> refs_{2};  // gRPC's (until OnDone) and the constructor's
+  std::mutex mu_;
+  std::shared_ptr<FanOut> fan_;  // guarded by mu_
+};
+
+}  // namespace
+
+std::chrono::milliseconds infer_timeout(const grpc::CallbackServerContext& call, std::chrono::milliseconds timeout) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(call.deadline() -
+                                                                          std::chrono::system_clock::now());
+  return std::max(std::chrono::milliseconds(1), std::min(timeout, left));
+}
+
+std::optional<NotReady> InferenceService::not_ready() {
+  if (context_.draining.load(std::memory_order_acquire)) return NotReady{"draining", "the server is shutting down"};
+  return context_.pool->not_ready(context_.ready_max_queue);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* call,
+                                                       const inference::ServerLiveRequest*,
+                                                       inference::ServerLiveResponse* response) {
+  response->set_live(true);
+  return finish(call, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* call,
+                                                        const inference::ServerReadyRequest*,
+                                                        inference::ServerReadyResponse* response) {
+  response->set_ready(!not_ready());
+  return finish(call, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* call,
+                                                       const inference::ModelReadyRequest* request,
+                                                       inference::ModelReadyResponse* response) {
+  grpc::Status status = check_model(request->name(), request->version());
+  if (status.ok()) response->set_ready(!not_ready());
+  return finish(call, status);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerContext* call,
+                                                           const inference::ServerMetadataRequest*,
+                                                           inference::ServerMetadataResponse* response) {
+  response->set_name(std::string(oip::kServerName));
+  response->set_version(std::string(oip::server_version()));
+  for (const std::string_view extension : kExtensions) response->add_extensions(std::string(extension));
+  return finish(call, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerContext* call,
+                                                          const inference::ModelMetadataRequest* request,
+                                                          inference::ModelMetadataResponse* response) {
+  grpc::Status status = check_model(request->name(), request->version());
+  if (!status.ok()) return finish(call, status);
+  response->set_name(std::string(oip::kModelName));
+  response->add_versions(std::string(oip::kModelVersion));
+  response->set_platform("batchd");
+  fill_tensor(*response->add_inputs(), oip::kInputName);
+  fill_tensor(*response->add_outputs(), oip::kOutputName);
+  return finish(call, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerContext* call,
+                                                        const inference::ModelConfigRequest* request,
+                                                        inference::ModelConfigResponse* response) {
+  grpc::Status status = check_model(request->name(), request->version());
+  if (!status.ok()) return finish(call, status);
+  inference::ModelConfig& config = *response->mutable_config();
+  config.set_name(std::string(oip::kModelName));
+  config.set_platform("batchd");
+  config.set_backend("batchd");
+  config.mutable_version_policy()->mutable_latest()->set_num_versions(1);
+  config.set_max_batch_size(static_cast<std::int32_t>(context_.limits.max_elements));
+  inference::ModelInput& input = *config.add_input();
+  input.set_name(std::string(oip::kInputName));
+  input.set_data_type(inference::TYPE_STRING);
+  input.add_dims(1);
+  inference::ModelOutput& output = *config.add_output();
+  output.set_name(std::string(oip::kOutputName));
+  output.set_data_type(inference::TYPE_STRING);
+  output.add_dims(1);
+  inference::ModelInstanceGroup& group = *config.add_instance_group();
+  group.set_name(std::string(oip::kModelName));
+  group.set_kind(inference::ModelInstanceGroup::KIND_GPU);
+  group.set_count(1);
+  config.mutable_dynamic_batching();
+  config.mutable_model_transaction_policy()->set_decoupled(false);
+  return finish(call, grpc::Status::OK);
+}
+
+// As /v2/models/stats: the front-end does not see queue and compute time (the daemon's metrics
+// break that down), but every inference was queued, and perf_analyzer finds the model's version
+// by its queue count rising.
+grpc::ServerUnaryReactor* InferenceService::ModelStatistics(grpc::CallbackServerContext* call,
+                                                            const inference::ModelStatisticsRequest* request,
+                                                            inference::ModelStatisticsResponse* response) {
+  if (!request->name().empty()) {
+    grpc::Status status = check_model(request->name(), request->version());
+    if (!status.ok()) return finish(call, status);
+  }
+  const oip::InferStatistics s = context_.counters.snapshot();
+  inference::ModelStatistics& stats = *response->add_model_stats();
+  stats.set_name(std::string(oip::kModelName));
+  stats.set_version(std::string(oip::kModelVersion));
+  stats.set_last_inference(static_cast<std::uint64_t>(s.last_inference_ms));
+  stats.set_inference_count(s.inference_count);
+  stats.set_execution_count(s.success_count);
+  inference::InferStatistics& infer = *stats.mutable_inference_stats();
+  set_duration(*infer.mutable_success(), s.success_count, s.success_ns);
+  set_duration(*infer.mutable_fail(), s.fail_count, s.fail_ns);
+  set_duration(*infer.mutable_queue(), s.success_count + s.fail_count, 0);
+  infer.mutable_compute_input();
+  infer.mutable_compute_infer();
+  infer.mutable_compute_output();
+  infer.mutable_cache_hit();
+  infer.mutable_cache_miss();
+  return finish(call, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServerContext* call,
+                                                            const inference::RepositoryIndexRequest*,
+                                                            inference::RepositoryIndexResponse* response) {
+  auto& model = *response->add_models();
+  model.set_name(std::string(oip::kModelName));
+  model.set_version(std::string(oip::kModelVersion));
+  const std::optional<NotReady> why = not_ready();
+  model.set_state(why ? "UNAVAILABLE" : "READY");
+  if (why) model.set_reason(why->message);
+  return finish(call, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* call,
+                                                       const inference::ModelInferRequest* request,
+                                                       inference::ModelInferResponse* response) {
+  return new UnaryInfer(call, request, response, context_);
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+InferenceService::ModelStreamInfer(grpc::CallbackServerContext* call) {
+  return start_stream_infer(call, context_);
+}
+
+}  // namespace batchd::grpcfront
