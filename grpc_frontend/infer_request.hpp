@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "client_lib/client.hpp"
-#include "grpc_service.pb.h"
+#include "oip/grpc_service.pb.h"
 
 namespace batchd::grpcfront {
 

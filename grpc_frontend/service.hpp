@@ -9,7 +9,7 @@
 #include "grpc_frontend/daemon_pool.hpp"
 #include "grpc_frontend/infer_request.hpp"
 #include "grpc_frontend/options.hpp"
-#include "grpc_service.grpc.pb.h"
+#include "oip/grpc_service.grpc.pb.h"
 #include "oip/infer_counters.hpp"
 
 namespace batchd::grpcfront {

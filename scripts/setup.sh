@@ -10,10 +10,12 @@ packages=(
   libboost1.81-dev liburing-dev doctest-dev libconcurrentqueue-dev libssl-dev
   libcli11-dev libfmt-dev libspdlog-dev libsimdjson-dev libtomlplusplus-dev libsystemd-dev
   libhiredis-dev redis-server
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # batchd-grpc
   libasan8 libubsan1 libtsan2
   curl clang libclang-rt-14-dev systemd
   haproxy prometheus libncurses-dev tmux
   python3-venv python3-dev python3-yaml
+  libb64-0d  # perf_analyzer (tritonclient's wheel, in .venv) links libb64.so.0d
   "$@"
 )
 
