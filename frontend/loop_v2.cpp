@@ -14,10 +14,6 @@ namespace {
 constexpr unsigned kIndexBits = 16;
 constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kIndexBits) - 1;
 
-std::int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
@@ -105,8 +101,7 @@ void EventLoop::on_v2_answer(std::uint64_t key, Result&& result) {
 
 void EventLoop::finish_v2(V2Call& call, const Response& response) {
   call.answered = true;
-  metrics_.record_inference(response.status == 200, now_ns_ - call.caller.started_ns, call.results.size(),
-                            unix_ms_now());
+  metrics_.record_inference(response.status == 200, now_ns_ - call.caller.started_ns, call.results.size());
   Conn* conn = lookup(call.caller.index, call.caller.generation);
   if (conn == nullptr || conn->state == Conn::State::kClosing) {
     metrics_.answer_dropped();  // the caller left; its strings were withdrawn if still unclaimed

@@ -35,10 +35,10 @@ class WorkerMetrics {
   void connection_rejected() noexcept { rejected_connections_.fetch_add(1, relaxed); }
   void answer_dropped() noexcept { dropped_answers_.fetch_add(1, relaxed); }
   void set_attached(bool attached) noexcept { attached_.store(attached, relaxed); }
-  // One Open Inference Protocol inference answered: whether it succeeded, how long it took, how
-  // many strings it carried, and the wall-clock time (Unix ms) it ended.
-  void record_inference(bool ok, std::int64_t latency_ns, std::size_t strings, std::int64_t unix_ms) noexcept {
-    inferences_.record(ok, latency_ns, strings, unix_ms);
+  // One Open Inference Protocol inference answered: whether it succeeded, how long it took and how
+  // many strings it carried.
+  void record_inference(bool ok, std::int64_t latency_ns, std::size_t strings) noexcept {
+    inferences_.record(ok, latency_ns, strings);
   }
 
  private:

@@ -37,10 +37,6 @@ void set_duration(inference::StatisticDuration& duration, std::uint64_t count, s
   duration.set_ns(ns);
 }
 
-std::int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // One ModelInfer call. Deleted when both gRPC is done with it (OnDone) and its constructor has
 // returned: the daemon's answer may finish the call on another thread before then.
@@ -95,7 +91,7 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
   }
 
   void complete(const grpc::Status& status, std::size_t strings) {
-    context_.counters.record(status.ok(), shm::monotonic_ns() - started_ns_, strings, unix_ms_now());
+    context_.counters.record(status.ok(), shm::monotonic_ns() - started_ns_, strings);
     Finish(status);
   }
 

@@ -20,10 +20,6 @@ namespace {
 
 using Response = inference::ModelStreamInferResponse;
 
-std::int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Deleted when gRPC is done with it (OnDone) and no inference of it is still at the daemon: a
 // late answer must find it alive.
@@ -81,7 +77,7 @@ class StreamInfer final : public grpc::ServerBidiReactor<inference::ModelInferRe
       status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "not attached to the batchd daemon");
     }
     if (!status.ok()) {
-      context_.counters.record(false, shm::monotonic_ns() - started_ns, 0, unix_ms_now());
+      context_.counters.record(false, shm::monotonic_ns() - started_ns, 0);
       std::lock_guard lock(mu_);
       queue_locked(error_response(request.id(), status));
       return;
@@ -112,7 +108,7 @@ class StreamInfer final : public grpc::ServerBidiReactor<inference::ModelInferRe
     } else {
       fill_infer_response(reply, outcome.results, *response->mutable_infer_response());
     }
-    context_.counters.record(!outcome.error, shm::monotonic_ns() - started_ns, strings, unix_ms_now());
+    context_.counters.record(!outcome.error, shm::monotonic_ns() - started_ns, strings);
     std::unique_lock lock(mu_);
     in_flight_.erase(serial);
     queue_locked(std::move(response));

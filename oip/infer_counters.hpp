@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -32,13 +33,15 @@ struct InferStatistics {
 // consistent cut.
 class InferCounters {
  public:
-  void record(bool ok, std::int64_t latency_ns, std::size_t strings, std::int64_t unix_ms) noexcept {
+  // One inference answered, `latency_ns` after it came in, carrying `strings` strings.
+  void record(bool ok, std::int64_t latency_ns, std::size_t strings) noexcept {
     const auto ns = static_cast<std::uint64_t>(std::max<std::int64_t>(latency_ns, 0));
     if (ok) {
       success_.fetch_add(1, relaxed);
       success_ns_.fetch_add(ns, relaxed);
       strings_.fetch_add(strings, relaxed);
-      last_ms_.store(unix_ms, relaxed);
+      const auto now = std::chrono::system_clock::now().time_since_epoch();
+      last_ms_.store(std::chrono::duration_cast<std::chrono::milliseconds>(now).count(), relaxed);
     } else {
       fail_.fetch_add(1, relaxed);
       fail_ns_.fetch_add(ns, relaxed);
