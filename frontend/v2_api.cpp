@@ -20,11 +20,11 @@ constexpr std::string_view kModelsPrefix = "/v2/models/";
 // What GET /v2 lists: the protocol extensions these routes implement.
 constexpr std::string_view kExtensions = R"("binary_tensor_data","model_configuration","statistics")";
 
-bool is_get(const Request& request) {
+bool is_get_or_head(const Request& request) {
   return request.method() == beast_http::verb::get || request.method() == beast_http::verb::head;
 }
 
-Response json_ok(std::string body) {
+Response v2_ok(std::string body) {
   Response response;
   response.body = std::move(body);
   return response;
@@ -44,6 +44,15 @@ std::string_view header(const Request& request, std::string_view name) {
   const auto it = request.find(name);
   if (it == request.end()) return {};
   return text::trim(std::string_view(it->value().data(), it->value().size()));
+}
+
+// At most max_bytes of valid UTF-8 text, cut before a character rather than inside one, so an
+// echoed prefix stays valid UTF-8.
+std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  std::size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut);
 }
 
 bool parse_size(std::string_view text, std::uint64_t& value) {
@@ -114,9 +123,9 @@ V2Action V2Api::route(const Request& request) {
   const std::string_view path = path_of(std::string_view(request.target().data(), request.target().size()));
   if (path.starts_with(kModelsPrefix)) return model_route(request, path.substr(kModelsPrefix.size()));
   if (path != "/v2" && path != "/v2/health/live" && path != "/v2/health/ready") return not_found(path);
-  if (!is_get(request)) return v2_method_not_allowed("GET, HEAD");
-  if (path == "/v2") return json_ok(oip::server_metadata_json(kExtensions));
-  if (path == "/v2/health/live") return json_ok("{}");
+  if (!is_get_or_head(request)) return v2_method_not_allowed("GET, HEAD");
+  if (path == "/v2") return v2_ok(oip::server_metadata_json(kExtensions));
+  if (path == "/v2/health/live") return v2_ok("{}");
   return ready();
 }
 
@@ -124,7 +133,7 @@ V2Action V2Api::route(const Request& request) {
 V2Action V2Api::model_route(const Request& request, std::string_view rest) {
   const std::string_view full = path_of(std::string_view(request.target().data(), request.target().size()));
   if (rest == "stats") {
-    if (!is_get(request)) return v2_method_not_allowed("GET, HEAD");
+    if (!is_get_or_head(request)) return v2_method_not_allowed("GET, HEAD");
     return statistics();
   }
   const std::size_t name_end = rest.find('/');
@@ -146,16 +155,16 @@ V2Action V2Api::model_route(const Request& request, std::string_view rest) {
     if (request.method() != beast_http::verb::post) return v2_method_not_allowed("POST");
     return infer(request);
   }
-  if (!is_get(request)) return v2_method_not_allowed("GET, HEAD");
-  if (rest.empty()) return json_ok(oip::model_metadata_json());
+  if (!is_get_or_head(request)) return v2_method_not_allowed("GET, HEAD");
+  if (rest.empty()) return v2_ok(oip::model_metadata_json());
   if (rest == "ready") return ready();
-  if (rest == "config") return json_ok(oip::model_config_json(limits_.max_elements));
+  if (rest == "config") return v2_ok(oip::model_config_json(limits_.max_elements));
   return statistics();
 }
 
 Response V2Api::ready() {
   Readiness readiness = context_.readiness();
-  if (readiness.ready) return json_ok("{}");
+  if (readiness.ready) return v2_ok("{}");
   return v2_error(503, readiness.message, 1);
 }
 
@@ -167,7 +176,7 @@ Response V2Api::statistics() {
   // model's version by its queue count rising, so that count is the inferences'.
   constexpr std::string_view kZero = R"({"count":0,"ns":0})";
   const std::string queued = fmt::format(R"({{"count":{},"ns":0}})", s.success_count + s.fail_count);
-  return json_ok(fmt::format(
+  return v2_ok(fmt::format(
       R"({{"model_stats":[{{"name":"{}","version":"{}","last_inference":{},"inference_count":{},"execution_count":{},)"
       R"("inference_stats":{{"success":{{"count":{},"ns":{}}},"fail":{{"count":{},"ns":{}}},"queue":{},)"
       R"("compute_input":{},"compute_infer":{},"compute_output":{},"cache_hit":{},"cache_miss":{}}},)"
@@ -217,7 +226,7 @@ V2Action V2Api::infer(const Request& request) {
   if (root.at_key("id").get(field) == simdjson::SUCCESS) {
     std::string_view id;
     if (field.get_string().get(id) != simdjson::SUCCESS) return v2_error(400, "\"id\" must be a JSON string");
-    infer.reply.id = std::string(id.substr(0, 256));
+    infer.reply.id = std::string(utf8_prefix(id, 256));
   }
   if (auto refused = read_parameters(root, infer)) return std::move(*refused);
   simdjson::dom::array inputs;
@@ -261,7 +270,9 @@ std::optional<Response> V2Api::read_parameters(simdjson::dom::object root, V2Inf
     if (field.get_uint64().get(us) != simdjson::SUCCESS || us == 0) {
       return v2_error(400, "the parameter timeout must be a positive whole number of microseconds");
     }
-    const auto ms = std::chrono::milliseconds(std::min<std::uint64_t>((us + 999) / 1000, 1ULL << 40));
+    // Rounded up without adding first, which would wrap a claim near 2^64 to 0 ms.
+    const std::uint64_t rounded_ms = us / 1000 + (us % 1000 != 0 ? 1 : 0);
+    const auto ms = std::chrono::milliseconds(std::min<std::uint64_t>(rounded_ms, 1ULL << 40));
     infer.timeout = std::min(limits_.api.max_timeout, ms);
   }
   return std::nullopt;

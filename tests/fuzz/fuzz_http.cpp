@@ -37,6 +37,7 @@ class FakeContext final : public ApiContext {
   Readiness readiness() override { return {toggle = !toggle, "overloaded", "fake"}; }
   std::string metrics_text() override { return "batchd_http_workers 1\n"; }
   std::uint32_t max_input_bytes() override { return 300; }
+  InferStatistics infer_statistics() override { return {}; }
   bool toggle = false;
 };
 

@@ -7,19 +7,14 @@
 
 #include "frontend/connection.hpp"
 #include "frontend/http_api.hpp"
+#include "tests/http/fake_api_context.hpp"
 
 using namespace batchd;
 using namespace batchd::http;
 
 namespace {
 
-class FakeContext final : public ApiContext {
- public:
-  Readiness readiness() override { return ready ? Readiness{true, {}, {}} : Readiness{false, "overloaded", "busy"}; }
-  std::string metrics_text() override { return "batchd_http_workers 1\n"; }
-  std::uint32_t max_input_bytes() override { return 1024; }
-  bool ready = true;
-};
+using testing::FakeContext;
 
 // A connection with the real router behind it; batchstring submissions wait in `submitted` until
 // the test answers them.
