@@ -46,15 +46,6 @@ std::string_view header(const Request& request, std::string_view name) {
   return text::trim(std::string_view(it->value().data(), it->value().size()));
 }
 
-// At most max_bytes of valid UTF-8 text, cut before a character rather than inside one, so an
-// echoed prefix stays valid UTF-8.
-std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes) {
-  if (text.size() <= max_bytes) return text;
-  std::size_t cut = max_bytes;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return text.substr(0, cut);
-}
-
 bool parse_size(std::string_view text, std::uint64_t& value) {
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   return ec == std::errc() && end == text.data() + text.size() && !text.empty();
@@ -226,7 +217,7 @@ V2Action V2Api::infer(const Request& request) {
   if (root.at_key("id").get(field) == simdjson::SUCCESS) {
     std::string_view id;
     if (field.get_string().get(id) != simdjson::SUCCESS) return v2_error(400, "\"id\" must be a JSON string");
-    infer.reply.id = std::string(utf8_prefix(id, 256));
+    infer.reply.id = oip::echoed_id(id);
   }
   if (auto refused = read_parameters(root, infer)) return std::move(*refused);
   simdjson::dom::array inputs;
@@ -270,10 +261,7 @@ std::optional<Response> V2Api::read_parameters(simdjson::dom::object root, V2Inf
     if (field.get_uint64().get(us) != simdjson::SUCCESS || us == 0) {
       return v2_error(400, "the parameter timeout must be a positive whole number of microseconds");
     }
-    // Rounded up without adding first, which would wrap a claim near 2^64 to 0 ms.
-    const std::uint64_t rounded_ms = us / 1000 + (us % 1000 != 0 ? 1 : 0);
-    const auto ms = std::chrono::milliseconds(std::min<std::uint64_t>(rounded_ms, 1ULL << 40));
-    infer.timeout = std::min(limits_.api.max_timeout, ms);
+    infer.timeout = oip::timeout_parameter(us, limits_.api.max_timeout);
   }
   return std::nullopt;
 }

@@ -38,9 +38,7 @@ grpc::Status read_timeout(const inference::ModelInferRequest& request, const Inf
   } else {
     return invalid("the parameter timeout must be a positive whole number of microseconds");
   }
-  // Rounded up without adding first, which would wrap a claim near 2^64 to 0 ms.
-  const std::uint64_t rounded_ms = us / 1000 + (us % 1000 != 0 ? 1 : 0);
-  timeout = std::min(limits.max_timeout, std::chrono::milliseconds(std::min<std::uint64_t>(rounded_ms, 1ULL << 40)));
+  timeout = oip::timeout_parameter(us, limits.max_timeout);
   return grpc::Status::OK;
 }
 
@@ -117,7 +115,7 @@ grpc::Status parse_infer_request(const inference::ModelInferRequest& request, co
   if (check.error) return invalid(*check.error);
   if (grpc::Status status = read_timeout(request, limits, out.timeout); !status.ok()) return status;
   if (grpc::Status status = read_data(request, check.elements, out); !status.ok()) return status;
-  out.reply.id = request.id().substr(0, 256);
+  out.reply.id = oip::echoed_id(request.id());
   return check_strings(out, max_input_bytes);
 }
 

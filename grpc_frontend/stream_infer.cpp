@@ -12,6 +12,7 @@
 
 #include "client_lib/fan_out.hpp"
 #include "grpc_frontend/service.hpp"
+#include "oip/model.hpp"
 #include "shm/clock.hpp"
 
 namespace batchd::grpcfront {
@@ -120,7 +121,7 @@ class StreamInfer final : public grpc::ServerBidiReactor<inference::ModelInferRe
   static std::unique_ptr<Response> error_response(const std::string& id, const grpc::Status& status) {
     auto response = std::make_unique<Response>();
     response->set_error_message(status.error_message());
-    response->mutable_infer_response()->set_id(id.substr(0, 256));
+    response->mutable_infer_response()->set_id(oip::echoed_id(id));
     return response;
   }
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace batchd::oip {
 
 std::string_view server_version() noexcept { return BATCHD_VERSION; }
@@ -16,6 +18,20 @@ std::optional<std::string> check_model(std::string_view name, std::string_view v
                        kModelVersion);
   }
   return std::nullopt;
+}
+
+std::string echoed_id(std::string_view id) {
+  constexpr std::size_t kMaxBytes = 256;
+  if (id.size() <= kMaxBytes) return std::string(id);
+  std::size_t cut = kMaxBytes;
+  while (cut > 0 && (static_cast<unsigned char>(id[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+  return std::string(id.substr(0, cut));
+}
+
+std::chrono::milliseconds timeout_parameter(std::uint64_t us, std::chrono::milliseconds max) {
+  // Rounded up without adding first, which would wrap a claim near 2^64 to 0 ms.
+  const std::uint64_t ms = us / 1000 + (us % 1000 != 0 ? 1 : 0);
+  return std::min(max, std::chrono::milliseconds(std::min<std::uint64_t>(ms, 1ULL << 40)));
 }
 
 ShapeCheck check_input_shape(std::span<const std::int64_t> shape, std::size_t max_elements) {

@@ -8,6 +8,7 @@
 // the daemon, batched with everyone else's, and the output has the shape the input had.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -30,6 +31,14 @@ std::string_view server_version() noexcept;
 // Whether a request naming `name` and `version` (empty: the latest) means the model. The reason
 // it does not, for the protocol's NOT_FOUND / 404, when it does not.
 std::optional<std::string> check_model(std::string_view name, std::string_view version);
+
+// A request's id as its answer echoes it: at most 256 bytes (a peer's megabyte-long id is not
+// copied into every answer), cut at a character boundary so the echo stays UTF-8.
+std::string echoed_id(std::string_view id);
+
+// Triton's request parameter "timeout", in microseconds, as a deadline: rounded up to whole
+// milliseconds and capped at `max`.
+std::chrono::milliseconds timeout_parameter(std::uint64_t us, std::chrono::milliseconds max);
 
 // The elements a tensor of `shape` holds, when the shape is one the model takes ([N] or [N, 1],
 // N >= 0) and N <= max_elements; otherwise the reason, for INVALID_ARGUMENT / 400.
