@@ -61,6 +61,11 @@ void FanOut::cancel() {
   for (const std::uint64_t id : ids) client_.cancel(id);
 }
 
+bool FanOut::answered() {
+  std::lock_guard lock(mu_);
+  return !done_;
+}
+
 void FanOut::on_answer(std::size_t index, Result&& result) {
   Done done;
   std::vector<std::uint64_t> withdraw;

@@ -38,6 +38,9 @@ class FanOut : public std::enable_shared_from_this<FanOut> {
   // not taken are withdrawn, and `done` comes with the cancellation (or whatever came first).
   void cancel();
 
+  // Whether `done` has been called (or is being called).
+  [[nodiscard]] bool answered();
+
   explicit FanOut(Client& client) : client_(client) {}
 
  private:

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client_lib/fan_out.hpp"
 #include "frontend/buffer_ring.hpp"
 #include "frontend/connection.hpp"
 #include "frontend/daemon_link.hpp"
@@ -59,7 +60,6 @@ class EventLoop final : private ApiContext {
   struct Answer;
   struct Caller;
   struct RunningJob;
-  struct V2Call;
 
   // ring plumbing (event_loop.cpp)
   io_uring_sqe* sqe();
@@ -100,9 +100,7 @@ class EventLoop final : private ApiContext {
   void poll_daemon();
   // Open Inference Protocol inferences (loop_v2.cpp)
   void on_v2_request(Conn& conn, std::uint64_t seq, Request&& request);
-  void submit_v2(const Caller& caller, Conn& conn, V2Infer&& infer);
-  void on_v2_answer(std::uint64_t key, Result&& result);
-  void finish_v2(V2Call& call, const Response& response);
+  void on_v2_answer(const Caller& caller, const V2Reply& reply, std::int64_t strings, FanOut::Outcome&& outcome);
   // asynchronous jobs (loop_jobs.cpp)
   void on_jobs_request(Conn& conn, std::uint64_t seq, Request&& request);
   void submit_job(const Caller& caller, JobSubmit&& job);
@@ -160,10 +158,6 @@ class EventLoop final : private ApiContext {
   std::int64_t answers_owed_ = 0;      // submitted requests whose callback has not run
 
   std::unique_ptr<V2Api> v2_api_;
-  // Inferences with strings still at the daemon, by a loop-local serial their callbacks carry.
-  std::unordered_map<std::uint64_t, std::unique_ptr<V2Call>> v2_calls_;
-  std::uint64_t next_v2_serial_ = 0;
-  std::vector<Client::AsyncSubmission> v2_submissions_;  // reused by every inference
 
   JobsService& jobs_;
   std::unique_ptr<JobsApi> jobs_api_;

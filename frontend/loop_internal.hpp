@@ -64,6 +64,8 @@ struct EventLoop::Conn {
   // Requests submitted for this connection and not yet answered: (pipeline seq, client request
   // id). Withdrawn from the daemon if the connection goes first.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> owed;
+  // The same for its Open Inference Protocol inferences: (pipeline seq, the strings' fan-out).
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<FanOut>>> fans;
 
   [[nodiscard]] std::uint64_t user_data(Op op) const noexcept {
     return pack_user_data(static_cast<std::uint8_t>(op), index, generation);
@@ -85,16 +87,6 @@ struct EventLoop::RunningJob {
   std::vector<std::optional<Result>> results;  // by input
   std::size_t remaining = 0;                 // results still to come
   std::vector<std::uint64_t> request_ids;    // for Client::cancel, when the job is deleted
-};
-
-// An Open Inference Protocol inference whose strings are with the daemon.
-struct EventLoop::V2Call {
-  Caller caller;
-  V2Reply reply;
-  std::vector<std::optional<Result>> results;  // by string
-  std::vector<std::uint64_t> ids;              // the daemon requests, for Client::cancel
-  std::size_t remaining = 0;                   // callbacks still to come
-  bool answered = false;                       // the response is written (or its caller left)
 };
 
 // Hands the requests a connection parses to the loop, with the connection they came on.

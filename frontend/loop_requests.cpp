@@ -85,6 +85,8 @@ void EventLoop::withdraw_owed(Conn& conn) {
     for (const auto& [seq, id] : conn.owed) client->cancel(id);
   }
   conn.owed.clear();
+  for (const auto& [seq, fan] : conn.fans) fan->cancel();
+  conn.fans.clear();
 }
 
 void EventLoop::post_daemon_event() {

@@ -411,14 +411,9 @@ Response v2_response_for_error(const Error& error) {
   return v2_error(500, error.message);
 }
 
-Response v2_infer_response(const V2Reply& reply, std::span<std::optional<Result>> results) {
+Response v2_infer_response(const V2Reply& reply, std::span<Result> results) {
   std::size_t output_bytes = 0;
-  for (std::optional<Result>& result : results) {
-    if (!result || !result->ok()) {
-      return result ? v2_response_for_error(result->error()) : v2_error(500, "an answer is missing");
-    }
-    output_bytes += result->output().size();
-  }
+  for (const Result& result : results) output_bytes += result.output().size();
   Response response;
   std::string& out = response.body;
   if (reply.binary) {
@@ -430,14 +425,14 @@ Response v2_infer_response(const V2Reply& reply, std::span<std::optional<Result>
     out.append("}}]}");
     response.inference_header_length = out.size();
     response.content_type = kOctetStreamType;
-    for (std::optional<Result>& result : results) oip::append_bytes_element(out, result->output());
+    for (const Result& result : results) oip::append_bytes_element(out, result.output());
     return response;
   }
   out.reserve(160 + reply.id.size() + output_bytes + 4 * results.size());
   append_infer_head(reply, out);
   out.append(R"(,"data":[)");
   for (std::size_t i = 0; i < results.size(); ++i) {
-    const std::string& output = results[i]->output();
+    const std::string& output = results[i].output();
     // A JSON string cannot carry bytes that are not UTF-8; a backend may produce them.
     if (!simdjson::validate_utf8(output.data(), output.size())) {
       return v2_error(500, fmt::format("output {} is not valid UTF-8, which a JSON tensor cannot carry; ask for "

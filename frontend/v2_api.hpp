@@ -80,8 +80,8 @@ Response v2_error(unsigned status, std::string_view message, unsigned retry_afte
 // not UTF-8 400, and so on.
 Response v2_response_for_error(const Error& error);
 
-// The answer to an inference whose strings were all answered: results[i] answers inputs[i]. The
-// first failure (in input order) answers for the whole request.
-Response v2_infer_response(const V2Reply& reply, std::span<std::optional<Result>> results);
+// The answer to an inference whose strings were all answered: results[i] answers inputs[i].
+// Precondition: each is ok() (a failure answers with v2_response_for_error instead).
+Response v2_infer_response(const V2Reply& reply, std::span<Result> results);
 
 }  // namespace batchd::http
