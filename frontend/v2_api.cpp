@@ -298,7 +298,12 @@ std::optional<Response> V2Api::read_input(simdjson::dom::object input, std::stri
   const bool has_data = input.at_key("data").get(field) == simdjson::SUCCESS;
   std::uint64_t binary_size = 0;
   simdjson::dom::element size_field;
-  if (input.at_key("parameters").at_key("binary_data_size").get(size_field) == simdjson::SUCCESS) {
+  simdjson::dom::element parameters;
+  const bool has_parameters = input.at_key("parameters").get(parameters) == simdjson::SUCCESS;
+  if (has_parameters && !parameters.is_object()) {
+    return v2_error(400, "input 'INPUT': \"parameters\" must be a JSON object");
+  }
+  if (has_parameters && parameters.at_key("binary_data_size").get(size_field) == simdjson::SUCCESS) {
     if (size_field.get_uint64().get(binary_size) != simdjson::SUCCESS) {
       return v2_error(400, "input 'INPUT': binary_data_size must be a whole number of bytes");
     }
@@ -347,6 +352,7 @@ std::optional<Response> V2Api::read_outputs(simdjson::dom::object root, V2Infer&
     }
     simdjson::dom::element parameters;
     if (item.at_key("parameters").get(parameters) != simdjson::SUCCESS) continue;
+    if (!parameters.is_object()) return v2_error(400, "output 'OUTPUT': \"parameters\" must be a JSON object");
     if (parameters.at_key("classification").get(field) == simdjson::SUCCESS) {
       return v2_error(400, "output 'OUTPUT' is BYTES: the classification extension does not apply");
     }

@@ -5,7 +5,8 @@
 # Any answer outside the contract (an undocumented status, header, content type or body, a 5xx
 # for bad input, a job that outlives its DELETE) fails the test. The daemon and front-end run
 # with their default limits, which are the ones the contract states, so the coverage phase's
-# boundary values (an input of 65536 and 65537 bytes, 256 and 257 inputs) meet the real limits.
+# boundary values (an input of 65536 and 65537 bytes, 256 and 257 inputs, 1024 and 1025 strings
+# in a /v2 inference) meet the real limits.
 # Deterministic: a fixed seed, a bounded number of examples, no example database.
 set -euo pipefail
 : "${BATCHD_BIN:?run through meson}" "${BATCHD_HTTP_BIN:?run through meson}" "${BATCHD_SCHEMATHESIS:?run through meson}"
@@ -46,10 +47,17 @@ with open(sys.argv[2], encoding="utf-8") as f:
         sys.exit("/openapi.json differs from " + sys.argv[2])
 PY
 
+# The /v2 operations' own number of examples (schemathesis.toml) follows a longer run's.
+config=$here/schemathesis.toml
+if [ -n "${BATCHD_OPENAPI_EXAMPLES:-}" ]; then
+  sed "s/^generation.max-examples = .*/generation.max-examples = $examples/" "$config" >"$dir/schemathesis.toml"
+  config=$dir/schemathesis.toml
+fi
+
 # Run from the temp dir: nothing schemathesis or Hypothesis writes lands in the tree.
 cd "$dir"
 export BATCHD_SCHEMATHESIS_HOOKS=$here/schemathesis_hooks.py
-"$BATCHD_SCHEMATHESIS" --config-file "$here/schemathesis.toml" run "$base/openapi.json" \
+"$BATCHD_SCHEMATHESIS" --config-file "$config" run "$base/openapi.json" \
   --checks all --phases examples,coverage,fuzzing,stateful --mode all \
   --max-examples "$examples" --seed 1 --generation-database none --workers 1 \
   --request-timeout 20 --no-color --suppress-health-check too_slow
