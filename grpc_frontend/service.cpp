@@ -139,9 +139,11 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* call,
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
-  grpc::Status status = check_model(request->name(), request->version());
-  if (status.ok()) response->set_ready(!not_ready());
-  return finish(call, status);
+  // As Triton answers: a model or version it does not serve is not ready, not an error, so client
+  // code that asks before it sends (tritonclient's is_model_ready) works unchanged.
+  const bool known = !oip::check_model(request->name(), request->version());
+  response->set_ready(known && !not_ready());
+  return finish(call, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerContext* call,
