@@ -1,8 +1,10 @@
 // batchd-stress's HTTP response reader (Beast's parser fed from a byte buffer) and body decoder,
 // without sockets: Content-Length, chunked and close-delimited bodies, responses that arrive
-// byte by byte, and pipelined responses that arrive together, one taken at a time.
+// byte by byte, and pipelined responses that arrive together, one taken at a time; the Open
+// Inference Protocol's requests and answers (--protocol v2).
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -147,6 +149,38 @@ TEST_CASE("bodies: an output, an error code, or only a status") {
   CHECK(unavailable.error_kind == error_kind(ErrorCode::kDaemonUnavailable));
   CHECK(decoder.decode(503, "busy").error_kind == error_kind(ErrorCode::kOverloaded));
   CHECK(decoder.decode(400, "{}").error_kind == kBadRequestKind);
+}
+
+TEST_CASE("--protocol v2: a JSON tensor of one string out, the output tensor's string or the status's kind back") {
+  using batchd::stress::http::Api;
+  const auto url = batchd::stress::http::parse_url("http://localhost:8000", Api::kV2);
+  REQUIRE(url);
+  CHECK(url->target == "/v2/models/batchstring/infer");
+  batchd::stress::http::RequestEncoder encoder(*url, std::chrono::milliseconds(250), Api::kV2);
+  std::string request;
+  encoder.append(request, "a\"b", batchd::Priority::kHigh);
+  CHECK(request.starts_with("POST /v2/models/batchstring/infer HTTP/1.1\r\n"));
+  CHECK(request.find("X-Timeout-Ms: 250\r\n") != std::string::npos);
+  CHECK(request.find("X-Priority: high\r\n") != std::string::npos);
+  CHECK(request.ends_with(R"({"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"BYTES","data":["a\"b"]}]})"));
+
+  BodyDecoder decoder(Api::kV2);
+  const Outcome answered = decoder.decode(
+      200, R"({"model_name":"batchstring","model_version":"1","outputs":[{"name":"OUTPUT","datatype":"BYTES",)"
+           R"("shape":[1,1],"data":["abc\n"]}]})");
+  CHECK(answered.answered);
+  CHECK(answered.output == "abc\n");
+  CHECK(decoder.decode(200, R"({"output":"abc"})").error_kind == error_kind(ErrorCode::kProtocolError));
+  CHECK(decoder.decode(200, R"({"outputs":[{"name":"OUTPUT","data":[]}]})").error_kind ==
+        error_kind(ErrorCode::kProtocolError));
+  // The protocol's errors are {"error": "message"}: the status says what kind.
+  CHECK(decoder.decode(503, R"({"error":"the submission ring is full; retry later"})").error_kind ==
+        error_kind(ErrorCode::kOverloaded));
+  CHECK(decoder.decode(504, R"({"error":"no answer before the deadline"})").error_kind ==
+        error_kind(ErrorCode::kTimeout));
+  CHECK(decoder.decode(400, R"({"error":"string 0 of input 'INPUT' is not valid UTF-8"})").error_kind ==
+        kBadRequestKind);
+  CHECK(decoder.decode(404, R"({"error":"unknown model"})").error_kind == error_kind(ErrorCode::kProtocolError));
 }
 
 TEST_CASE("URLs: host, port and target taken apart, or refused with the reason") {

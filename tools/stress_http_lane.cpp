@@ -91,7 +91,8 @@ class HttpLane final : public OpenLane {
 
 HttpLane::HttpLane(const HttpTarget& target, std::vector<int> fds)
     : target_(target), deadline_ns_(http_client_deadline(target.options).count()),
-      connections_(fds.size()), encoder_(target.url, target.options.http_timeout) {
+      connections_(fds.size()),
+      encoder_(target.url, target.options.http_timeout, target.options.http_api), decoder_(target.options.http_api) {
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   timer_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (epoll_ < 0 || timer_ < 0) {

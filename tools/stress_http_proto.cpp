@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <charconv>
 
+#include "oip/model.hpp"
 #include "text/json_escape.hpp"
 
 namespace batchd::stress::http {
 
 namespace {
 
-constexpr std::string_view kDefaultTarget = "/v1/batchstring";
 
 bool parse_decimal(std::string_view s, std::size_t& value) noexcept {
   if (s.empty() || s.size() > 18) return false;  // 18 digits cannot overflow 64 bits
@@ -49,7 +49,12 @@ Expected<Url> split_authority(std::string_view authority) {
 
 }  // namespace
 
-Expected<Url> parse_url(std::string_view text) {
+std::string default_target(Api api) {
+  if (api == Api::kV1) return "/v1/batchstring";
+  return "/v2/models/" + std::string(oip::kModelName) + "/infer";
+}
+
+Expected<Url> parse_url(std::string_view text, Api api) {
   constexpr std::string_view kScheme = "http://";
   if (text.substr(0, 8) == "https://") {
     return unusable("https is not supported: give the plain http:// URL");
@@ -70,20 +75,29 @@ Expected<Url> parse_url(std::string_view text) {
   Expected<Url> url = split_authority(authority);
   if (!url) return url;
   url->host_header = authority;
-  url->target = path.empty() || path == "/" ? kDefaultTarget : path;
+  url->target = path.empty() || path == "/" ? default_target(api) : std::string(path);
   return url;
 }
 
-RequestEncoder::RequestEncoder(const Url& url, std::chrono::milliseconds server_timeout) {
+RequestEncoder::RequestEncoder(const Url& url, std::chrono::milliseconds server_timeout, Api api) {
+  if (api == Api::kV1) {
+    body_open_ = R"({"input":")";
+    body_close_ = R"("})";
+  } else {
+    // The Open Inference Protocol's JSON tensor of one string, shape [1, 1].
+    body_open_ = R"({"inputs":[{"name":")" + std::string(oip::kInputName) + R"(","shape":[1,1],"datatype":")" +
+                 std::string(oip::kBytesType) + R"(","data":[")";
+    body_close_ = R"("]}]})";
+  }
   head_ = "POST " + url.target + " HTTP/1.1\r\nHost: " + url.host_header +
           "\r\nContent-Type: application/json\r\nX-Timeout-Ms: " +
           std::to_string(server_timeout.count()) + "\r\n";
 }
 
 void RequestEncoder::append(std::string& out, std::string_view input, Priority priority) {
-  body_.assign(R"({"input":")");
+  body_.assign(body_open_);
   text::append_json_escaped(input, body_);
-  body_.append(R"("})");
+  body_.append(body_close_);
   char length[24];
   const auto [end, ec] = std::to_chars(length, length + sizeof(length), body_.size());
   out.append(head_);

@@ -131,6 +131,20 @@ std::size_t BodyDecoder::error_kind_of(int status, std::string_view body) {
   return error_kind_of_status(status);
 }
 
+bool BodyDecoder::output_of(simdjson::ondemand::document& doc, std::string_view& output) {
+  if (api_ == Api::kV1) return doc["output"].get_string().get(output) == simdjson::SUCCESS;
+  // {"outputs": [{"name": "OUTPUT", ..., "data": ["..."]}]}: the one string of the one output.
+  simdjson::ondemand::array outputs;
+  if (doc["outputs"].get_array().get(outputs) != simdjson::SUCCESS) return false;
+  for (auto tensor : outputs) {
+    simdjson::ondemand::array data;
+    if (tensor["data"].get_array().get(data) != simdjson::SUCCESS) return false;
+    for (auto element : data) return element.get_string().get(output) == simdjson::SUCCESS;
+    return false;
+  }
+  return false;
+}
+
 Outcome BodyDecoder::decode(int status, std::string_view body) {
   Outcome outcome;
   if (status != 200) {
@@ -139,8 +153,7 @@ Outcome BodyDecoder::decode(int status, std::string_view body) {
   }
   simdjson::ondemand::document doc;
   std::string_view output;
-  if (parser_.iterate(padded(body)).get(doc) != simdjson::SUCCESS ||
-      doc["output"].get_string().get(output) != simdjson::SUCCESS) {
+  if (parser_.iterate(padded(body)).get(doc) != simdjson::SUCCESS || !output_of(doc, output)) {
     outcome.error_kind = error_kind(ErrorCode::kProtocolError);
     return outcome;
   }

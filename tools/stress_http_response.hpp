@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "tools/stress_http_proto.hpp"
 #include "tools/stress_transport.hpp"
 
 namespace batchd::stress::http {
@@ -60,15 +61,20 @@ class ResponseReader {
 // Reads response bodies with simdjson. One per thread: it reuses its parser and buffer.
 class BodyDecoder {
  public:
-  // 200 with {"output": "..."}: answered, the output valid until the next decode(). Anything
-  // else: the error kind the status and the body's code name.
+  explicit BodyDecoder(Api api = Api::kV1) : api_(api) {}
+  // 200 with the API's answer ({"output": "..."}, or for v2 an output tensor whose first string
+  // is it): answered, the output valid until the next decode(). Anything else: the error kind the
+  // status and the body's code name (v2's {"error": "message"} names none: the status decides).
   Outcome decode(int status, std::string_view body);
 
  private:
   std::size_t error_kind_of(int status, std::string_view body);
+  // The answer out of a 200's parsed body, or false when it has none where the API puts it.
+  bool output_of(simdjson::ondemand::document& doc, std::string_view& output);
   // Copies body into padded_ (simdjson reads a little past the end) and returns its view.
   simdjson::padded_string_view padded(std::string_view body);
 
+  Api api_;
   simdjson::ondemand::parser parser_;
   std::string padded_;
 };

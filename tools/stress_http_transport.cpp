@@ -21,7 +21,8 @@ class HttpCaller final : public Caller {
  public:
   // Takes over fds, open connections to target.endpoint.
   HttpCaller(const HttpTarget& target, const std::vector<int>& fds)
-      : encoder_(target.url, target.options.http_timeout),
+      : encoder_(target.url, target.options.http_timeout, target.options.http_api),
+        decoder_(target.options.http_api),
         deadline_ns_(http_client_deadline(target.options).count()) {
     for (const int fd : fds) connections_.emplace_back(target.endpoint, fd);
   }

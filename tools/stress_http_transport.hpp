@@ -1,5 +1,6 @@
-// The HTTP transport: requests go as POST {"input": ...} over keep-alive connections to a
-// front-end such as batchd-http (or any server with the same contract, docs/HTTP.md).
+// The HTTP transport: requests go as POST {"input": ...} (or, with --protocol v2, the Open
+// Inference Protocol's JSON tensor) over keep-alive connections to a front-end such as
+// batchd-http (or any server with the same contract, docs/HTTP.md).
 // Closed-loop callers each own some connections and use them in turn; open-loop lanes (one per
 // --io-threads) each drive their share of the connections with epoll and pipeline requests.
 #pragma once

@@ -1,6 +1,6 @@
 // batchd-stress: loads a batchd daemon through the client library (or an HTTP front-end with
-// --http), checks every answer against the local reference and reports throughput, errors by
-// kind and latency percentiles.
+// --http, a gRPC front-end with --grpc), checks every answer against the local reference and
+// reports throughput, errors by kind and latency percentiles.
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -13,6 +13,7 @@
 
 #include "client_lib/client.hpp"
 #include "tools/stress_clock.hpp"
+#include "tools/stress_grpc_transport.hpp"
 #include "tools/stress_http_transport.hpp"
 #include "tools/stress_inputs.hpp"
 #include "tools/stress_loops.hpp"
@@ -120,7 +121,7 @@ std::optional<batchd::stress::RunResult> run_shm(const batchd::stress::Options& 
 std::optional<batchd::stress::RunResult> run_http(const batchd::stress::Options& options,
                                                   batchd::stress::LiveStats& live) {
   using namespace batchd::stress;
-  const http::Url url = http::parse_url(options.http_url).value();  // checked by parse_options
+  const http::Url url = http::parse_url(options.http_url, options.http_api).value();  // checked by parse_options
   const auto unreachable = [](const batchd::Failure& failure) {
     fmt::print(stderr, "batchd-stress: {}\n", failure.message);
     return std::nullopt;
@@ -136,6 +137,29 @@ std::optional<batchd::stress::RunResult> run_http(const batchd::stress::Options&
   return run_loop(options, inputs, live, *transport);
 }
 
+// Over gRPC; nothing when the front-end cannot be reached. All channels are connected first.
+std::optional<batchd::stress::RunResult> run_grpc(const batchd::stress::Options& options,
+                                                  batchd::stress::LiveStats& live) {
+  using namespace batchd::stress;
+  const InputPool inputs = make_inputs(options);
+  batchd::Expected<std::unique_ptr<Transport>> transport = make_grpc_transport(options, inputs);
+  if (!transport) {
+    fmt::print(stderr, "batchd-stress: {}\n", transport.error().message);
+    return std::nullopt;
+  }
+  return run_loop(options, inputs, live, **transport);
+}
+
+std::optional<batchd::stress::RunResult> run(const batchd::stress::Options& options,
+                                             batchd::stress::LiveStats& live) {
+  switch (options.transport) {
+    case batchd::stress::TransportKind::kHttp: return run_http(options, live);
+    case batchd::stress::TransportKind::kGrpc: return run_grpc(options, live);
+    case batchd::stress::TransportKind::kShm: break;
+  }
+  return run_shm(options, live);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -146,9 +170,7 @@ int main(int argc, char** argv) {
   // Before connecting, so an early Ctrl-C still ends the run gracefully rather than being lost.
   install_interrupt_handler();
   LiveStats live;
-  std::optional<RunResult> result = options->transport == TransportKind::kHttp
-                                        ? run_http(*options, live)
-                                        : run_shm(*options, live);
+  std::optional<RunResult> result = run(*options, live);
   if (!result) return kExitConnect;
   const Summary summary = summarize(*result);
   print_text(stdout, summary, *options);

@@ -15,7 +15,21 @@ namespace batchd::stress {
 const char* mode_name(Mode mode) noexcept { return mode == Mode::kOpen ? "open" : "closed"; }
 
 const char* transport_name(TransportKind transport) noexcept {
-  return transport == TransportKind::kHttp ? "http" : "shm";
+  switch (transport) {
+    case TransportKind::kHttp: return "http";
+    case TransportKind::kGrpc: return "grpc";
+    case TransportKind::kShm: break;
+  }
+  return "shm";
+}
+
+const char* protocol_name(const Options& options) noexcept {
+  switch (options.transport) {
+    case TransportKind::kHttp: return options.http_api == http::Api::kV2 ? "v2" : "v1";
+    case TransportKind::kGrpc: return "grpc";
+    case TransportKind::kShm: break;
+  }
+  return "shm";
 }
 
 namespace {
@@ -58,10 +72,15 @@ void add_options(CLI::App& app, Options& o, std::string& input_bytes, std::int64
                  std::int64_t& connect_ms, std::uint64_t& requests, double& duration) {
   auto* socket = app.add_option("--socket", o.socket_path,
                                  "daemon control socket (default: the client's default)");
-  app.add_option("--http", o.http_url,
-                 "load an HTTP front-end instead, e.g. http://127.0.0.1:8080 (POST "
-                 "/v1/batchstring; a URL with a path uses that path)")
-      ->excludes(socket);
+  auto* http = app.add_option("--http", o.http_url,
+                              "load an HTTP front-end instead, e.g. http://127.0.0.1:8080 (POST "
+                              "/v1/batchstring, or /v2/models/batchstring/infer with --protocol v2; "
+                              "a URL with a path uses that path)")
+                   ->excludes(socket);
+  app.add_option("--grpc", o.grpc_target,
+                 "load a gRPC front-end instead (batchd-grpc: the Open Inference Protocol's ModelInfer), "
+                 "at HOST:PORT; implies --protocol grpc")
+      ->excludes(socket)->excludes(http);
   auto* threads = app.add_option("--threads", o.threads, "closed loop: threads each submitting in a loop")
                       ->capture_default_str()->check(CLI::Range(1U, 4096U));
   app.add_option("--rate", o.rate, "open loop: requests per second, paced by intended send time")
@@ -88,7 +107,8 @@ void add_options(CLI::App& app, Options& o, std::string& input_bytes, std::int64
       ->check(CLI::Range(1U, 1000U))->excludes(cost);
   app.add_option("--timeout-ms", timeout_ms,
                  "per-request timeout (--http: 1 s more unless --http-timeout-ms is shorter, so "
-                 "the server's own 504 arrives first)")
+                 "the server's own 504 arrives first; --grpc: the timeout parameter, and the "
+                 "deadline 1 s later)")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}));
   app.add_option("--connect-timeout-ms", connect_ms, "how long to wait for the daemon")
@@ -121,18 +141,72 @@ Expected<PriorityMix> parse_priority_flags(const CLI::App& app, const std::strin
   return PriorityMix::single(*one);
 }
 
-void add_http_options(CLI::App& app, Options& o, std::int64_t& http_timeout_ms) {
+// The front-ends' settings: --protocol, and the HTTP and gRPC connections.
+void add_front_end_options(CLI::App& app, Options& o, std::int64_t& http_timeout_ms, std::string& protocol) {
+  app.add_option("--protocol", protocol,
+                 "what the requests speak: v1 (batchd's HTTP API) or v2 (the Open Inference Protocol) "
+                 "to --http URL, or grpc (the Open Inference Protocol over gRPC) to --grpc HOST:PORT")
+      ->check(CLI::IsMember({"v1", "v2", "grpc"}));
   app.add_option("--connections", o.connections,
-                 "--http: keep-alive connections (default: --threads closed loop, 64 open loop)")
+                 "--http: keep-alive connections (default: --threads closed loop, 64 open loop); "
+                 "--grpc: channels, each its own HTTP/2 connection (default: --threads closed loop, "
+                 "--io-threads open loop)")
       ->check(CLI::Range(1U, 65536U));
   app.add_option("--pipeline-depth", o.pipeline_depth,
                  "--http open loop: requests outstanding per connection (HTTP/1.1 pipelining)")
       ->capture_default_str()->check(CLI::Range(1U, 4096U));
-  app.add_option("--io-threads", o.io_threads, "--http open loop: epoll threads")
+  app.add_option("--io-threads", o.io_threads,
+                 "open loop: --http: epoll threads; --grpc: completion queues, each with a thread")
       ->capture_default_str()->check(CLI::Range(1U, 256U));
   app.add_option("--http-timeout-ms", http_timeout_ms,
                  "--http: X-Timeout-Ms sent with each request (default: --timeout-ms)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}));
+}
+
+// HOST:PORT or [V6]:PORT, with the port given: gRPC would otherwise pick 443.
+Expected<void> check_grpc_target(const std::string& target) {
+  if (target.find('/') != std::string::npos) return usage("--grpc: expected HOST:PORT, not a URL");
+  const Expected<http::Url> parsed = http::parse_url("http://" + target);
+  if (!parsed) return usage("--grpc: " + parsed.error().message);
+  if (!target.ends_with(":" + parsed->port)) return usage("--grpc: expected HOST:PORT, with the port");
+  return {};
+}
+
+// The transport and API --protocol, --http and --grpc name together, or why they do not fit.
+Expected<void> finish_protocol(const CLI::App& app, Options& o, const std::string& protocol) {
+  const bool named = app.count("--protocol") > 0;
+  if (!o.grpc_target.empty()) {
+    if (named && protocol != "grpc") {
+      return usage("--grpc speaks gRPC: it goes with --protocol grpc, not " + protocol +
+                   " (which goes to --http URL)");
+    }
+    o.transport = TransportKind::kGrpc;
+    return check_grpc_target(o.grpc_target);
+  }
+  if (protocol == "grpc") {
+    return usage(o.http_url.empty() ? "--protocol grpc needs --grpc HOST:PORT"
+                                    : "--protocol grpc goes to --grpc HOST:PORT, not to --http URL");
+  }
+  if (named && o.http_url.empty()) {
+    return usage("--protocol " + protocol + " is spoken over HTTP: it needs --http URL");
+  }
+  o.http_api = protocol == "v2" ? http::Api::kV2 : http::Api::kV1;
+  return {};
+}
+
+// gRPC's settings: channels and completion queues, not HTTP/1.1's pipelines; no priority
+// classes, which batchd-grpc does not take.
+Expected<void> finish_grpc(const CLI::App& app, Options& o) {
+  if (app.count("--pipeline-depth") + app.count("--http-timeout-ms") > 0) {
+    return usage("--pipeline-depth and --http-timeout-ms are for --http, not --grpc");
+  }
+  if (app.count("--priority") + app.count("--priority-mix") > 0) {
+    return usage("--grpc sends no priority classes (batchd-grpc has none): drop --priority and --priority-mix");
+  }
+  if (app.count("--connections") == 0) o.connections = o.mode == Mode::kClosed ? o.threads : o.io_threads;
+  o.io_threads = std::min(o.io_threads, o.connections);
+  o.http_timeout = o.timeout;
+  return {};
 }
 
 // Fills in the HTTP settings that depend on others, or says why they cannot work.
@@ -141,11 +215,11 @@ Expected<void> finish_http(const CLI::App& app, Options& o) {
                              app.count("--io-threads") + app.count("--http-timeout-ms") > 0;
   if (o.http_url.empty()) {
     if (http_only) {
-      return usage("--connections, --pipeline-depth, --io-threads and --http-timeout-ms need --http");
+      return usage("--connections, --pipeline-depth, --io-threads and --http-timeout-ms need --http (or --grpc)");
     }
     return {};
   }
-  if (const auto url = http::parse_url(o.http_url); !url) {
+  if (const auto url = http::parse_url(o.http_url, o.http_api); !url) {
     return usage("--http: " + url.error().message);
   }
   o.transport = TransportKind::kHttp;
@@ -171,11 +245,11 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
   std::int64_t http_timeout_ms = 0;
   std::uint64_t requests = 0;
   double duration = 0.0;
-  std::string priority, priority_mix;
+  std::string priority, priority_mix, protocol = "v1";
   CLI::App app{"batchd-stress: load a batchd daemon and check every answer"};
   add_options(app, o, input_bytes, timeout_ms, connect_ms, requests, duration);
   add_priority_options(app, priority, priority_mix);
-  add_http_options(app, o, http_timeout_ms);
+  add_front_end_options(app, o, http_timeout_ms, protocol);
   try {
     app.parse(argc, argv);
     // CLI11's own exception: the tool's start-up, where a bad option ends the run with usage.
@@ -199,7 +273,9 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     o.mode = app.count("--rate") > 0 ? Mode::kOpen : Mode::kClosed;
     o.timeout = std::chrono::milliseconds(timeout_ms);
     o.http_timeout = std::chrono::milliseconds(http_timeout_ms);
-    if (auto http = finish_http(app, o); !http) throw CLI::ValidationError(http.error().message);
+    if (auto chosen = finish_protocol(app, o, protocol); !chosen) throw CLI::ValidationError(chosen.error().message);
+    const Expected<void> front = o.transport == TransportKind::kGrpc ? finish_grpc(app, o) : finish_http(app, o);
+    if (!front) throw CLI::ValidationError(front.error().message);
     // Found out now rather than after connecting ("a": the run truncates it when it starts).
     if (!o.csv_path.empty()) {
       std::FILE* probe = std::fopen(o.csv_path.c_str(), "a");

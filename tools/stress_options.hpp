@@ -8,21 +8,25 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tools/stress_http_proto.hpp"
 #include "tools/stress_priority.hpp"
 
 namespace batchd::stress {
 
 enum class Mode { kClosed, kOpen };
-// How requests reach the daemon: its shared-memory client library, or an HTTP front-end.
-enum class TransportKind { kShm, kHttp };
+// How requests reach the daemon: its shared-memory client library, an HTTP front-end, or a gRPC
+// front-end.
+enum class TransportKind { kShm, kHttp, kGrpc };
 
 struct Options {
   std::string socket_path;  // empty: the client library's default path
   TransportKind transport = TransportKind::kShm;
   std::string http_url;             // --http: the front-end's base URL
-  unsigned connections = 0;         // --http: keep-alive connections (set by parse_options)
+  http::Api http_api = http::Api::kV1;  // --http: --protocol v1 or v2
+  std::string grpc_target;          // --grpc: the front-end's HOST:PORT
+  unsigned connections = 0;         // --http: keep-alive connections; --grpc: channels (set by parse_options)
   unsigned pipeline_depth = 16;     // --http open loop: requests outstanding per connection
-  unsigned io_threads = 2;          // --http open loop: epoll threads sharing the connections
+  unsigned io_threads = 2;          // --http open loop: epoll threads; --grpc: completion queues
   Mode mode = Mode::kClosed;
   unsigned threads = 4;             // closed loop
   double rate = 0.0;                // open loop, requests per second
@@ -55,6 +59,8 @@ struct Options {
 
 const char* mode_name(Mode mode) noexcept;
 const char* transport_name(TransportKind transport) noexcept;
+// "v1", "v2" or "grpc": what the requests speak ("shm" over shared memory, which has no --protocol).
+const char* protocol_name(const Options& options) noexcept;
 
 // Parses argv. Returns the options, or sets exit_code when parsing ended the program: 0 after
 // --help, 64 after a usage error (already printed).

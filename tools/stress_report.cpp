@@ -26,22 +26,29 @@ std::string load_description(const Options& options) {
                          : fmt::format("closed loop with {} thread{}", options.threads,
                                        options.threads == 1 ? "" : "s");
   if (options.transport == TransportKind::kHttp) {
-    fmt::format_to(std::back_inserter(text), " over HTTP to {} ({} connections", options.http_url,
-                   options.connections);
+    fmt::format_to(std::back_inserter(text), " over HTTP ({}) to {} ({} connections", protocol_name(options),
+                   options.http_url, options.connections);
     if (options.mode == Mode::kOpen) {
       fmt::format_to(std::back_inserter(text), ", pipeline depth {}", options.pipeline_depth);
     }
     text += ')';
+  } else if (options.transport == TransportKind::kGrpc) {
+    fmt::format_to(std::back_inserter(text), " over gRPC to {} ({} channels)", options.grpc_target,
+                   options.connections);
   }
   return text;
 }
 
-// The transport and, over HTTP, its settings, as JSON members each followed by a comma.
+// The transport and, over HTTP or gRPC, the protocol and its settings, as JSON members each
+// followed by a comma.
 std::string transport_json(const Options& options) {
   std::string text = fmt::format("\"transport\":\"{}\",", transport_name(options.transport));
+  if (options.transport == TransportKind::kShm) return text;
+  fmt::format_to(std::back_inserter(text), "\"protocol\":\"{}\",\"connections\":{},", protocol_name(options),
+                 options.connections);
   if (options.transport == TransportKind::kHttp) {
-    fmt::format_to(std::back_inserter(text), "\"connections\":{},\"pipeline_depth\":{},",
-                   options.connections, options.mode == Mode::kOpen ? options.pipeline_depth : 1U);
+    fmt::format_to(std::back_inserter(text), "\"pipeline_depth\":{},",
+                   options.mode == Mode::kOpen ? options.pipeline_depth : 1U);
   }
   return text;
 }

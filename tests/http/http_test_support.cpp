@@ -50,16 +50,12 @@ std::string http_binary() {
   return env;
 }
 
-namespace {
-
 std::optional<std::uint16_t> read_port(const std::string& path) {
   std::ifstream in(path);
   unsigned port = 0;
   if (!(in >> port) || port == 0 || port > 65535) return std::nullopt;
   return static_cast<std::uint16_t>(port);
 }
-
-}  // namespace
 
 FrontendProcess::FrontendProcess(const std::string& daemon_socket, const std::vector<std::string>& args,
                                  bool wait_ready_too) {

@@ -24,6 +24,9 @@ std::uint16_t free_port();
 // The batchd-http binary built next to the tests (BATCHD_HTTP_BIN, set by meson).
 std::string http_binary();
 
+// The port a server wrote to its --port-file; nothing until it has written it whole.
+std::optional<std::uint16_t> read_port(const std::string& path);
+
 // Runs batchd-http on 127.0.0.1 with a free port (--listen 127.0.0.1:0 --port-file).
 class FrontendProcess {
  public:

@@ -1,9 +1,15 @@
 // batchd-stress over HTTP (--http) against batchd-http: a clean run exits 0 with every request
 // answered right, and answers of another SHA-256 cost are all counted wrong, with a failing exit;
-// the pipelined open loop, and its measured window; priority classes sent as X-Priority. (Servers other than batchd-http:
-// test_stress_third_party.cpp.)
+// the pipelined open loop, and its measured window; priority classes sent as X-Priority. The same
+// through the Open Inference Protocol: --protocol v2 against batchd-http's /v2 route, and
+// --protocol grpc against batchd-grpc; and the combinations of --protocol, --http and --grpc that
+// cannot work. (Servers other than batchd-http: test_stress_third_party.cpp.)
+#include <signal.h>
+#include <sys/wait.h>
+
 #include <doctest/doctest.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,6 +21,88 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr int kExitFailures = 1;  // batchd-stress: some answers were errors or wrong
+constexpr int kExitUsage = 64;    // batchd-stress: the options cannot work together
+
+// Debian's gRPC and abseil are not built with ThreadSanitizer, which therefore cannot see their
+// locks: it reports races inside them (abseil's GraphCycles and StrCat, the event engine's epoll
+// descriptor) as soon as batchd-grpc or a gRPC client starts. The gRPC cases run in the plain and
+// ASan builds only.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kGrpcUnderTsan = true;
+#else
+constexpr bool kGrpcUnderTsan = false;
+#endif
+
+// batchd-grpc (BATCHD_GRPC_BIN) against a daemon, on a free loopback port. It attaches to the
+// daemon on a thread of its own, possibly after it listens, and has no HTTP readiness route:
+// it is taken as up once batchd-stress has had one inference answered through it.
+class GrpcFrontend {
+ public:
+  explicit GrpcFrontend(const std::string& daemon_socket) {
+    const std::string port_file = test::temp_socket_path("grpc.port");
+    pid_ = test::spawn({test::built_binary("BATCHD_GRPC_BIN"), "--socket", daemon_socket, "--listen",
+                        "127.0.0.1:0", "--port-file", port_file, "--log-level", "warn"});
+    std::optional<std::uint16_t> port;
+    bool exited = false;
+    int status = 0;
+    test::eventually(
+        [&] {
+          port = test::read_port(port_file);
+          exited = !port && ::waitpid(pid_, &status, WNOHANG) == pid_;
+          return port || exited;
+        },
+        test::grace(10s));
+    if (!port) {
+      if (exited) {
+        pid_ = -1;
+      } else {
+        stop();
+      }
+      throw std::runtime_error(exited ? "batchd-grpc exited before it listened: " + test::describe_exit(status)
+                                      : std::string("batchd-grpc did not start listening"));
+    }
+    target_ = "127.0.0.1:" + std::to_string(*port);
+    test::ProcessOutput probe;
+    const auto answers = [&] {
+      probe = test::run_stress({"--grpc", target_, "--requests", "1", "--timeout-ms", "20000"}).process;
+      return probe.exit_code() == 0;
+    };
+    if (!test::eventually(answers, test::grace(10s))) {
+      stop();
+      throw std::runtime_error("batchd-grpc did not answer an inference; batchd-stress said:\n" + probe.out +
+                               probe.err);
+    }
+  }
+  ~GrpcFrontend() {
+    // A sanitizer report (a leak at exit, say) shows up only as a bad exit status: fail on it.
+    const int status = stop();
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      FAIL_CHECK("batchd-grpc did not exit cleanly after SIGTERM: " << test::describe_exit(status));
+    }
+  }
+  GrpcFrontend(const GrpcFrontend&) = delete;
+  GrpcFrontend& operator=(const GrpcFrontend&) = delete;
+
+  // HOST:PORT, as --grpc takes it.
+  [[nodiscard]] const std::string& target() const noexcept { return target_; }
+
+ private:
+  // SIGTERM, then the waitpid status (-1 if it had to be killed).
+  int stop() {
+    int status = -1;
+    if (pid_ <= 0) return status;
+    ::kill(pid_, SIGTERM);
+    if (!test::eventually([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, 30s)) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      return -1;
+    }
+    return status;
+  }
+
+  pid_t pid_ = -1;
+  std::string target_;
+};
 
 std::vector<std::string> http_args(std::uint16_t port, std::uint64_t requests, const char* cost) {
   return {"--http", "http://127.0.0.1:" + std::to_string(port), "--threads", "2", "--requests",
@@ -120,5 +208,92 @@ TEST_CASE("--http with --priority-mix: X-Priority carries each request's class t
     }
     CHECK(total == requests);
     CHECK(test::taken_by_class(*watcher, expected) == expected);
+  }
+}
+
+namespace {
+
+// Every request answered, and answered right.
+void check_all_right(const test::StressRun& run, std::uint64_t requests) {
+  INFO("stdout: ", run.process.out, "\nstderr: ", run.process.err);
+  CHECK(run.process.exit_code() == 0);
+  CHECK(run.field("sent") == static_cast<double>(requests));
+  CHECK(run.field("ok") == static_cast<double>(requests));
+  CHECK(run.field("errors") == 0);
+  CHECK(run.field("wrong") == 0);
+}
+
+// Answers checked at another cost than the daemon's: every one of them counted wrong, so the
+// answers really are read out of the protocol's responses and checked.
+void check_all_wrong(const test::StressRun& run, std::uint64_t requests) {
+  INFO("stdout: ", run.process.out, "\nstderr: ", run.process.err);
+  CHECK(run.process.exit_code() == kExitFailures);
+  CHECK(run.field("wrong") == static_cast<double>(requests));
+  CHECK(run.field("ok") == 0);
+  CHECK(run.field("errors") == 0);
+}
+
+}  // namespace
+
+TEST_CASE("--protocol v2: closed and open loop through batchd-http's /v2 inference route, every answer checked") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  test::FrontendProcess frontend(socket, {"--workers", "1"});
+  const std::string url = "http://127.0.0.1:" + std::to_string(frontend.port());
+  const std::uint64_t requests = test::scaled(400, 50);
+  const test::StressRun closed = test::run_stress({"--http", url, "--protocol", "v2", "--threads", "2", "--requests",
+                                                   std::to_string(requests), "--timeout-ms", "20000"});
+  check_all_right(closed, requests);
+  CHECK(closed.process.out.find(R"("protocol":"v2")") != std::string::npos);
+  const test::StressRun open = test::run_stress({"--http", url, "--protocol", "v2", "--rate", "400", "--connections",
+                                                 "4", "--pipeline-depth", "8", "--requests", std::to_string(requests),
+                                                 "--timeout-ms", "20000"});
+  check_all_right(open, requests);
+  const std::uint64_t few = test::scaled(50, 10);
+  check_all_wrong(test::run_stress({"--http", url, "--protocol", "v2", "--threads", "2", "--requests",
+                                    std::to_string(few), "--cost", "2", "--timeout-ms", "20000"}),
+                  few);
+}
+
+TEST_CASE("--protocol grpc: closed and open loop through batchd-grpc over several channels, every answer checked" *
+          doctest::skip(kGrpcUnderTsan)) {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  GrpcFrontend frontend(socket);
+  const std::uint64_t requests = test::scaled(400, 50);
+  const test::StressRun closed = test::run_stress({"--grpc", frontend.target(), "--protocol", "grpc", "--threads", "2",
+                                                   "--requests", std::to_string(requests), "--timeout-ms", "20000"});
+  check_all_right(closed, requests);
+  CHECK(closed.process.out.find(R"("transport":"grpc","protocol":"grpc","connections":2)") != std::string::npos);
+  // Two lanes (completion queues), each with two channels of its own.
+  const test::StressRun open = test::run_stress({"--grpc", frontend.target(), "--rate", "400", "--connections", "4",
+                                                 "--io-threads", "2", "--requests", std::to_string(requests),
+                                                 "--timeout-ms", "20000"});
+  check_all_right(open, requests);
+  const std::uint64_t few = test::scaled(50, 10);
+  check_all_wrong(test::run_stress({"--grpc", frontend.target(), "--threads", "2", "--requests", std::to_string(few),
+                                    "--cost", "2", "--timeout-ms", "20000"}),
+                  few);
+}
+
+TEST_CASE("--protocol, --http and --grpc that do not fit together: a usage error that says why, before any load") {
+  const struct {
+    std::vector<std::string> args;
+    const char* why;
+  } cases[] = {
+      {{"--protocol", "grpc"}, "needs --grpc HOST:PORT"},
+      {{"--protocol", "grpc", "--http", "http://127.0.0.1:1"}, "not to --http"},
+      {{"--grpc", "127.0.0.1:1", "--protocol", "v1"}, "goes with --protocol grpc"},
+      {{"--grpc", "127.0.0.1:1", "--protocol", "v2"}, "goes with --protocol grpc"},
+      {{"--protocol", "v2"}, "needs --http"},
+      {{"--grpc", "127.0.0.1"}, "HOST:PORT"},
+      {{"--grpc", "127.0.0.1:1", "--pipeline-depth", "4"}, "not --grpc"},
+      {{"--grpc", "127.0.0.1:1", "--priority-mix", "high:50,low:50"}, "no priority classes"},
+  };
+  for (const auto& c : cases) {
+    const test::StressRun run = test::run_stress(c.args);
+    INFO("args: ", c.args.front(), " ", c.args[1], "\nstdout: ", run.process.out, "\nstderr: ", run.process.err);
+    CHECK(run.process.exit_code() == kExitUsage);
+    CHECK(run.process.err.find(c.why) != std::string::npos);
   }
 }
