@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quick start: set up, build, and run batchd in the foreground on the cpu backend, with its HTTP
-# front-end batchd-http beside it on 127.0.0.1:8080 (HTTP_LISTEN overrides). Extra arguments go
-# to batchd (for example --max-wait-ms 5 or --socket PATH). Ctrl-C stops both.
+# front-end batchd-http beside it on 127.0.0.1:8080 (HTTP_LISTEN overrides) and its gRPC one,
+# batchd-grpc, on 127.0.0.1:8001 (GRPC_LISTEN). Extra arguments go to batchd (for example
+# --max-wait-ms 5 or --socket PATH). Ctrl-C stops all three.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -25,12 +26,16 @@ if [ -z "$socket" ]; then
   args+=(--socket "$socket")
 fi
 listen=${HTTP_LISTEN:-127.0.0.1:8080}
-# The front-end attaches whenever the daemon is up, so it may start first.
+grpc_listen=${GRPC_LISTEN:-127.0.0.1:8001}
+# The front-ends attach whenever the daemon is up, so they may start first.
 build-release/frontend/batchd-http --listen "$listen" --socket "$socket" --workers 1 &
 http_pid=$!
-trap 'kill "$http_pid" 2>/dev/null; wait "$http_pid" 2>/dev/null' EXIT
-echo "batchd: socket $socket, HTTP on $listen (Ctrl-C stops both)"
+build-release/grpc_frontend/batchd-grpc --listen "$grpc_listen" --socket "$socket" --log-level warn &
+grpc_pid=$!
+trap 'kill "$http_pid" "$grpc_pid" 2>/dev/null; wait "$http_pid" "$grpc_pid" 2>/dev/null' EXIT
+echo "batchd: socket $socket, HTTP on $listen, gRPC on $grpc_listen (Ctrl-C stops all three)"
 echo "send it a request:  build-release/tools/batchd-send --socket $socket 'hello'"
 echo "over HTTP:          curl -s http://$listen/v1/batchstring -d '{\"input\": \"hello\"}'"
+echo "Triton's clients:    http://$listen/v2 and $grpc_listen (model batchstring; docs/OIP.md)"
 echo "load it:            build-release/tools/batchd-stress --socket $socket --rate 10000 --duration 10"
 build-release/daemon/batchd --backend cpu "${args[@]}"

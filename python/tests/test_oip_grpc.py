@@ -388,6 +388,29 @@ def test_overloaded_is_unavailable(start_daemon: Callable[..., str], start_grpc:
                 time.sleep(0.01)
 
 
+def test_tls_serves_tls_only(socket_dir: str, start_daemon: Callable[..., str],
+                             start_grpc: Callable[..., str]) -> None:
+    """--tls-cert/--tls-key: tritonclient with ssl=True and the certificate as its root is answered;
+    a plain-text channel to the same port is refused."""
+    key, cert = os.path.join(socket_dir, "key.pem"), os.path.join(socket_dir, "cert.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    address = start_grpc(start_daemon("--backend", "cpu"), "--tls-cert", cert, "--tls-key", key, wait_ready=False)
+    # The certificate names localhost; the address stays 127.0.0.1 (localhost may resolve to ::1 first).
+    secure = triton.InferenceServerClient(address, ssl=True, root_certificates=cert,
+                                          channel_args=[("grpc.ssl_target_name_override", "localhost")])
+    deadline = time.monotonic() + 20
+    while not secure.is_server_ready():  # attaches to the daemon on a thread of its own
+        assert time.monotonic() < deadline, "batchd-grpc over TLS did not become ready"
+        time.sleep(0.05)
+    texts = ["tls", "über"]
+    result = secure.infer(MODEL, [_input(texts)])
+    assert [v.decode() for v in result.as_numpy("OUTPUT").reshape(-1)] == [sha256_hex(t) for t in texts]
+    secure.close()
+    assert not _ready(address)  # plain text gets no answer
+
+
 def test_no_daemon_is_unavailable(socket_dir: str, start_grpc: Callable[..., str]) -> None:
     address = start_grpc(os.path.join(socket_dir, "nobody.sock"), wait_ready=False)
     with triton.InferenceServerClient(address) as client:
