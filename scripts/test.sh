@@ -100,7 +100,7 @@ compile() {  # dir, label
 compile_rest() {
   local from rc target
   from=$(date +%s)
-  for target in http segment; do  # a failure here shows in the fuzz test, which builds again
+  for target in http v2 segment; do  # a failure here shows in the fuzz test, which builds again
     tests/fuzz/run-fuzz.sh "$PWD" "$PWD/build-debug/tests/fuzz" 0 "$target" >/dev/null 2>&1
   done
   ninja -C build-debug >build-debug-rest.build.log 2>&1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds a libFuzzer target with clang (the project's compiler is g++, which has no libFuzzer) and
 # runs it for a bounded time from its seed corpus. Targets: http (batchd-http's request parsing
-# and routing) and segment (the daemon's reader of a client's shared-memory segment).
+# and routing), v2 (its /v2 inference requests, JSON and binary) and segment (the daemon's reader
+# of a client's shared-memory segment).
 # Usage: run-fuzz.sh SOURCE_ROOT BUILD_DIR [SECONDS] [TARGET]. SECONDS is scaled by
 # BATCHD_TEST_SCALE; 0 builds the binary and runs nothing (scripts/test.sh builds them ahead).
 # Fails where clang++ or the libFuzzer runtime is missing (scripts/setup.sh installs both): exit
@@ -32,11 +33,16 @@ if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned 
   exit 1
 fi
 
+# The routing serves /openapi.json from a source meson generates (frontend/meson.build).
+openapi_cpp=${BATCHD_OPENAPI_SPEC_CPP:-$2/../../frontend/openapi_spec.cpp}
+require_openapi() {
+  [ -f "$openapi_cpp" ] || { echo "$openapi_cpp is missing: build the project with meson first"; exit 1; }
+}
+
+defines=()
 case $target in
   http)
-    # The routing serves /openapi.json from a source meson generates (frontend/meson.build).
-    openapi_cpp=${BATCHD_OPENAPI_SPEC_CPP:-$2/../../frontend/openapi_spec.cpp}
-    [ -f "$openapi_cpp" ] || { echo "$openapi_cpp is missing: build the project with meson first"; exit 1; }
+    require_openapi
     sources=("$src/tests/fuzz/fuzz_http.cpp" "$src/frontend/connection.cpp" "$src/frontend/http_api.cpp"
              "$src/frontend/http_response.cpp" "$src/text/json_escape.cpp" "$src/client_lib/priority.cpp"
              "$openapi_cpp")
@@ -44,6 +50,17 @@ case $target in
              "$src/client_lib/client_segment.hpp")
     packages=(simdjson)
     seeds=$src/tests/fuzz/corpus ;;
+  v2)
+    # V2Api reads X-Timeout-Ms and X-Priority with http_api's helpers, which bring the router along.
+    require_openapi
+    sources=("$src/tests/fuzz/fuzz_v2.cpp" "$src/frontend/v2_api.cpp" "$src/frontend/http_api.cpp"
+             "$src/frontend/http_response.cpp" "$src/text/json_escape.cpp" "$src/client_lib/priority.cpp"
+             "$src/oip/bytes_tensor.cpp" "$src/oip/model.cpp" "$openapi_cpp")
+    headers=("$src"/frontend/*.hpp "$src"/text/*.hpp "$src"/oip/*.hpp "$src/client_lib/client.hpp"
+             "$src/client_lib/client_segment.hpp" "$src/tests/http/fake_api_context.hpp")
+    packages=(simdjson fmt)
+    defines=(-DBATCHD_VERSION='"fuzz"')
+    seeds=$src/tests/fuzz/corpus-v2 ;;
   segment)
     sources=("$src/tests/fuzz/fuzz_segment.cpp" "$src/daemon/client_session.cpp" "$src/shm/layout.cpp"
              "$src/shm/memfd_region.cpp" "$src/shm/fd.cpp" "$src/shm/futex.cpp")
@@ -60,7 +77,7 @@ if [ ! -x "$binary" ] || [ "$(cat "$binary.sha256" 2>/dev/null)" != "$digest" ];
   echo "building $binary with $cxx"
   # shellcheck disable=SC2046  # pkg-config's words are meant to split
   "$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
-    -fno-sanitize-recover=undefined -I"$src" -isystem /usr/include/concurrentqueue \
+    -fno-sanitize-recover=undefined "${defines[@]}" -I"$src" -isystem /usr/include/concurrentqueue \
     $(pkg-config --cflags "${packages[@]}") "${sources[@]}" $(pkg-config --libs "${packages[@]}") \
     -o "$binary.tmp"
   mv "$binary.tmp" "$binary"
