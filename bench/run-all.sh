@@ -13,15 +13,17 @@
 #      claiming high priority without a grant), against the light client alone,
 #      bench/workers.py  worker processes: against the in-process backend, Python, the langid
 #      example, chaos, attach/kill cycles (13 minutes more),
+#      bench/oip.py  the Open Inference Protocol under Triton's perf_analyzer (from .venv, which
+#      scripts/setup_venv.sh makes), wrk on /v1 and /v2, and 10,000/s over gRPC (6 minutes more),
 #   7. bench/report.py  docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
-# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service hostile workers report
+# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service hostile workers oip report
 # Environment: SWEEP_QUICK=1 (a 3x3x3 sweep, for trying the pipeline), SWEEP_POINT_S, IPC_DURATION,
 # IPC_REPEATS, OPENLOOP_DURATION, OPENLOOP_RATES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-release
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service hostile workers report)
+[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service hostile workers oip report)
 wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 started=$SECONDS
 
@@ -52,5 +54,10 @@ fi
 if wants service; then echo "== service: overload, idle, a slow device"; /usr/bin/python3 bench/service.py; fi
 if wants hostile; then echo "== hostile: a light client beside floods"; /usr/bin/python3 bench/hostile.py; fi
 if wants workers; then echo "== worker processes"; /usr/bin/python3 bench/workers.py; fi
+if wants oip; then
+  echo "== the Open Inference Protocol"
+  scripts/setup_venv.sh
+  /usr/bin/python3 bench/oip.py
+fi
 if wants report; then /usr/bin/python3 bench/report.py; fi
 echo "== done in $((SECONDS - started)) s"
