@@ -14,10 +14,6 @@ void EventLoop::on_v2_request(Conn& conn, std::uint64_t seq, Request&& request) 
     return;
   }
   V2Infer& infer = std::get<V2Infer>(action);
-  if (infer.inputs.empty()) {  // a [0] tensor: answered at once, with an empty one
-    answer(conn, seq, v2_infer_response(infer.reply, {}), now_ns_);
-    return;
-  }
   Client* client = link_.client();
   if (client == nullptr) {
     answer(conn, seq, v2_error(503, "not attached to the batchd daemon: " + link_.last_error(), 1), now_ns_);

@@ -34,7 +34,9 @@ struct FrontendOptions {
   std::uint64_t jobs_max = 100000;        // jobs stored (embedded) or running on this node (Redis)
   std::uint64_t jobs_max_bytes = std::uint64_t{256} << 20;  // the embedded store's bytes
   std::uint32_t jobs_max_inputs = 256;    // inputs in one job
-  std::uint32_t max_infer_strings = 1024; // strings in one /v2 inference (the model's max_batch_size)
+  // Strings in one /v2 inference (the model's max_batch_size): a quarter of a daemon client's slots
+  // by default, so one request never takes them all (a request is admitted whole or not at all).
+  std::uint32_t max_infer_strings = 256;
   std::string jobs_redis;                 // redis://HOST[:PORT][/DB]; empty: the embedded store
 };
 

@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "oip/bytes_tensor.hpp"
+#include "oip/errors.hpp"
 #include "oip/model.hpp"
 #include "text/ascii.hpp"
 #include "text/json_escape.hpp"
@@ -52,11 +53,18 @@ bool parse_size(std::string_view text, std::uint64_t& value) {
 }
 
 // The strings of a JSON "data" array: flat, or rows of strings for shape [N, 1]; no deeper.
-std::optional<Response> read_json_data(simdjson::dom::array data, std::vector<std::string_view>& out) {
+Response too_many_strings(std::size_t max_elements) {
+  return v2_error(400, fmt::format("input 'INPUT' holds more than {} strings (max_batch_size)", max_elements));
+}
+
+// At most max_elements + 1 strings are taken: a peer's rows may hold far more than its shape says.
+std::optional<Response> read_json_data(simdjson::dom::array data, std::size_t max_elements,
+                                       std::vector<std::string_view>& out) {
   for (simdjson::dom::element item : data) {
     std::string_view value;
     if (item.get_string().get(value) == simdjson::SUCCESS) {
       out.push_back(value);
+      if (out.size() > max_elements) return too_many_strings(max_elements);
       continue;
     }
     simdjson::dom::array row;
@@ -68,6 +76,7 @@ std::optional<Response> read_json_data(simdjson::dom::array data, std::vector<st
         return v2_error(400, "input 'INPUT': \"data\" may nest one level (rows of strings) and must hold JSON strings");
       }
       out.push_back(value);
+      if (out.size() > max_elements) return too_many_strings(max_elements);
     }
   }
   return std::nullopt;
@@ -240,7 +249,7 @@ V2Action V2Api::infer(const Request& request) {
                                      binary.size(), binary_used));
   }
   if (auto refused = read_outputs(root, infer)) return std::move(*refused);
-  if (auto refused = check_inputs(infer)) return std::move(*refused);
+  if (auto wrong = oip::check_strings(infer.inputs, context_.max_input_bytes())) return v2_error(400, *wrong);
   return infer;
 }
 
@@ -272,15 +281,11 @@ std::optional<Response> V2Api::read_input(simdjson::dom::object input, std::stri
   if (input.at_key("name").get_string().get(name) != simdjson::SUCCESS) {
     return v2_error(400, "the input has no \"name\" string");
   }
-  if (name != oip::kInputName) {
-    return v2_error(400, fmt::format("unexpected inference input '{}' for model '{}': it takes '{}'",
-                                     name.substr(0, 128), oip::kModelName, oip::kInputName));
-  }
   std::string_view datatype;
-  if (input.at_key("datatype").get_string().get(datatype) != simdjson::SUCCESS || datatype != oip::kBytesType) {
-    return v2_error(400, fmt::format("input '{}' must have datatype BYTES, not '{}'", oip::kInputName,
-                                     datatype.substr(0, 32)));
+  if (input.at_key("datatype").get_string().get(datatype) != simdjson::SUCCESS) {
+    return v2_error(400, "input 'INPUT' has no \"datatype\" string");
   }
+  if (auto wrong = oip::check_input_tensor(name, datatype)) return v2_error(400, *wrong);
   simdjson::dom::array shape;
   if (input.at_key("shape").get_array().get(shape) != simdjson::SUCCESS) {
     return v2_error(400, "input 'INPUT' needs \"shape\", a JSON array of whole numbers");
@@ -324,11 +329,9 @@ std::optional<Response> V2Api::read_input(simdjson::dom::object input, std::stri
     return v2_error(400, "input 'INPUT' needs \"data\" (a JSON array) or a binary_data_size parameter");
   }
   // A peer's array may be far longer than its shape says: no more than the limit is read.
-  if (data.size() > limits_.max_elements) {
-    return v2_error(400, fmt::format("input 'INPUT' holds more than {} strings (max_batch_size)", limits_.max_elements));
-  }
+  if (data.size() > limits_.max_elements) return too_many_strings(limits_.max_elements);
   infer.inputs.reserve(check.elements);
-  if (auto refused = read_json_data(data, infer.inputs)) return refused;
+  if (auto refused = read_json_data(data, limits_.max_elements, infer.inputs)) return refused;
   if (infer.inputs.size() != check.elements) {
     return v2_error(400, fmt::format("input 'INPUT' has {} strings in \"data\" but its shape holds {}",
                                      infer.inputs.size(), check.elements));
@@ -346,10 +349,7 @@ std::optional<Response> V2Api::read_outputs(simdjson::dom::object root, V2Infer&
     if (item.at_key("name").get_string().get(name) != simdjson::SUCCESS) {
       return v2_error(400, "each of \"outputs\" needs a \"name\" string");
     }
-    if (name != oip::kOutputName) {
-      return v2_error(400, fmt::format("unexpected inference output '{}' for model '{}': it has '{}'",
-                                       name.substr(0, 128), oip::kModelName, oip::kOutputName));
-    }
+    if (auto wrong = oip::check_output_name(name)) return v2_error(400, *wrong);
     simdjson::dom::element parameters;
     if (item.at_key("parameters").get(parameters) != simdjson::SUCCESS) continue;
     if (!parameters.is_object()) return v2_error(400, "output 'OUTPUT': \"parameters\" must be a JSON object");
@@ -359,23 +359,6 @@ std::optional<Response> V2Api::read_outputs(simdjson::dom::object root, V2Infer&
     if (parameters.at_key("binary_data").get(field) == simdjson::SUCCESS &&
         field.get_bool().get(infer.reply.binary) != simdjson::SUCCESS) {
       return v2_error(400, "the output parameter binary_data must be true or false");
-    }
-  }
-  return std::nullopt;
-}
-
-// What the daemon would refuse anyway, refused for the whole request before any string is sent,
-// naming the string at fault.
-std::optional<Response> V2Api::check_inputs(const V2Infer& infer) {
-  const std::uint32_t max_input = context_.max_input_bytes();
-  for (std::size_t i = 0; i < infer.inputs.size(); ++i) {
-    const std::string_view input = infer.inputs[i];
-    if (max_input != 0 && input.size() > max_input) {
-      return v2_error(400, fmt::format("string {} of input 'INPUT' is {} bytes, over the daemon's limit of {}", i,
-                                       input.size(), max_input));
-    }
-    if (!simdjson::validate_utf8(input.data(), input.size())) {
-      return v2_error(400, fmt::format("string {} of input 'INPUT' is not valid UTF-8", i));
     }
   }
   return std::nullopt;
@@ -401,20 +384,8 @@ Response v2_error(unsigned status, std::string_view message, unsigned retry_afte
 }
 
 Response v2_response_for_error(const Error& error) {
-  switch (error.code) {
-    case ErrorCode::kTimeout: return v2_error(504, error.message);
-    case ErrorCode::kOverloaded: return v2_error(503, error.message, 1);
-    case ErrorCode::kTooLarge:
-    case ErrorCode::kInvalidUtf8: return v2_error(400, error.message);
-    case ErrorCode::kBackendError:
-    case ErrorCode::kProtocolError: return v2_error(500, error.message);
-    case ErrorCode::kDaemonUnavailable:
-    case ErrorCode::kBackendUnavailable:
-    case ErrorCode::kCancelled:
-    case ErrorCode::kTooManyClients: return v2_error(503, error.message, 1);
-    case ErrorCode::kPermissionDenied: return v2_error(503, error.message);
-  }
-  return v2_error(500, error.message);
+  const oip::ErrorMapping mapping = oip::map_error(error.code);
+  return v2_error(mapping.http_status, error.message, mapping.retry_after_s);
 }
 
 Response v2_infer_response(const V2Reply& reply, std::span<Result> results) {

@@ -46,7 +46,7 @@ using V2Action = std::variant<Response, V2Infer>;
 
 struct V2Limits {
   ApiLimits api;
-  std::size_t max_elements = 1024;  // strings in one inference: the configuration's max_batch_size
+  std::size_t max_elements = 256;  // strings in one inference: the configuration's max_batch_size
 };
 
 // One per event loop: it owns a JSON parser whose buffers are reused between requests.
@@ -64,7 +64,6 @@ class V2Api {
                                      std::size_t& binary_used, V2Infer& infer);
   std::optional<Response> read_parameters(simdjson::dom::object root, V2Infer& infer);
   std::optional<Response> read_outputs(simdjson::dom::object root, V2Infer& infer);
-  std::optional<Response> check_inputs(const V2Infer& infer);
   Response ready();
   Response statistics();
 

@@ -66,11 +66,6 @@ std::optional<NotReady> DaemonPool::not_ready(std::uint64_t max_queue) {
   return std::nullopt;
 }
 
-std::uint32_t DaemonPool::max_input_bytes() noexcept {
-  Client* client = pick();
-  return client != nullptr ? client->max_input_bytes() : 0;
-}
-
 void DaemonPool::run(Member& member) {
   if (!attach(member)) return;
   pump(*member.owned);

@@ -29,8 +29,6 @@ class DaemonPool {
   Client* pick() noexcept;
   // Nothing when every client is attached and the daemon can take work; else why not. Any thread.
   std::optional<NotReady> not_ready(std::uint64_t max_queue);
-  // The daemon's largest input, or 0 while no client is attached.
-  std::uint32_t max_input_bytes() noexcept;
   // Stops the threads (after the server has finished its RPCs: answers still owed are lost).
   void stop();
 

@@ -1,11 +1,11 @@
 #include "grpc_frontend/infer_request.hpp"
 
 #include <fmt/format.h>
-#include <simdjson.h>
 
 #include <algorithm>
 
 #include "oip/bytes_tensor.hpp"
+#include "oip/errors.hpp"
 #include "oip/model.hpp"
 
 namespace batchd::grpcfront {
@@ -26,8 +26,7 @@ bool has_non_bytes_contents(const inference::InferTensorContents& contents) {
 
 // Triton's request timeout, in microseconds, as an int64 or uint64 parameter.
 grpc::Status read_timeout(const inference::ModelInferRequest& request, const InferLimits& limits,
-                          std::chrono::milliseconds& timeout) {
-  timeout = limits.default_timeout;
+                          std::optional<std::chrono::milliseconds>& timeout) {
   const auto it = request.parameters().find("timeout");
   if (it == request.parameters().end()) return grpc::Status::OK;
   std::uint64_t us = 0;
@@ -70,20 +69,6 @@ grpc::Status read_data(const inference::ModelInferRequest& request, std::size_t 
   return grpc::Status::OK;
 }
 
-grpc::Status check_strings(const ParsedInfer& parsed, std::uint32_t max_input_bytes) {
-  for (std::size_t i = 0; i < parsed.inputs.size(); ++i) {
-    const std::string_view input = parsed.inputs[i];
-    if (max_input_bytes != 0 && input.size() > max_input_bytes) {
-      return invalid(fmt::format("string {} of input 'INPUT' is {} bytes, over the daemon's limit of {}", i,
-                                 input.size(), max_input_bytes));
-    }
-    if (!simdjson::validate_utf8(input.data(), input.size())) {
-      return invalid(fmt::format("string {} of input 'INPUT' is not valid UTF-8", i));
-    }
-  }
-  return grpc::Status::OK;
-}
-
 }  // namespace
 
 grpc::Status parse_infer_request(const inference::ModelInferRequest& request, const InferLimits& limits,
@@ -96,19 +81,9 @@ grpc::Status parse_infer_request(const inference::ModelInferRequest& request, co
                                oip::kInputName, request.inputs_size()));
   }
   const auto& input = request.inputs(0);
-  if (input.name() != oip::kInputName) {
-    return invalid(fmt::format("unexpected inference input '{}' for model '{}': it takes '{}'",
-                               std::string_view(input.name()).substr(0, 128), oip::kModelName, oip::kInputName));
-  }
-  if (input.datatype() != oip::kBytesType) {
-    return invalid(fmt::format("input '{}' must have datatype BYTES, not '{}'", oip::kInputName,
-                               std::string_view(input.datatype()).substr(0, 32)));
-  }
+  if (auto wrong = oip::check_input_tensor(input.name(), input.datatype())) return invalid(*wrong);
   for (const auto& output : request.outputs()) {
-    if (output.name() != oip::kOutputName) {
-      return invalid(fmt::format("unexpected inference output '{}' for model '{}': it has '{}'",
-                                 std::string_view(output.name()).substr(0, 128), oip::kModelName, oip::kOutputName));
-    }
+    if (auto wrong = oip::check_output_name(output.name())) return invalid(*wrong);
   }
   out.reply.shape.assign(input.shape().begin(), input.shape().end());
   const oip::ShapeCheck check = oip::check_input_shape(out.reply.shape, limits.max_elements);
@@ -116,7 +91,8 @@ grpc::Status parse_infer_request(const inference::ModelInferRequest& request, co
   if (grpc::Status status = read_timeout(request, limits, out.timeout); !status.ok()) return status;
   if (grpc::Status status = read_data(request, check.elements, out); !status.ok()) return status;
   out.reply.id = oip::echoed_id(request.id());
-  return check_strings(out, max_input_bytes);
+  if (auto wrong = oip::check_strings(out.inputs, max_input_bytes)) return invalid(*wrong);
+  return grpc::Status::OK;
 }
 
 void fill_infer_response(const InferReply& reply, std::span<Result> results, inference::ModelInferResponse& response) {
@@ -135,24 +111,7 @@ void fill_infer_response(const InferReply& reply, std::span<Result> results, inf
 }
 
 grpc::Status status_for_error(const Error& error) {
-  using grpc::StatusCode;
-  auto code = [](ErrorCode c) {
-    switch (c) {
-      case ErrorCode::kTimeout: return StatusCode::DEADLINE_EXCEEDED;
-      case ErrorCode::kTooLarge:
-      case ErrorCode::kInvalidUtf8: return StatusCode::INVALID_ARGUMENT;
-      case ErrorCode::kBackendError:
-      case ErrorCode::kProtocolError: return StatusCode::INTERNAL;
-      case ErrorCode::kCancelled: return StatusCode::CANCELLED;
-      case ErrorCode::kOverloaded:
-      case ErrorCode::kDaemonUnavailable:
-      case ErrorCode::kBackendUnavailable:
-      case ErrorCode::kPermissionDenied:
-      case ErrorCode::kTooManyClients: return StatusCode::UNAVAILABLE;
-    }
-    return StatusCode::INTERNAL;
-  };
-  return grpc::Status(code(error.code), error.message);
+  return grpc::Status(static_cast<grpc::StatusCode>(oip::map_error(error.code).grpc_code), error.message);
 }
 
 }  // namespace batchd::grpcfront

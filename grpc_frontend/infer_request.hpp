@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,7 +20,7 @@
 namespace batchd::grpcfront {
 
 struct InferLimits {
-  std::size_t max_elements = 1024;                 // strings in one request (max_batch_size)
+  std::size_t max_elements = 256;                  // strings in one request (max_batch_size)
   std::chrono::milliseconds default_timeout{5000};  // with neither a deadline nor a timeout
   std::chrono::milliseconds max_timeout{60000};
 };
@@ -34,7 +35,7 @@ struct ParsedInfer {
   // Views into the request message: valid while it is.
   std::vector<std::string_view> inputs;
   InferReply reply;
-  std::chrono::milliseconds timeout{};  // the "timeout" parameter (µs), else the default; capped
+  std::optional<std::chrono::milliseconds> timeout;  // the "timeout" parameter (µs), capped; if given
 };
 
 // Checks `request` and fills `out`. NOT_FOUND for another model or version, INVALID_ARGUMENT

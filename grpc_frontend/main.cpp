@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -49,6 +50,19 @@ void add_flags(CLI::App& app, GrpcOptions& o, std::string& log_level) {
   app.add_option("--max-stream-in-flight", o.max_stream_in_flight,
                  "requests a stream may have unanswered or unsent before it is not read")
       ->capture_default_str()->check(CLI::Range(1U, 65536U));
+  app.add_option("--max-stream-queued-bytes", o.max_stream_queued_bytes,
+                 "bytes of answers a stream may have waiting to be written before it is not read")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{1} << 16, std::uint64_t{1} << 34));
+  app.add_option("--write-timeout-ms", o.write_timeout_ms,
+                 "cancel a stream whose client does not take an answer within this long")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{10}, std::int64_t{3'600'000}));
+  app.add_option("--max-calls", o.max_calls, "inference calls and streams open at once (RESOURCE_EXHAUSTED beyond)")
+      ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
+  app.add_option("--max-streams-per-connection", o.max_streams_per_connection,
+                 "HTTP/2 streams (calls) one client connection may have open at once")
+      ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
+  app.add_option("--max-memory-bytes", o.max_memory_bytes, "memory gRPC may use for all connections' buffers")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{16} << 20, std::uint64_t{1} << 40));
   app.add_option("--ready-max-queue", o.ready_max_queue, "ServerReady fails while the daemon's queue is this deep")
       ->capture_default_str();
   app.add_option("--drain-timeout-ms", o.drain_timeout_ms,
@@ -97,15 +111,26 @@ int serve(const GrpcOptions& options, const sigset_t& signals) {
   context.limits.default_timeout = std::chrono::milliseconds(options.default_timeout_ms);
   context.limits.max_timeout = std::chrono::milliseconds(options.max_timeout_ms);
   context.max_stream_in_flight = options.max_stream_in_flight;
+  context.max_stream_queued_bytes = options.max_stream_queued_bytes;
+  context.max_calls = options.max_calls;
   context.ready_max_queue = options.ready_max_queue;
   context.pool = &pool;
+  batchd::grpcfront::StreamWatchdog watchdog(std::chrono::milliseconds(options.write_timeout_ms));
+  context.watchdog = &watchdog;
   batchd::grpcfront::InferenceService service(context);
 
+  // What a peer can make the server hold is bounded: a message by --max-message-bytes, calls by
+  // --max-calls (and per connection by --max-streams-per-connection), and gRPC's buffers by a
+  // resource quota, past which it refuses new streams rather than grow.
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen, credentials(options), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  grpc::ResourceQuota quota("batchd-grpc");
+  quota.Resize(options.max_memory_bytes);
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(options.max_streams_per_connection));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) throw std::runtime_error("cannot listen on " + options.listen);
   spdlog::info("batchd-grpc: listening on {} (port {}){}", options.listen, port,

@@ -39,7 +39,7 @@ void set_duration(inference::StatisticDuration& duration, std::uint64_t count, s
 
 
 // One ModelInfer call. Deleted when both gRPC is done with it (OnDone) and its constructor has
-// returned: the daemon's answer may finish the call on another thread before then.
+// returned: the daemon's answer may finish the call on another thread while it still runs.
 class UnaryInfer final : public grpc::ServerUnaryReactor {
  public:
   UnaryInfer(grpc::CallbackServerContext* call, const inference::ModelInferRequest* request,
@@ -57,41 +57,35 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
     }
     if (fan) fan->cancel();  // the answer comes as cancelled, and finishes the call
   }
-  void OnDone() override { release(); }
+  void OnDone() override {
+    release_call(context_);
+    release();
+  }
 
  private:
   void start(const grpc::CallbackServerContext& call, const inference::ModelInferRequest& request) {
-    Client* client = context_.pool->pick();
-    ParsedInfer parsed;
-    grpc::Status status =
-        parse_infer_request(request, context_.limits, client != nullptr ? client->max_input_bytes() : 0, parsed);
-    if (status.ok() && client == nullptr) {
-      status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "not attached to the batchd daemon");
-    }
-    if (!status.ok()) {
-      complete(status, 0);
+    PreparedInfer prepared;
+    if (grpc::Status refused = prepare_infer(call, request, context_, prepared); !refused.ok()) {
+      Finish(refused);
       return;
     }
-    reply_ = std::move(parsed.reply);
-    strings_ = parsed.inputs.size();
+    reply_ = std::move(prepared.parsed.reply);
+    strings_ = prepared.parsed.inputs.size();
     std::shared_ptr<FanOut> fan =
-        FanOut::start(*client, parsed.inputs, infer_timeout(call, parsed.timeout), Priority::kNormal,
+        FanOut::start(*prepared.client, prepared.parsed.inputs, prepared.timeout, Priority::kNormal,
                       [this](FanOut::Outcome&& outcome) { on_answer(std::move(outcome)); });
     std::lock_guard lock(mu_);
     fan_ = std::move(fan);
   }
 
   void on_answer(FanOut::Outcome&& outcome) {
+    grpc::Status status = grpc::Status::OK;
     if (outcome.error) {
-      complete(status_for_error(*outcome.error), strings_);
-      return;
+      status = status_for_error(*outcome.error);
+    } else {
+      fill_infer_response(reply_, outcome.results, *response_);
     }
-    fill_infer_response(reply_, outcome.results, *response_);
-    complete(grpc::Status::OK, strings_);
-  }
-
-  void complete(const grpc::Status& status, std::size_t strings) {
-    context_.counters.record(status.ok(), shm::monotonic_ns() - started_ns_, strings);
+    context_.counters.record(status.ok(), shm::monotonic_ns() - started_ns_, strings_);
     Finish(status);
   }
 
@@ -111,11 +105,41 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
-std::chrono::milliseconds infer_timeout(const grpc::CallbackServerContext& call, std::chrono::milliseconds timeout) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(call.deadline() -
-                                                                          std::chrono::system_clock::now());
-  return std::max(std::chrono::milliseconds(1), std::min(timeout, left));
+grpc::Status prepare_infer(const grpc::CallbackServerContext& call, const inference::ModelInferRequest& request,
+                           const ServiceContext& context, PreparedInfer& out) {
+  out.client = context.pool->pick();
+  grpc::Status status = parse_infer_request(request, context.limits,
+                                            out.client != nullptr ? out.client->max_input_bytes() : 0, out.parsed);
+  if (!status.ok()) return status;
+  if (out.client == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not attached to the batchd daemon");
+  // A call without a deadline has the largest time point as its deadline.
+  const auto deadline = call.deadline();
+  const bool has_deadline = deadline != std::chrono::system_clock::time_point::max();
+  const auto left = has_deadline ? std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       deadline - std::chrono::system_clock::now())
+                                 : context.limits.max_timeout;
+  if (out.parsed.timeout) {
+    out.timeout = std::min(*out.parsed.timeout, left);
+  } else {
+    out.timeout = has_deadline ? std::min(left, context.limits.max_timeout) : context.limits.default_timeout;
+  }
+  out.timeout = std::max(std::chrono::milliseconds(1), out.timeout);
+  return grpc::Status::OK;
 }
+
+grpc::Status too_many_calls(const ServiceContext& context) {
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      "this server has its maximum of " + std::to_string(context.max_calls) +
+                          " inference calls and streams open (--max-calls); retry later");
+}
+
+bool take_call(ServiceContext& context) {
+  if (context.calls.fetch_add(1, std::memory_order_relaxed) < context.max_calls) return true;
+  context.calls.fetch_sub(1, std::memory_order_relaxed);
+  return false;
+}
+
+void release_call(ServiceContext& context) { context.calls.fetch_sub(1, std::memory_order_relaxed); }
 
 std::optional<NotReady> InferenceService::not_ready() {
   if (context_.draining.load(std::memory_order_acquire)) return NotReady{"draining", "the server is shutting down"};
@@ -240,6 +264,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServer
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* call,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
+  if (!take_call(context_)) return finish(call, too_many_calls(context_));
   return new UnaryInfer(call, request, response, context_);
 }
 

@@ -5,10 +5,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 
 #include "grpc_frontend/daemon_pool.hpp"
 #include "grpc_frontend/infer_request.hpp"
 #include "grpc_frontend/options.hpp"
+#include "grpc_frontend/stream_watchdog.hpp"
 #include "oip/grpc_service.grpc.pb.h"
 #include "oip/infer_counters.hpp"
 
@@ -18,11 +20,36 @@ namespace batchd::grpcfront {
 struct ServiceContext {
   InferLimits limits;
   std::uint32_t max_stream_in_flight = 256;
+  std::size_t max_stream_queued_bytes = 16U << 20;  // a stream's answers waiting to be written
+  std::uint32_t max_calls = 4096;                   // inference calls and streams open at once
   std::uint64_t ready_max_queue = 65536;
   DaemonPool* pool = nullptr;
+  StreamWatchdog* watchdog = nullptr;
   oip::InferCounters counters;
-  std::atomic<bool> draining{false};  // SIGTERM: ServerReady fails while RPCs finish
+  std::atomic<std::uint32_t> calls{0};  // inference calls and streams open now
+  std::atomic<bool> draining{false};    // SIGTERM: ServerReady fails while RPCs finish
 };
+
+// What an inference needs before its strings go to the daemon.
+struct PreparedInfer {
+  Client* client = nullptr;
+  ParsedInfer parsed;
+  std::chrono::milliseconds timeout{};  // what the daemon is given: see prepare_infer
+};
+
+// Checks `request` (parse_infer_request) and picks a daemon client. The timeout is the request's
+// `timeout` parameter cut to what is left of the call's deadline; without the parameter, what is
+// left of the deadline (capped at max_timeout); with neither, the default. A refusal is not an
+// inference: the statistics count only inferences that reached the daemon, as Triton's count
+// those that reached the model.
+grpc::Status prepare_infer(const grpc::CallbackServerContext& call, const inference::ModelInferRequest& request,
+                           const ServiceContext& context, PreparedInfer& out);
+
+// Takes one of max_calls for a new inference call or stream: false (answer RESOURCE_EXHAUSTED) when
+// none is left. release_call() gives it back when the call is done.
+bool take_call(ServiceContext& context);
+void release_call(ServiceContext& context);
+grpc::Status too_many_calls(const ServiceContext& context);
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
@@ -59,9 +86,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   ServiceContext& context_;
 };
-
-// The time an inference may take: its timeout, cut to what is left of the call's deadline.
-std::chrono::milliseconds infer_timeout(const grpc::CallbackServerContext& call, std::chrono::milliseconds timeout);
 
 // A new stream's reactor (stream_infer.cpp).
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* start_stream_infer(

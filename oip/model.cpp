@@ -1,6 +1,7 @@
 #include "oip/model.hpp"
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #include <algorithm>
 
@@ -57,6 +58,37 @@ ShapeCheck check_input_shape(std::span<const std::int64_t> shape, std::size_t ma
   }
   check.elements = static_cast<std::size_t>(shape[0]);
   return check;
+}
+
+std::optional<std::string> check_input_tensor(std::string_view name, std::string_view datatype) {
+  if (name != kInputName) {
+    return fmt::format("unexpected inference input '{}' for model '{}': it takes '{}'", name.substr(0, 128),
+                       kModelName, kInputName);
+  }
+  if (datatype != kBytesType) {
+    return fmt::format("input '{}' must have datatype BYTES, not '{}'", kInputName, datatype.substr(0, 32));
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> check_output_name(std::string_view name) {
+  if (name == kOutputName) return std::nullopt;
+  return fmt::format("unexpected inference output '{}' for model '{}': it has '{}'", name.substr(0, 128), kModelName,
+                     kOutputName);
+}
+
+std::optional<std::string> check_strings(std::span<const std::string_view> strings, std::uint32_t max_input_bytes) {
+  for (std::size_t i = 0; i < strings.size(); ++i) {
+    const std::string_view s = strings[i];
+    if (max_input_bytes != 0 && s.size() > max_input_bytes) {
+      return fmt::format("string {} of input '{}' is {} bytes, over the daemon's limit of {}", i, kInputName, s.size(),
+                         max_input_bytes);
+    }
+    if (!simdjson::validate_utf8(s.data(), s.size())) {
+      return fmt::format("string {} of input '{}' is not valid UTF-8", i, kInputName);
+    }
+  }
+  return std::nullopt;
 }
 
 std::string server_metadata_json(std::string_view extensions) {

@@ -48,6 +48,16 @@ struct ShapeCheck {
 };
 ShapeCheck check_input_shape(std::span<const std::int64_t> shape, std::size_t max_elements);
 
+// An input tensor's name and datatype as the request gives them: the reason they are not the
+// model's (for INVALID_ARGUMENT / 400), or nothing.
+std::optional<std::string> check_input_tensor(std::string_view name, std::string_view datatype);
+// A requested output's name: the reason it is not the model's output, or nothing.
+std::optional<std::string> check_output_name(std::string_view name);
+// The strings one request carries: the first that is over `max_input_bytes` (0: not checked; the
+// daemon checks again) or not UTF-8, named, or nothing. What the daemon would refuse anyway,
+// refused for the whole request before any string is sent.
+std::optional<std::string> check_strings(std::span<const std::string_view> strings, std::uint32_t max_input_bytes);
+
 // The JSON bodies of the HTTP metadata endpoints; `extensions` is a JSON array's inside.
 std::string server_metadata_json(std::string_view extensions);
 std::string model_metadata_json();

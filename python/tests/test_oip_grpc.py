@@ -316,7 +316,7 @@ def test_stream_with_a_thousand_in_flight(client: triton.InferenceServerClient) 
             client.async_stream_infer(MODEL, [_input(strings)], request_id=request_id)
         for _ in range(len(requests)):
             result, error = answers.get(timeout=CALL_TIMEOUT_S)
-            assert error is None, error
+            assert error is None, f"{error.status()}: {error.message()}"
             strings = requests.pop(result.get_response().id)  # each id is answered once
             _check_answers(result, strings, sha256_hex)
         assert not requests
@@ -458,6 +458,48 @@ def test_deadline_is_deadline_exceeded(slow_address: str) -> None:
         assert error is None, error
         _check_answers(result, ["unary"], sim_answer)
         assert _stats(client).inference_stats.fail.count == 3
+
+
+def test_a_deadline_longer_than_the_default_timeout_is_kept(start_daemon: Callable[..., str],
+                                                           start_grpc: Callable[..., str]) -> None:
+    """--timeout-ms is for calls with neither a deadline nor a timeout parameter: a call whose own
+    deadline is longer waits for its answer past it; one without any gets the default."""
+    daemon = start_daemon("--backend", "sim", "--sim-fixed-us", "600000", "--max-wait-ms", "1")
+    address = start_grpc(daemon, "--timeout-ms", "200")
+    with triton.InferenceServerClient(address) as client:
+        result = client.infer(MODEL, [_input(["patient"])], client_timeout=CALL_TIMEOUT_S)
+        _check_answers(result, ["patient"], sim_answer)
+        # The default 200 ms: the daemon, which knows a batch takes 600 ms, refuses it as overloaded
+        # at once (its backlog would outlast the deadline), or it passes its deadline.
+        refusal = _refusal(lambda: client.infer(MODEL, [_input(["default"])]))
+        assert refusal.status() in ("StatusCode.DEADLINE_EXCEEDED", "StatusCode.UNAVAILABLE"), refusal.message()
+        assert "deadline" in refusal.message()
+
+
+def test_calls_past_max_calls_are_resource_exhausted(start_daemon: Callable[..., str],
+                                                     start_grpc: Callable[..., str]) -> None:
+    """--max-calls bounds the inference calls and streams open at once; the next is refused at
+    once, and once a call ends there is room again."""
+    address = start_grpc(start_daemon("--backend", "cpu"), "--max-calls", "1")
+    with triton.InferenceServerClient(address) as client:
+        answers: queue.Queue = queue.Queue()
+        client.start_stream(lambda result, error: answers.put((result, error)), stream_timeout=CALL_TIMEOUT_S)
+        try:
+            client.async_stream_infer(MODEL, [_input(["held"])], request_id="held")
+            result, error = answers.get(timeout=CALL_TIMEOUT_S)  # the stream is open on the server now
+            assert error is None, error
+            refusal = _refusal(lambda: client.infer(MODEL, [_input(["x"])]))
+            assert refusal.status() == "StatusCode.RESOURCE_EXHAUSTED", refusal.message()
+            assert "--max-calls" in refusal.message()
+        finally:
+            client.stop_stream()
+        deadline = time.monotonic() + 10
+        while True:  # the stream's end reaches the server a moment after stop_stream returns
+            try:
+                _check_answers(client.infer(MODEL, [_input(["x"])]), ["x"], sha256_hex)
+                break
+            except InferenceServerException as e:
+                assert e.status() == "StatusCode.RESOURCE_EXHAUSTED" and time.monotonic() < deadline, e
 
 
 class _RawStream:

@@ -5,7 +5,7 @@
 # Any answer outside the contract (an undocumented status, header, content type or body, a 5xx
 # for bad input, a job that outlives its DELETE) fails the test. The daemon and front-end run
 # with their default limits, which are the ones the contract states, so the coverage phase's
-# boundary values (an input of 65536 and 65537 bytes, 256 and 257 inputs, 1024 and 1025 strings
+# boundary values (an input of 65536 and 65537 bytes, 256 and 257 inputs, 256 and 257 strings
 # in a /v2 inference) meet the real limits.
 # Deterministic: a fixed seed, a bounded number of examples, no example database.
 set -euo pipefail

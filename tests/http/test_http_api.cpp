@@ -91,7 +91,11 @@ TEST_CASE("413 body or input too large, 431 header too large, 404, 405") {
     check_error(stack.call(batch_request(std::string(2000, 'a'))), 413, "too_large");  // over the daemon's input
     check_error(stack.call(make_request("GET", "/healthz", {}, {"X-Pad: " + std::string(3000, 'p')})), 431,
                 "header_too_large");
-    check_error(stack.call(make_request("GET", "/v2/other")), 404, "not_found");
+    check_error(stack.call(make_request("GET", "/v3/other")), 404, "not_found");
+    // Below /v2 the Open Inference Protocol answers, with its own error body.
+    const HttpResponse v2_unknown = stack.call(make_request("GET", "/v2/other"));
+    CHECK(v2_unknown.status == 404);
+    CHECK(v2_unknown.body.starts_with(R"({"error":"no such resource: /v2/other)"));
     const HttpResponse get_batch = stack.call(make_request("GET", "/v1/batchstring"));
     check_error(get_batch, 405, "method_not_allowed");
     CHECK(get_batch.header("allow") == "POST");
