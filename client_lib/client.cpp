@@ -107,6 +107,15 @@ std::optional<Error> ClientImpl::write_locked(std::string_view input, Use use, R
   return std::nullopt;
 }
 
+std::optional<Error> ClientImpl::check_free_slots_locked(std::size_t needed) {
+  Segment& seg = *current_;
+  if (seg.free.size() < needed) (void)seg.reclaim_abandoned();
+  if (seg.free.size() >= needed) return std::nullopt;
+  return Error{ErrorCode::kOverloaded,
+               fmt::format("{} requests need as many free slots, and {} of this client's {} are free; "
+                           "retry later", needed, seg.free.size(), seg.view.slot_count())};
+}
+
 void ClientImpl::release_locked(const Location& at) noexcept {
   Segment& seg = *at.segment;
   SlotState& state = seg.slots[at.slot];
@@ -304,7 +313,10 @@ std::vector<Result> Client::submit_many(std::span<const std::string_view> inputs
 }
 std::size_t Client::submit_many_async(std::span<AsyncSubmission> submissions,
                                       std::chrono::milliseconds timeout) {
-  return impl_->submit_many_async(submissions, timeout);
+  return impl_->submit_async_batch(submissions, timeout, false);
+}
+bool Client::submit_all_async(std::span<AsyncSubmission> submissions, std::chrono::milliseconds timeout) {
+  return impl_->submit_async_batch(submissions, timeout, true) == submissions.size();
 }
 std::optional<Error> Client::submit_async(std::string_view input, std::chrono::milliseconds timeout,
                                           Callback done, std::uint64_t* id) {
@@ -314,7 +326,8 @@ std::optional<Error> Client::submit_async(std::string_view input, std::chrono::m
                                           Priority priority, Callback done, std::uint64_t* id) {
   return impl_->submit_async(input, timeout, priority, std::move(done), id);
 }
-void Client::cancel(std::uint64_t id) { impl_->cancel(id); }
+void Client::cancel(std::uint64_t id) { impl_->cancel(std::span<const std::uint64_t>(&id, 1)); }
+void Client::cancel(std::span<const std::uint64_t> ids) { impl_->cancel(ids); }
 std::size_t Client::poll() { return impl_->poll(); }
 int Client::event_fd() const noexcept { return impl_->event_fd(); }
 std::size_t Client::poll_wait(std::chrono::microseconds max_wait) { return impl_->poll_wait(max_wait); }

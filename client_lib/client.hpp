@@ -232,7 +232,8 @@ class Client {
   std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
                                     Priority priority, Callback done, std::uint64_t* id = nullptr);
 
-  // One input of submit_many_async: the input, its callback and its class in; its id or refusal out.
+  // One input of submit_many_async or submit_all_async: the input, its callback and its class in;
+  // its id or refusal out.
   struct AsyncSubmission {
     std::string_view input;
     Callback done;
@@ -246,12 +247,24 @@ class Client {
   // how many were admitted. Any thread.
   std::size_t submit_many_async(std::span<AsyncSubmission> submissions, std::chrono::milliseconds timeout);
 
+  // submit_many_async, all or none: for a caller that has no use for part of the answers (the
+  // strings of one tensor). If an input fails the client's own checks (too large, not UTF-8) or
+  // the client has fewer free slots than there are submissions, nothing is sent, every `refused`
+  // is set (a failing input's to its own error, the others' to a copy of the first error, so the
+  // submission has one reason) and no `done` is ever called. Returns true when all were admitted
+  // (also for an empty span). Any thread.
+  [[nodiscard]] bool submit_all_async(std::span<AsyncSubmission> submissions, std::chrono::milliseconds timeout);
+
   // Withdraws an asynchronous request whose caller no longer wants the answer (an HTTP caller
   // that hung up): if the daemon has not taken it yet, it never runs. Its callback still comes,
   // once, from the next poll(), with `cancelled`. `id` is what submit_async gave; unknown ids,
   // and those of finished requests (answered, timed out or failed, even while poll() has yet to
   // call their callback), are ignored. Any thread.
   void cancel(std::uint64_t id);
+  // cancel() for many requests at once (the rest of a tensor's strings), each id as cancel(id)
+  // would take it, in any order: one look at the client's requests and one wake-up of poll(),
+  // however many ids. Any thread.
+  void cancel(std::span<const std::uint64_t> ids);
 
   // Calls the callbacks of finished asynchronous requests (answered, timed out or failed) and
   // returns how many. Call from one thread at a time, whenever event_fd() is readable and at

@@ -1,10 +1,13 @@
-// The asynchronous half of ClientImpl: submit_async and submit_many_async, cancel, and poll()
-// (with poll_wait and event_fd), which settle what the daemon's finished list names.
+// The asynchronous half of ClientImpl: submit_async and the batch behind submit_many_async and
+// submit_all_async, cancel, and poll() (with poll_wait and event_fd), which settle what the
+// daemon's finished list names.
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "client_lib/client_impl.hpp"
@@ -31,12 +34,36 @@ std::optional<Error> ClientImpl::submit_async(std::string_view input,
   return std::nullopt;
 }
 
-std::size_t ClientImpl::submit_many_async(std::span<Client::AsyncSubmission> submissions,
-                                          std::chrono::milliseconds timeout) {
+namespace {
+
+// All or none: the submissions not refused on their own get the first refusal, so the caller
+// sees one reason for the whole submission. Returns whether any was refused.
+bool refuse_all_if_any(std::span<Client::AsyncSubmission> submissions) {
+  const auto refused = [](const Client::AsyncSubmission& s) { return s.refused.has_value(); };
+  const auto first = std::find_if(submissions.begin(), submissions.end(), refused);
+  if (first == submissions.end()) return false;
+  const Error reason = *first->refused;
+  for (Client::AsyncSubmission& s : submissions) {
+    if (!s.refused) s.refused = reason;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::size_t ClientImpl::submit_async_batch(std::span<Client::AsyncSubmission> submissions,
+                                           std::chrono::milliseconds timeout, bool all_or_none) {
   const std::int64_t deadline_ns = deadline_after(timeout);
   for (Client::AsyncSubmission& s : submissions) s.refused = check_input(s.input);
+  if (all_or_none && refuse_all_if_any(submissions)) return 0;
   std::size_t admitted = 0;
   std::lock_guard lock(mu_);
+  if (all_or_none) {
+    if (std::optional<Error> short_of_slots = check_free_slots_locked(submissions.size())) {
+      for (Client::AsyncSubmission& s : submissions) s.refused = short_of_slots;
+      return 0;
+    }
+  }
   if (event_fd_wanted_.load(std::memory_order_relaxed)) start_waker_locked();
   for (Client::AsyncSubmission& s : submissions) {
     if (s.refused) continue;
@@ -50,34 +77,70 @@ std::size_t ClientImpl::submit_many_async(std::span<Client::AsyncSubmission> sub
     track_async_locked(std::move(request));
     ++admitted;
   }
+  if (all_or_none && admitted != submissions.size()) {
+    // Free slots enough means ring room enough (it holds one entry per slot), so this is not
+    // expected; but if the ring did refuse one, those written go out withdrawn and unanswered.
+    take_back_locked(submissions);
+    admitted = 0;
+    refuse_all_if_any(submissions);
+  }
   current_->publish();
   return admitted;
 }
 
-void ClientImpl::cancel(std::uint64_t id) {
+void ClientImpl::take_back_locked(std::span<Client::AsyncSubmission> submissions) noexcept {
+  for (auto s = submissions.rbegin(); s != submissions.rend(); ++s) {
+    if (s->refused) continue;
+    AsyncRequest& request = async_.back();
+    s->done = std::move(request.done);
+    s->id = 0;
+    release_locked(request.at);
+    async_.pop_back();
+  }
+}
+
+void ClientImpl::cancel(std::span<const std::uint64_t> ids) {
+  if (ids.empty()) return;
+  std::vector<std::uint64_t> sorted;
+  if (std::adjacent_find(ids.begin(), ids.end(), std::greater_equal<>()) != ids.end()) {
+    // Not strictly increasing (a FanOut's are: ids are handed out in order), so sort a copy.
+    sorted.assign(ids.begin(), ids.end());
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    ids = sorted;
+  }
   std::shared_ptr<Segment> seg;
   {
     std::lock_guard lock(mu_);
     seg = current_;
-    for (AsyncRequest& request : async_) {
-      if (request.id != id) continue;
-      // One already answered or past its deadline is finished: poll() reports it as such.
-      const Location& at = request.at;
-      const bool finished = at.segment->slot_done(at.slot, at.generation) ||
-                            shm::monotonic_ns() >= request.deadline_ns;
-      // Settled by the next poll(), which releases the slot and so withdraws the request from
-      // the daemon if it has not taken it yet.
-      if (!request.failure && !finished) {
-        request.failure = Error{ErrorCode::kCancelled, "withdrawn by the caller"};
-      }
-      break;
-    }
+    mark_cancelled_locked(ids);
   }
+  wake_for_cancel(*seg);
+}
+
+void ClientImpl::mark_cancelled_locked(std::span<const std::uint64_t> sorted_ids) {
+  const std::int64_t now_ns = shm::monotonic_ns();
+  std::size_t found = 0;
+  for (AsyncRequest& request : async_) {
+    if (!std::binary_search(sorted_ids.begin(), sorted_ids.end(), request.id)) continue;
+    // One already answered or past its deadline is finished: poll() reports it as such.
+    const Location& at = request.at;
+    const bool finished = at.segment->slot_done(at.slot, at.generation) || now_ns >= request.deadline_ns;
+    // Settled by the next poll(), which releases the slot and so withdraws the request from
+    // the daemon if it has not taken it yet.
+    if (!request.failure && !finished) {
+      request.failure = Error{ErrorCode::kCancelled, "withdrawn by the caller"};
+    }
+    if (++found == sorted_ids.size()) break;
+  }
+}
+
+void ClientImpl::wake_for_cancel(const Segment& seg) noexcept {
   if (event_fd_wanted_.load(std::memory_order_relaxed)) signal_eventfd(event_fd_.get());
   // poll_wait sleeps on the daemon's event word, which a cancel does not move.
   cancels_.fetch_add(1, std::memory_order_seq_cst);
-  if ((seg->view.event_waiter()->sleeping.load(std::memory_order_seq_cst) & kPollWaiterBit) != 0) {
-    shm::futex_wake_all(seg->view.completion_events()->sequence);
+  if ((seg.view.event_waiter()->sleeping.load(std::memory_order_seq_cst) & kPollWaiterBit) != 0) {
+    shm::futex_wake_all(seg.view.completion_events()->sequence);
   }
 }
 

@@ -55,9 +55,10 @@ class ClientImpl {
                                   Priority priority);
   std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
                                     Priority priority, Client::Callback done, std::uint64_t* id);
-  std::size_t submit_many_async(std::span<Client::AsyncSubmission> submissions,
-                                std::chrono::milliseconds timeout);
-  void cancel(std::uint64_t id);
+  // submit_many_async, and with `all_or_none` submit_all_async. Returns how many were admitted.
+  std::size_t submit_async_batch(std::span<Client::AsyncSubmission> submissions,
+                                 std::chrono::milliseconds timeout, bool all_or_none);
+  void cancel(std::span<const std::uint64_t> ids);
   std::size_t poll();
 
   std::size_t poll_wait(std::chrono::microseconds max_wait);
@@ -78,6 +79,16 @@ class ClientImpl {
   // Gives the slot a request holds back: free at once if no daemon can still write it, else
   // withdrawn and reused once the daemon answers it.
   void release_locked(const Location& at) noexcept;
+  // Whether the current segment has `needed` free slots, once the abandoned ones the daemon has
+  // answered are reclaimed; else the kOverloaded error that says so.
+  std::optional<Error> check_free_slots_locked(std::size_t needed);
+  // Takes back the admitted ones among `submissions`, the newest asynchronous requests: each
+  // callback goes back to its submission and never runs, each slot is released (withdrawn).
+  void take_back_locked(std::span<Client::AsyncSubmission> submissions) noexcept;
+  // Marks the requests with these ids (strictly increasing) cancelled, for poll() to settle.
+  void mark_cancelled_locked(std::span<const std::uint64_t> sorted_ids);
+  // Lets poll() and poll_wait() know a cancel happened.
+  void wake_for_cancel(const Segment& seg) noexcept;
   Result wait_sync(Request& request, std::chrono::milliseconds timeout);
   Result finish_sync(Request& request, const Location& at);
   // How long a sync caller spins before it sleeps, from how long answers have been taking.

@@ -28,9 +28,10 @@ class FanOut : public std::enable_shared_from_this<FanOut> {
   };
   using Done = std::function<void(Outcome&&)>;
 
-  // Sends `inputs` through `client`. `done` is called exactly once: on this thread before start
-  // returns when an input is refused at once (the admitted ones are withdrawn) or there are no
-  // inputs, else from client.poll(). The FanOut lives until its last request's callback.
+  // Sends `inputs` through `client`, all or none (Client::submit_all_async). `done` is called
+  // exactly once: on this thread before start returns when the inputs are refused at once (then
+  // none was sent) or there are none, else from client.poll(). The FanOut lives until its last
+  // request's callback.
   static std::shared_ptr<FanOut> start(Client& client, std::span<const std::string_view> inputs,
                                        std::chrono::milliseconds timeout, Priority priority, Done done);
 
@@ -41,19 +42,36 @@ class FanOut : public std::enable_shared_from_this<FanOut> {
   // Whether `done` has been called (or is being called).
   [[nodiscard]] bool answered();
 
-  explicit FanOut(Client& client) : client_(client) {}
+ private:
+  // Only start() makes one, so every FanOut has been started; the key lets std::make_shared call
+  // the constructor, which has to be public for it.
+  struct Passkey {
+    explicit Passkey() = default;
+  };
+
+ public:
+  FanOut(Passkey, Client& client) : client_(client) {}
 
  private:
+  // Readies the state the callbacks use, before any can run, and returns the submissions.
+  std::vector<Client::AsyncSubmission> prepare(std::span<const std::string_view> inputs, Priority priority,
+                                               Done done);
+  // After admission: records the ids, and withdraws the rest if a failure came before they were known.
+  void admitted(std::span<const Client::AsyncSubmission> submissions);
+  // After a refusal (no callback will come): answers with `error`.
+  void refused(Error error);
   void on_answer(std::size_t index, Result&& result);
-  // Withdraws `ids` and calls `done` with `error`; neither under mu_ (the client's poll holds its
-  // own lock while calling on_answer, and `done` may take the caller's locks).
-  void fail(std::vector<std::uint64_t> ids, Done done, Error error);
+  // The admitted requests not answered yet, in id order (the order Client::cancel takes fastest).
+  [[nodiscard]] std::vector<std::uint64_t> unanswered_ids_locked() const;
 
   Client& client_;
   std::mutex mu_;
-  std::vector<std::optional<Result>> results_;  // guarded by mu_
-  std::vector<std::uint64_t> ids_;              // guarded by mu_: the admitted requests
+  // Guarded by mu_: every answer that has come, failed ones too, so the unanswered are known.
+  std::vector<std::optional<Result>> results_;
+  std::vector<std::uint64_t> ids_;              // guarded by mu_: the admitted requests, once known
   std::size_t unanswered_ = 0;                  // guarded by mu_: results still to come
+  // Guarded by mu_: a failure answered before ids_ was known, so admitted() withdraws the rest.
+  bool failed_ = false;
   Done done_;                                   // guarded by mu_: empty once called
   std::shared_ptr<FanOut> self_;                // guarded by mu_: kept until the last callback
 };
