@@ -1,6 +1,7 @@
-// The one model batchd serves, as the Open Inference Protocol describes it: its name, version,
-// tensors, metadata and configuration, and the checks a request's tensors must pass. HTTP and
-// gRPC front-ends both answer from here, so the two never describe the model differently.
+// The one model batchd serves, as the Open Inference Protocol describes it: its name, version and
+// tensors, the checks a request's tensors must pass (both front-ends call these), and the JSON of
+// the HTTP metadata routes. batchd-grpc builds the same metadata and configuration as protobuf
+// messages from these names (grpc_frontend/service.cpp): the two renderings are separate code.
 //
 // The tensors are BYTES of shape [-1, 1]: a batch dimension (max_batch_size > 0 in the
 // configuration, as Triton's clients and perf_analyzer expect for a batching model) over one
