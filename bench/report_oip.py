@@ -9,9 +9,10 @@ def plot_oip(result: dict, plots):
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     for mode, label in LABELS.items():
         rows = sorted((r for r in result["matrix"] if r["mode"] == mode), key=lambda r: r["concurrency"])
+        rows = [r for r in rows if "infer_per_s" in r]  # a point perf_analyzer did not finish is left out
         xs = [r["concurrency"] for r in rows]
-        left.plot(xs, [r.get("infer_per_s", 0) for r in rows], marker="o", label=label)
-        right.plot(xs, [r.get("p99_us", 0) / 1000 for r in rows], marker="o", label=label)
+        left.plot(xs, [r["infer_per_s"] for r in rows], marker="o", label=label)
+        right.plot(xs, [r["p99_us"] / 1000 for r in rows], marker="o", label=label)
     for ax, title in ((left, "throughput (inferences/s)"), (right, "p99 latency (ms)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("perf_analyzer concurrency")
@@ -31,8 +32,11 @@ def oip_section(result: dict, plots) -> str:
     out = ["| perf_analyzer | concurrency | inferences/s | p50 (ms) | p99 (ms) | exit | error lines |",
            "|---|---:|---:|---:|---:|---:|---:|"]
     for r in result["matrix"]:
-        out.append(f"| {LABELS[r['mode']]} | {r['concurrency']} | {r.get('infer_per_s', 0):,.0f} | "
-                   f"{r.get('p50_us', 0) / 1000:.2f} | {r.get('p99_us', 0) / 1000:.2f} | {r['exit']} | {r['error_lines']} |")
+        if "infer_per_s" not in r:
+            out.append(f"| {LABELS[r['mode']]} | {r['concurrency']} | not finished (exit: {r['exit']}) | | | | |")
+            continue
+        out.append(f"| {LABELS[r['mode']]} | {r['concurrency']} | {r['infer_per_s']:,.0f} | "
+                   f"{r['p50_us'] / 1000:.2f} | {r['p99_us'] / 1000:.2f} | {r['exit']} | {r['error_lines']} |")
     wrk, ratios, run = result["wrk"], result["ratios"], result["open_loop"]
     out += ["", "![throughput and p99 by concurrency](bench/oip.png)", "",
             f"Under wrk (2 threads, 64 connections, {result['wrk_s']:g} s, a 43-byte input): `/v1` "
@@ -42,7 +46,7 @@ def oip_section(result: dict, plots) -> str:
             "| ratio (same daemon, same run) | measured | bar |", "|---|---:|---:|",
             f"| gRPC streaming at concurrency 64 / `/v1` under wrk at 64 connections | **{ratios['grpc_stream_64_over_v1']:.2f}** | 0.6 |",
             f"| `/v2` HTTP JSON / `/v1`, both under wrk at 64 connections | **{ratios['v2_json_over_v1']:.2f}** | 0.8 |", "",
-            f"**gRPC open loop** (`batchd-stress --protocol grpc --rate 10000 --duration {run['duration_s'] if 'duration_s' in run else 60:g}`): "
+            f"**gRPC open loop** (`batchd-stress --protocol grpc --rate 10000 --duration {result.get('open_s', 60):g}`): "
             f"{run['sent']:,} sent, {run['ok']:,} right, {run['errors']} errors, {run['wrong']} wrong; "
             f"p50 {run['p50_us'] / 1000:.2f} ms, p99 **{run['p99_us'] / 1000:.2f} ms** (bar 20 ms)."]
     return "\n".join(out)
