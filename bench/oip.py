@@ -93,7 +93,7 @@ def perf_analyzer(url: str, mode: str, concurrency: int) -> dict:
 def wrk(url: str, body: str, connections: int, work: Path) -> dict:
     script = work / f"post-{abs(hash(body))}.lua"
     script.write_text(WRK_LUA % body)
-    done = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{WRK_S}s", "--timeout", "5s", "-s", str(script), url],
+    done = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{WRK_S:g}s", "--timeout", "5s", "-s", str(script), url],
                           capture_output=True, text=True, timeout=WRK_S + 60)
     for line in done.stdout.splitlines():
         if line.startswith("WRKJSON "):
