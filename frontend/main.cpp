@@ -14,7 +14,6 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -82,17 +81,6 @@ void add_flags(CLI::App& app, FrontendOptions& o, std::string& io_mode, std::str
   app.add_option("--jobs-redis", o.jobs_redis,
                  "keep jobs in Redis (redis://HOST[:PORT][/DB]) so any node can answer a poll");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
-}
-
-void write_port_file(const std::string& path, std::uint16_t port) {
-  // Written whole and renamed into place, so a reader never sees half a number.
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << port << '\n';
-    if (!out) throw std::runtime_error("cannot write " + temp);
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + temp);
 }
 
 batchd::http::JobsOptions jobs_options(const FrontendOptions& options) {
@@ -188,7 +176,7 @@ int main(int argc, char** argv) {
     const std::vector<int> listeners = batchd::http::open_listeners(address, options.workers, &port);
     spdlog::info("batchd-http: listening on {} (port {}) with {} workers; io_uring: {}{}", options.listen, port,
                  options.workers, features.describe(), options.io_mode == batchd::http::IoMode::kBasic ? " (basic mode forced)" : "");
-    if (!options.port_file.empty()) write_port_file(options.port_file, port);
+    if (!options.port_file.empty()) batchd::write_port_file(options.port_file, port);
     return run_workers(options, features, listeners, signals);
   } catch (const std::exception& e) {
     spdlog::critical("batchd-http: {}", e.what());

@@ -22,6 +22,7 @@
 #include "grpc_frontend/daemon_pool.hpp"
 #include "grpc_frontend/options.hpp"
 #include "grpc_frontend/service.hpp"
+#include "text/listen_address.hpp"
 
 namespace {
 
@@ -90,17 +91,6 @@ std::shared_ptr<grpc::ServerCredentials> credentials(const GrpcOptions& options)
   return grpc::SslServerCredentials(ssl);
 }
 
-void write_port_file(const std::string& path, int port) {
-  // Written whole and renamed into place, so a reader never sees half a number.
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << port << '\n';
-    if (!out) throw std::runtime_error("cannot write " + temp);
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + temp);
-}
-
 int serve(const GrpcOptions& options, const sigset_t& signals) {
   batchd::ClientOptions client;
   client.socket_path = options.socket_path;
@@ -135,7 +125,7 @@ int serve(const GrpcOptions& options, const sigset_t& signals) {
   if (!server || port == 0) throw std::runtime_error("cannot listen on " + options.listen);
   spdlog::info("batchd-grpc: listening on {} (port {}){}", options.listen, port,
                options.tls_cert.empty() ? "" : " with TLS");
-  if (!options.port_file.empty()) write_port_file(options.port_file, port);
+  if (!options.port_file.empty()) batchd::write_port_file(options.port_file, static_cast<std::uint16_t>(port));
 
   int sig = 0;
   sigwait(&signals, &sig);

@@ -5,6 +5,9 @@
 #include <netinet/in.h>
 
 #include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
 #include <string>
 
 namespace batchd {
@@ -49,6 +52,16 @@ Expected<ListenAddress> parse_listen_address(std::string_view text, std::string_
   if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) != 1) return bad("bad IPv4 address");
   out.length = sizeof(sockaddr_in);
   return out;
+}
+
+void write_port_file(const std::string& path, std::uint16_t port) {
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << port << '\n';
+    if (!out) throw std::runtime_error("cannot write " + temp);
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + temp);
 }
 
 }  // namespace batchd
