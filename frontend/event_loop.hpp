@@ -22,6 +22,7 @@
 #include "frontend/jobs_service.hpp"
 #include "frontend/metrics.hpp"
 #include "frontend/options.hpp"
+#include "frontend/priority_grants.hpp"
 #include "frontend/v2_api.hpp"
 
 namespace batchd::http {
@@ -39,6 +40,7 @@ struct LoopContext {
   const UringFeatures* features = nullptr;
   MetricsRegistry* metrics = nullptr;
   JobsService* jobs = nullptr;      // the asynchronous jobs' store and mailboxes, shared by the loops
+  const grants::GrantPolicy* grants = nullptr;  // who may use which priority class
 };
 
 class EventLoop final : private ApiContext {
@@ -88,21 +90,24 @@ class EventLoop final : private ApiContext {
   // The caller is gone: its requests the daemon has not taken yet are withdrawn.
   void withdraw_owed(Conn& conn);
   void check_timeouts(Conn& conn);
+  [[nodiscard]] bool from_trusted_proxy(int fd) const;
   void mark_dirty(Conn& conn);
   Conn* lookup(std::uint32_t index, std::uint32_t generation) noexcept;
 
   // requests and the daemon (loop_requests.cpp)
   void on_request(Conn& conn, std::uint64_t seq, Request&& request);
+  // The claimed class capped at the caller's grant, a downgrade counted.
+  Priority admit(Priority claimed, Priority granted) noexcept;
   void answer(Conn& conn, std::uint64_t seq, const Response& response, std::int64_t started_ns);
   void on_answer(const Answer& answer, Result&& result);
   void post_daemon_event();
   void on_daemon_event(int res);
   void poll_daemon();
   // Open Inference Protocol inferences (loop_v2.cpp)
-  void on_v2_request(Conn& conn, std::uint64_t seq, Request&& request);
+  void on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, Priority granted);
   void on_v2_answer(const Caller& caller, const V2Reply& reply, std::int64_t strings, FanOut::Outcome&& outcome);
   // asynchronous jobs (loop_jobs.cpp)
-  void on_jobs_request(Conn& conn, std::uint64_t seq, Request&& request);
+  void on_jobs_request(Conn& conn, std::uint64_t seq, Request&& request, Priority granted);
   void submit_job(const Caller& caller, JobSubmit&& job);
   void on_job_stored(const Caller& caller, const std::string& id, const JobSubmit& job, StoreReply&& reply);
   void on_job_answer(std::uint64_t serial, std::size_t index, Result&& result);

@@ -84,11 +84,23 @@ void EventLoop::adopt_connection(int fd) {
   conn->index = index;
   conn->generation = generations_[index] & 0xFFFFFFU;
   conn->last_activity_ns = now_ns_;
+  conn->trusted_proxy = from_trusted_proxy(fd);
   if (!multishot_recv_) conn->basic_buffer = std::make_unique<char[]>(kBasicBufferBytes);
   conns_[index] = std::move(conn);
   ++live_connections_;
   metrics_.connection_accepted();
   mark_dirty(*conns_[index]);
+}
+
+// Asked once per connection, and only when --trusted-proxy names any network.
+bool EventLoop::from_trusted_proxy(int fd) const {
+  const grants::GrantPolicy& policy = *context_.grants;
+  if (!policy.has_trusted_proxies()) return false;
+  sockaddr_storage peer{};
+  socklen_t length = sizeof(peer);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) return false;
+  const std::optional<grants::IpAddress> address = grants::ip_of(peer);
+  return address && policy.trusts(*address);
 }
 
 void EventLoop::on_recv(Conn& conn, int res, std::uint32_t flags) {

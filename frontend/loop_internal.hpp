@@ -57,6 +57,7 @@ struct EventLoop::Conn {
   bool send_inflight = false;
   bool peer_eof = false;
   bool dirty = false;             // listed in dirty_
+  bool trusted_proxy = false;     // the peer is in --trusted-proxy: its grant header is believed
   std::int64_t last_activity_ns = 0;
   std::int64_t send_started_ns = 0;   // when the write in the ring was posted
   std::int64_t linger_deadline_ns = 0;

@@ -28,12 +28,13 @@ Response json_response(unsigned status, std::string body) {
 
 }  // namespace
 
-void EventLoop::on_jobs_request(Conn& conn, std::uint64_t seq, Request&& request) {
+void EventLoop::on_jobs_request(Conn& conn, std::uint64_t seq, Request&& request, Priority granted) {
   JobsAction action = jobs_api_->route(request);
   const Caller caller{conn.index, conn.generation, seq, now_ns_};
   if (const Response* response = std::get_if<Response>(&action)) {
     answer(conn, seq, *response, now_ns_);
   } else if (JobSubmit* job = std::get_if<JobSubmit>(&action)) {
+    job->priority = admit(job->priority, granted);  // now: the job runs later, on this grant
     submit_job(caller, std::move(*job));
   } else if (const JobPoll* poll = std::get_if<JobPoll>(&action)) {
     poll_job(caller, poll->id);

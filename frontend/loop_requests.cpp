@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "client_lib/daemon_readiness.hpp"
+#include "frontend/http_grant.hpp"
 #include "frontend/loop_internal.hpp"
 
 namespace batchd::http {
@@ -24,12 +25,15 @@ struct EventLoop::Answer {
 
 void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
   const std::string_view path(request.target().data(), request.target().size());
+  // The loop runs under the daemon's grant for every caller: each request may use only what the
+  // operator granted its caller (priority_grants.hpp).
+  const Priority granted = granted_class(*context_.grants, request, conn.trusted_proxy, metrics_.grants());
   if (is_jobs_target(path)) {
-    on_jobs_request(conn, seq, std::move(request));
+    on_jobs_request(conn, seq, std::move(request), granted);
     return;
   }
   if (is_v2_target(path)) {
-    on_v2_request(conn, seq, std::move(request));
+    on_v2_request(conn, seq, std::move(request), granted);
     return;
   }
   Action action = api_->route(request);
@@ -50,7 +54,7 @@ void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
   const Answer target{this, conn.index, conn.generation, seq, now_ns_, submit.format};
   std::uint64_t id = 0;
   std::optional<Error> refused = client->submit_async(
-      submit.input, submit.timeout, submit.priority,
+      submit.input, submit.timeout, admit(submit.priority, granted),
       [target](Result&& result) { target.loop->on_answer(target, std::move(result)); }, &id);
   if (refused) {
     answer(conn, seq, response_for_error(*refused), now_ns_);
@@ -59,6 +63,10 @@ void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
   conn.owed.emplace_back(seq, id);
   ++answers_owed_;
   metrics_.add_in_flight(1);
+}
+
+Priority EventLoop::admit(Priority claimed, Priority granted) noexcept {
+  return admit_priority(claimed, granted, metrics_.grants());
 }
 
 void EventLoop::answer(Conn& conn, std::uint64_t seq, const Response& response, std::int64_t started_ns) {

@@ -7,7 +7,7 @@
 
 namespace batchd::http {
 
-void EventLoop::on_v2_request(Conn& conn, std::uint64_t seq, Request&& request) {
+void EventLoop::on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, Priority granted) {
   V2Action action = v2_api_->route(request);
   if (const Response* response = std::get_if<Response>(&action)) {
     answer(conn, seq, *response, now_ns_);
@@ -26,7 +26,7 @@ void EventLoop::on_v2_request(Conn& conn, std::uint64_t seq, Request&& request) 
   metrics_.add_in_flight(strings);
   auto reply = std::make_shared<V2Reply>(std::move(infer.reply));
   std::shared_ptr<FanOut> fan = FanOut::start(
-      *client, infer.inputs, infer.timeout, infer.priority,
+      *client, infer.inputs, infer.timeout, admit(infer.priority, granted),
       [this, caller, reply, strings](FanOut::Outcome&& outcome) { on_v2_answer(caller, *reply, strings, std::move(outcome)); });
   // Kept with the connection until answered, so a caller that goes withdraws its strings. (A
   // refusal was answered inside start; other answers come from this thread's poll, later.)

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "frontend/event_loop.hpp"
+#include "frontend/grant_flags.hpp"
 #include "frontend/io_uring_probe.hpp"
 #include "frontend/jobs_service.hpp"
 #include "frontend/listener.hpp"
@@ -95,7 +96,8 @@ batchd::http::JobsOptions jobs_options(const FrontendOptions& options) {
 
 // Runs one loop per listener until a signal; returns the exit code.
 int run_workers(const FrontendOptions& options, const batchd::http::UringFeatures& features,
-                const std::vector<int>& listeners, const sigset_t& signals) {
+                const batchd::grants::GrantPolicy& grants, const std::vector<int>& listeners,
+                const sigset_t& signals) {
   batchd::http::MetricsRegistry metrics(options.workers);
   std::atomic<bool> stop{false};
   std::atomic<bool> leaving{false};
@@ -109,7 +111,7 @@ int run_workers(const FrontendOptions& options, const batchd::http::UringFeature
     threads.emplace_back([&, i] {
       try {
         batchd::http::EventLoop loop(
-            {i, listeners[i], wake_fds[i], &stop, &leaving, &options, &features, &metrics, jobs.get()});
+            {i, listeners[i], wake_fds[i], &stop, &leaving, &options, &features, &metrics, jobs.get(), &grants});
         loop.run();
       } catch (const std::exception& e) {
         spdlog::critical("batchd-http: worker {}: {}", i, e.what());
@@ -147,8 +149,10 @@ int main(int argc, char** argv) {
   options.workers = std::clamp(std::thread::hardware_concurrency(), 1U, 64U);
   std::string io_mode = "auto";
   std::string log_level = "info";
+  batchd::grants::GrantFlags grant_flags;
   CLI::App app{"batchd-http: HTTP/1.1 front-end for the batchd batching daemon"};
   add_flags(app, options, io_mode, log_level);
+  batchd::grants::add_grant_flags(app, grant_flags, batchd::grants::kGrantHeader);
   CLI11_PARSE(app, argc, argv);
   options.io_mode = io_mode == "basic" ? batchd::http::IoMode::kBasic : batchd::http::IoMode::kAuto;
   // Diagnostics go to stderr, as batchd's do (journald reads both; a failed start is looked for there).
@@ -167,6 +171,7 @@ int main(int argc, char** argv) {
 
   try {
     const batchd::http::ListenAddress address = batchd::parse_listen_address(options.listen, "--listen").value();
+    const batchd::grants::GrantPolicy grants = batchd::grants::make_grant_policy(grant_flags, "batchd-http");
     const batchd::http::UringFeatures features = batchd::http::probe_uring_features();
     if (!features.basic_ops) {
       spdlog::critical("batchd-http: this kernel's io_uring lacks basic operations (Linux 5.6 or later needed)");
@@ -177,7 +182,7 @@ int main(int argc, char** argv) {
     spdlog::info("batchd-http: listening on {} (port {}) with {} workers; io_uring: {}{}", options.listen, port,
                  options.workers, features.describe(), options.io_mode == batchd::http::IoMode::kBasic ? " (basic mode forced)" : "");
     if (!options.port_file.empty()) batchd::write_port_file(options.port_file, port);
-    return run_workers(options, features, listeners, signals);
+    return run_workers(options, features, grants, listeners, signals);
   } catch (const std::exception& e) {
     spdlog::critical("batchd-http: {}", e.what());
     return 1;

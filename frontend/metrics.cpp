@@ -97,6 +97,9 @@ void MetricsRegistry::render_http(std::string& out) const {
   sample(out, "batchd_http_request_duration_seconds_sum", static_cast<double>(sum_ns) / 1e9);
   sample(out, "batchd_http_request_duration_seconds_count", cumulative);
   render_connections(out);
+  grants::GrantCounts grant_counts;
+  for (unsigned w = 0; w < count_; ++w) grant_counts += workers_[w].grants_.snapshot();
+  grants::render_grant_metrics(out, "batchd_http", grant_counts);
 }
 
 void MetricsRegistry::render_connections(std::string& out) const {

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "client_lib/client.hpp"
+#include "frontend/grant_counters.hpp"
 #include "frontend/http_api.hpp"
 
 namespace batchd::http {
@@ -35,6 +36,7 @@ class WorkerMetrics {
   void connection_rejected() noexcept { rejected_connections_.fetch_add(1, relaxed); }
   void answer_dropped() noexcept { dropped_answers_.fetch_add(1, relaxed); }
   void set_attached(bool attached) noexcept { attached_.store(attached, relaxed); }
+  [[nodiscard]] grants::GrantCounters& grants() noexcept { return grants_; }
   // One Open Inference Protocol inference answered: whether it succeeded, how long it took and how
   // many strings it carried.
   void record_inference(bool ok, std::int64_t latency_ns, std::size_t strings) noexcept {
@@ -54,6 +56,7 @@ class WorkerMetrics {
   std::atomic<std::uint64_t> dropped_answers_{0};       // the caller had gone
   std::atomic<bool> attached_{false};                   // this loop has a daemon client
   oip::InferCounters inferences_;  // the /v2 inferences
+  grants::GrantCounters grants_;   // priority claims above the caller's grant
 };
 
 // Every loop's counters, created before the loops start and read by all of them.

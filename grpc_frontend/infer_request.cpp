@@ -41,6 +41,23 @@ grpc::Status read_timeout(const inference::ModelInferRequest& request, const Inf
   return grpc::Status::OK;
 }
 
+// The claimed class: Triton's uint64 level (or an int64 one), or a string naming the class.
+grpc::Status read_priority(const inference::ModelInferRequest& request, Priority& priority) {
+  const auto it = request.parameters().find("priority");
+  if (it == request.parameters().end()) return grpc::Status::OK;
+  const inference::InferParameter& p = it->second;
+  if (p.has_uint64_param()) {
+    priority = priority_of_level(p.uint64_param());
+  } else if (p.has_int64_param() && p.int64_param() >= 0) {
+    priority = priority_of_level(static_cast<std::uint64_t>(p.int64_param()));
+  } else if (std::optional<Priority> named = p.has_string_param() ? parse_priority(p.string_param()) : std::nullopt) {
+    priority = *named;
+  } else {
+    return invalid("the parameter priority must be a level (1 highest, 0 the default) or high, normal or low");
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status read_data(const inference::ModelInferRequest& request, std::size_t elements, ParsedInfer& out) {
   const inference::ModelInferRequest::InferInputTensor& input = request.inputs(0);
   if (has_non_bytes_contents(input.contents())) {
@@ -89,10 +106,16 @@ grpc::Status parse_infer_request(const inference::ModelInferRequest& request, co
   const oip::ShapeCheck check = oip::check_input_shape(out.reply.shape, limits.max_elements);
   if (check.error) return invalid(*check.error);
   if (grpc::Status status = read_timeout(request, limits, out.timeout); !status.ok()) return status;
+  if (grpc::Status status = read_priority(request, out.priority); !status.ok()) return status;
   if (grpc::Status status = read_data(request, check.elements, out); !status.ok()) return status;
   out.reply.id = oip::echoed_id(request.id());
   if (auto wrong = oip::check_strings(out.inputs, max_input_bytes)) return invalid(*wrong);
   return grpc::Status::OK;
+}
+
+Priority priority_of_level(std::uint64_t level) noexcept {
+  if (level == 1) return Priority::kHigh;
+  return level >= 3 ? Priority::kLow : Priority::kNormal;
 }
 
 void fill_infer_response(const InferReply& reply, std::span<Result> results, inference::ModelInferResponse& response) {

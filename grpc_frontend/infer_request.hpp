@@ -36,7 +36,13 @@ struct ParsedInfer {
   std::vector<std::string_view> inputs;
   InferReply reply;
   std::optional<std::chrono::milliseconds> timeout;  // the "timeout" parameter (µs), capped; if given
+  Priority priority = Priority::kNormal;  // the "priority" parameter: a claim, capped at the caller's grant later
 };
+
+// Triton's priority level (1 is the highest; 0 is the model's default) as batchd's class: 0 and 2
+// normal, 1 high, 3 and above low (a Triton model with priority_levels 3 and default level 2
+// reads the same).
+Priority priority_of_level(std::uint64_t level) noexcept;
 
 // Checks `request` and fills `out`. NOT_FOUND for another model or version, INVALID_ARGUMENT
 // (naming the fault) for anything else wrong; `max_input_bytes` 0 skips the size check (the

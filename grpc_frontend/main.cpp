@@ -19,7 +19,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "daemon/metrics_listener.hpp"
+#include "frontend/grant_flags.hpp"
 #include "grpc_frontend/daemon_pool.hpp"
+#include "grpc_frontend/metrics.hpp"
 #include "grpc_frontend/options.hpp"
 #include "grpc_frontend/service.hpp"
 #include "text/listen_address.hpp"
@@ -69,6 +72,8 @@ void add_flags(CLI::App& app, GrpcOptions& o, std::string& log_level) {
   app.add_option("--drain-timeout-ms", o.drain_timeout_ms,
                  "on SIGTERM, wait at most this long for RPCs in flight (0: --max-timeout-ms + 1 s)")
       ->capture_default_str();
+  app.add_option("--metrics-listen", o.metrics_listen,
+                 "ADDR:PORT to serve GET /metrics on (Prometheus text: inferences, priority downgrades)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str()->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
 }
@@ -91,7 +96,19 @@ std::shared_ptr<grpc::ServerCredentials> credentials(const GrpcOptions& options)
   return grpc::SslServerCredentials(ssl);
 }
 
-int serve(const GrpcOptions& options, const sigset_t& signals) {
+// Started once the service's counters exist; nothing when --metrics-listen is not given.
+std::unique_ptr<batchd::MetricsListener> start_metrics(const GrpcOptions& options,
+                                                       const batchd::grpcfront::ServiceContext& context) {
+  if (options.metrics_listen.empty()) return nullptr;
+  const batchd::ListenAddress address = batchd::parse_listen_address(options.metrics_listen, "--metrics-listen").value();
+  auto listener = std::make_unique<batchd::MetricsListener>(
+      address, [&context] { return batchd::grpcfront::render_metrics(context); });
+  listener->start();
+  spdlog::info("batchd-grpc: metrics on {} (port {})", options.metrics_listen, listener->port());
+  return listener;
+}
+
+int serve(const GrpcOptions& options, batchd::grants::GrantPolicy grants, const sigset_t& signals) {
   batchd::ClientOptions client;
   client.socket_path = options.socket_path;
   client.connect_timeout = std::chrono::milliseconds(500);  // short, so a stop never waits long for it
@@ -105,9 +122,11 @@ int serve(const GrpcOptions& options, const sigset_t& signals) {
   context.max_calls = options.max_calls;
   context.ready_max_queue = options.ready_max_queue;
   context.pool = &pool;
+  context.grants = std::move(grants);
   batchd::grpcfront::StreamWatchdog watchdog(std::chrono::milliseconds(options.write_timeout_ms));
   context.watchdog = &watchdog;
   batchd::grpcfront::InferenceService service(context);
+  const std::unique_ptr<batchd::MetricsListener> metrics = start_metrics(options, context);
 
   // What a peer can make the server hold is bounded: a message by --max-message-bytes, calls by
   // --max-calls (and per connection by --max-streams-per-connection), and gRPC's buffers by a
@@ -143,8 +162,10 @@ int serve(const GrpcOptions& options, const sigset_t& signals) {
 int main(int argc, char** argv) {
   GrpcOptions options;
   std::string log_level = "info";
+  batchd::grants::GrantFlags grant_flags;
   CLI::App app{"batchd-grpc: the Open Inference Protocol over gRPC for the batchd batching daemon"};
   add_flags(app, options, log_level);
+  batchd::grants::add_grant_flags(app, grant_flags, "x-batchd-priority-grant");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_default_logger(
       std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
@@ -158,7 +179,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   try {
-    return serve(options, signals);
+    return serve(options, batchd::grants::make_grant_policy(grant_flags, "batchd-grpc"), signals);
   } catch (const std::exception& e) {
     spdlog::critical("batchd-grpc: {}", e.what());
     return 1;

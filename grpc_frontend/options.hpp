@@ -27,6 +27,7 @@ struct GrpcOptions {
   std::uint64_t max_memory_bytes = 1ULL << 30;  // gRPC's resource quota: its buffers for all connections
   std::uint64_t ready_max_queue = 65536;   // ServerReady fails while the daemon's queue is this deep
   std::int64_t drain_timeout_ms = 0;       // SIGTERM: longest wait for RPCs; 0: max_timeout_ms + 1 s
+  std::string metrics_listen;              // ADDR:PORT for GET /metrics; empty: none
 };
 
 }  // namespace batchd::grpcfront

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "client_lib/fan_out.hpp"
+#include "grpc_frontend/call_grant.hpp"
 #include "oip/model.hpp"
 #include "shm/clock.hpp"
 
@@ -72,7 +73,7 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
     reply_ = std::move(prepared.parsed.reply);
     strings_ = prepared.parsed.inputs.size();
     std::shared_ptr<FanOut> fan =
-        FanOut::start(*prepared.client, prepared.parsed.inputs, prepared.timeout, Priority::kNormal,
+        FanOut::start(*prepared.client, prepared.parsed.inputs, prepared.timeout, prepared.priority,
                       [this](FanOut::Outcome&& outcome) { on_answer(std::move(outcome)); });
     std::lock_guard lock(mu_);
     fan_ = std::move(fan);
@@ -106,7 +107,7 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
 }  // namespace
 
 grpc::Status prepare_infer(const grpc::CallbackServerContext& call, const inference::ModelInferRequest& request,
-                           const ServiceContext& context, PreparedInfer& out) {
+                           ServiceContext& context, PreparedInfer& out) {
   out.client = context.pool->pick();
   grpc::Status status = parse_infer_request(request, context.limits,
                                             out.client != nullptr ? out.client->max_input_bytes() : 0, out.parsed);
@@ -124,6 +125,10 @@ grpc::Status prepare_infer(const grpc::CallbackServerContext& call, const infere
     out.timeout = has_deadline ? std::min(left, context.limits.max_timeout) : context.limits.default_timeout;
   }
   out.timeout = std::max(std::chrono::milliseconds(1), out.timeout);
+  const Priority granted = granted_class(context.grants, call, context.grant_counters);
+  const grants::Capped capped = grants::cap(out.parsed.priority, granted);
+  if (capped.downgraded) context.grant_counters.downgraded(out.parsed.priority, capped.priority);
+  out.priority = capped.priority;
   return grpc::Status::OK;
 }
 

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 
+#include "frontend/grant_counters.hpp"
+#include "frontend/priority_grants.hpp"
 #include "grpc_frontend/daemon_pool.hpp"
 #include "grpc_frontend/infer_request.hpp"
 #include "grpc_frontend/options.hpp"
@@ -26,6 +28,8 @@ struct ServiceContext {
   DaemonPool* pool = nullptr;
   StreamWatchdog* watchdog = nullptr;
   oip::InferCounters counters;
+  grants::GrantPolicy grants;                   // who may use which priority class (default: normal)
+  grants::GrantCounters grant_counters;         // claims above a caller's grant (--metrics-listen)
   std::atomic<std::uint32_t> calls{0};  // inference calls and streams open now
   std::atomic<bool> draining{false};    // SIGTERM: ServerReady fails while RPCs finish
 };
@@ -35,15 +39,17 @@ struct PreparedInfer {
   Client* client = nullptr;
   ParsedInfer parsed;
   std::chrono::milliseconds timeout{};  // what the daemon is given: see prepare_infer
+  Priority priority = Priority::kNormal;  // the claim, capped at the caller's grant
 };
 
 // Checks `request` (parse_infer_request) and picks a daemon client. The timeout is the request's
 // `timeout` parameter cut to what is left of the call's deadline; without the parameter, what is
 // left of the deadline (capped at max_timeout); with neither, the default. A refusal is not an
 // inference: the statistics count only inferences that reached the daemon, as Triton's count
-// those that reached the model.
+// those that reached the model. The class is the request's claim capped at what the operator
+// granted the caller (call_grant.hpp); a downgrade is counted.
 grpc::Status prepare_infer(const grpc::CallbackServerContext& call, const inference::ModelInferRequest& request,
-                           const ServiceContext& context, PreparedInfer& out);
+                           ServiceContext& context, PreparedInfer& out);
 
 // Takes one of max_calls for a new inference call or stream: false (answer RESOURCE_EXHAUSTED) when
 // none is left. release_call() gives it back when the call is done.

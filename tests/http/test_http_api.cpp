@@ -127,7 +127,8 @@ TEST_CASE("healthz, readyz, HEAD and metrics") {
 }
 
 TEST_CASE("priority: X-Priority and the JSON field reach the daemon in their class; /metrics counts them") {
-  Stack stack("auto");
+  // Every caller granted high, so each claim runs as made (test_http_priority.cpp: grants).
+  Stack stack("auto", {"--default-max-priority", "high"});
   HttpClient client(stack.frontend.port());
   const auto ok = [&](const std::string& request, const std::string& input) {
     auto r = client.round_trip(request);

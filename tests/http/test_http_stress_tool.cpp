@@ -179,7 +179,8 @@ TEST_CASE("--http with --warmup and --cooldown: only the window's requests are c
 TEST_CASE("--http with --priority-mix: X-Priority carries each request's class to the daemon") {
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
-  test::FrontendProcess frontend(socket, {"--workers", "1"});
+  // Every caller granted high, so each claim runs as made.
+  test::FrontendProcess frontend(socket, {"--workers", "1", "--default-max-priority", "high"});
   auto watcher = test::connect(socket);
   const std::uint64_t requests = test::scaled(400, 100);
   for (const bool open_loop : {false, true}) {
