@@ -9,6 +9,9 @@
 #   4. bench/sweep.py   batching gain and the max-batch x max-wait x load sweep (sim backend),
 #   5. bench/http-bench.sh  batchd-http vs nginx under wrk, and 10,000/s over HTTP,
 #   6. bench/service.py  overload, idle CPU and a slow device, each against a same-run baseline,
+#      bench/grants.py  remote floods claiming high over HTTP and gRPC, a token-granted caller
+#      bench/fairness.py  a slow worker in the pool, a granted high flood beside a normal client,
+#      langid behind batchd-http with the fair slice on and off and beside a second tenant,
 #      bench/hostile.py  a light client beside a flood of small and of large inputs (and one
 #      claiming high priority without a grant), against the light client alone,
 #      bench/workers.py  worker processes: against the in-process backend, Python, the langid
@@ -16,14 +19,14 @@
 #      bench/oip.py  the Open Inference Protocol under Triton's perf_analyzer (from .venv, which
 #      scripts/setup_venv.sh makes), wrk on /v1 and /v2, and 10,000/s over gRPC (6 minutes more),
 #   7. bench/report.py  docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
-# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service hostile workers oip report
+# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service hostile grants fairness workers oip report
 # Environment: SWEEP_QUICK=1 (a 3x3x3 sweep, for trying the pipeline), SWEEP_POINT_S, IPC_DURATION,
 # IPC_REPEATS, OPENLOOP_DURATION, OPENLOOP_RATES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-release
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service hostile workers oip report)
+[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service hostile grants fairness workers oip report)
 wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 started=$SECONDS
 
@@ -53,6 +56,8 @@ if wants http; then
 fi
 if wants service; then echo "== service: overload, idle, a slow device"; /usr/bin/python3 bench/service.py; fi
 if wants hostile; then echo "== hostile: a light client beside floods"; /usr/bin/python3 bench/hostile.py; fi
+if wants grants; then echo "== grants: remote floods claiming high, a token-granted caller"; /usr/bin/python3 bench/grants.py; fi
+if wants fairness; then echo "== fairness: a slow worker, a granted flood, a second tenant"; /usr/bin/python3 bench/fairness.py; fi
 if wants workers; then echo "== worker processes"; /usr/bin/python3 bench/workers.py; fi
 if wants oip; then
   echo "== the Open Inference Protocol"

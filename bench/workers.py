@@ -214,9 +214,9 @@ def langid(work: Path) -> dict:
                           capture_output=True, text=True, env=python_env(), timeout=600)
     out = {"in_process": benchlib.last_json_line(done.stdout + done.stderr, "langid in process")}
     out["batched_over_one_by_one"] = out["in_process"]["batched_per_s"] / out["in_process"]["one_by_one_per_s"]
-    # One tenant (batchd-http) feeds this daemon: the fair slice between clients (its two loops
-    # count as two) would cut a batch of this model at a few inputs (examples/langid/README.md).
-    proc, sock = benchlib.start_daemon(work, "--backend", "workers", "--fair-slice-us", "0", *DAEMON_FLAGS)
+    # Default flags: one tenant (batchd-http, its loops one user) feeds this daemon, so the fair
+    # slice never cuts its batches (examples/langid/README.md).
+    proc, sock = benchlib.start_daemon(work, "--backend", "workers", *DAEMON_FLAGS)
     port = benchlib.free_port()
     worker = benchlib.Process([str(VENV_PYTHON), str(example / "worker.py"), "--socket", str(sock)], "langid",
                               env=python_env())

@@ -91,6 +91,10 @@ struct DaemonStatus {
     // cost_samples batches.
     double fixed_ns = 0, per_item_ns = 0, per_byte_ns = 0;
     std::uint64_t cost_samples = 0;
+    // Far slower than the fastest device now: it gets only what it would finish first, and a
+    // probe (a copy of one request, its answer dropped) twice a second; the probes it ran.
+    bool laggard = false;
+    std::uint64_t probes = 0;
     // Device memory: free and total (total 0: the backend does not report it), and the largest
     // batch in input bytes the device takes now (below max_batch_bytes while its memory is short).
     std::uint64_t memory_free_bytes = 0, memory_total_bytes = 0, byte_budget = 0;

@@ -47,6 +47,14 @@ void render_cost_fits(const DaemonStatus& status, std::string& out) {
          [](const DaemonStatus::Device& dev) { return dev.per_byte_ns / 1e9; });
   series("batchd_daemon_device_cost_samples_total", "counter", "Batches each device's cost fit has seen.",
          [](const DaemonStatus::Device& dev) { return dev.cost_samples; });
+  series("batchd_daemon_device_laggard", "gauge",
+         "1 while the device is far slower than the fastest: it gets only what it would finish first, "
+         "and probes.",
+         [](const DaemonStatus::Device& dev) { return dev.laggard ? 1 : 0; });
+  series("batchd_daemon_device_probes_total", "counter",
+         "Probes a laggard device ran: copies of one request whose answers are dropped, to keep its "
+         "cost estimate fresh.",
+         [](const DaemonStatus::Device& dev) { return dev.probes; });
 }
 
 void render_policy(const DaemonStatus& status, std::string& out) {

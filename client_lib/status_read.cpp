@@ -148,6 +148,8 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
     added.memory_free_bytes = dev.memory_free_bytes.load(std::memory_order_relaxed);
     added.memory_total_bytes = dev.memory_total_bytes.load(std::memory_order_relaxed);
     added.byte_budget = dev.byte_budget.load(std::memory_order_relaxed);
+    added.laggard = page.laggard[d].load(std::memory_order_relaxed) != 0;
+    added.probes = page.probes[d].load(std::memory_order_relaxed);
     // A daemon from before memory feedback left the field 0 and held nothing back.
     if (added.byte_budget == 0 && added.memory_total_bytes == 0) added.byte_budget = out.max_batch_bytes;
   }

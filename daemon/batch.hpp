@@ -59,6 +59,10 @@ struct Batch {
   // Devices that went away under this batch (router_devices.cpp): past a few, the batch itself is
   // suspected of killing them (an input that crashes the model).
   unsigned device_faults = 0;
+  // A probe (router_pick.cpp): a copy of a request sent to a device that is far slower than the
+  // pool, only to measure it; its answer is dropped (the original is answered elsewhere), and a
+  // failure or a redirect drops it too.
+  bool shadow = false;
   std::atomic<std::uint64_t> run_state{0};
   // While a run is abandoned: the watchdog copying it and the lane returning from it each hold it;
   // the last to let go returns it to the pool (Router::let_go_of_abandoned).
@@ -95,6 +99,7 @@ struct Batch {
     ignore_memory = false;
     held_for_device = false;
     device_faults = 0;
+    shadow = false;
   }
 
   // Moves the requests whose deadline has passed by now_ns into `other` (empty); both keep their
@@ -154,6 +159,7 @@ struct Batch {
     other.last_error = last_error;
     other.ignore_memory = ignore_memory;
     other.device_faults = device_faults;
+    other.shadow = shadow;
   }
 };
 

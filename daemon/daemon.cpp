@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <bitset>
 #include <cstring>
 #include <stdexcept>
 
@@ -48,6 +49,7 @@ Daemon::Daemon(DaemonConfig config, std::unique_ptr<Backend> backend)
   fit_timeout_to_backend();
   batcher_.set_limits(config_.batch);
   policy_.set_limits(config_.batch);
+  pending_.set_floors({0, config_.normal_floor_percent / 100.0, config_.low_floor_percent / 100.0});
 }
 
 // The hang timeout is raised rather than the start refused: a configuration that is merely costly
@@ -220,6 +222,7 @@ void Daemon::publish_status() noexcept {
   constexpr auto relaxed = std::memory_order_relaxed;
   shm::DaemonStatusPage& page = *status_;
   const auto& devices = router_->devices();
+  const std::bitset<64> laggards = router_->laggards(shm::monotonic_ns());
   std::uint32_t healthy = 0;
   for (std::size_t d = 0; d < devices.size(); ++d) {
     const DeviceHealth& h = *devices[d];
@@ -235,6 +238,8 @@ void Daemon::publish_status() noexcept {
     // idle cpu device then showed a batch time of 0.
     out.batch_ns.store(h.measured_batch_ns(), relaxed);
     publish_memory(static_cast<unsigned>(d), out);
+    page.laggard[d].store(laggards.test(d) ? 1 : 0, relaxed);
+    page.probes[d].store(h.probes_ok(), relaxed);
   }
   page.devices.store(static_cast<std::uint32_t>(devices.size()), relaxed);
   page.healthy_devices.store(healthy, relaxed);

@@ -172,14 +172,19 @@ class Daemon {
              AdmissionView& view);
   // Whether the request's predicted wait would use more than 80% of what its deadline leaves.
   bool would_miss_deadline(const TakenRequest& taken, std::int64_t now_ns, AdmissionView& view);
+  // The wait of a request of class `rank` served at its class's floor share (normal_floor_percent,
+  // low_floor_percent) however busy the classes above; INT64_MAX without a floor.
+  [[nodiscard]] std::int64_t delay_within_floor_ns(std::size_t rank, std::int64_t now_ns,
+                                                   const AdmissionView& view) const noexcept;
   void reject(const PendingRequest& request, shm::WireStatus status, const char* why);
   // Rejects a request its client withdrew, or one past its deadline (saying late_why); returns
   // whether it did.
   bool rejected_as_gone(const PendingRequest& request, std::int64_t now_ns, const char* late_why);
   bool fill_batches(std::int64_t now_ns);
-  // The longest a batch may be predicted to run while clients share the lanes (fair_slice_us);
-  // 0: no limit (one client active, the slice off, or no fitted cost yet). Fills `cost` with
-  // the lanes' fitted cost when it looked (one lane view a pass).
+  // The longest a batch may be predicted to run while tenants share the lanes (fair_slice_us);
+  // 0: no limit (one tenant active, another lane idle for whoever comes next, the slice off, or
+  // no fitted cost yet). Fills `cost` with the lanes' fitted cost when it looked (one lane view
+  // a pass).
   [[nodiscard]] std::int64_t fair_slice_ns(std::int64_t now_ns, CostFit& cost) const noexcept;
   // Whether `request` would take the open batch past the fair slice.
   [[nodiscard]] bool past_slice(const PendingRequest& request, std::int64_t slice_ns,
@@ -276,9 +281,11 @@ class Daemon {
   LogLimiter log_limit_;
   std::vector<std::shared_ptr<ClientSession>> drain_order_;  // round-robin order of sessions_
   std::size_t drain_cursor_ = 0;
-  // Clients the drain loop took a request from within kActiveWindowNs, as of its last pass.
+  // Tenants (users: a front-end's event loops and connections are one) the drain loop took a
+  // request from within kActiveWindowNs, as of its last pass; counted up to 2, all the fair slice
+  // asks.
   static constexpr std::int64_t kActiveWindowNs = 100'000'000;
-  std::size_t active_clients_ = 0;
+  std::size_t active_tenants_ = 0;
 
   PendingQueue pending_;  // admitted, waiting for a batch
   WaitOrFullBatcher batcher_;

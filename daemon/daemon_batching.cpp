@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cstring>
 
 #include "daemon/daemon.hpp"
@@ -90,7 +91,25 @@ bool Daemon::would_miss_deadline(const TakenRequest& taken, std::int64_t now_ns,
   // the completion reaching the caller. deadline > now here, so budget_ns cannot overflow, and
   // taking the fifth off by division keeps a far deadline from overflowing.
   const std::int64_t budget_ns = taken.deadline_mono_ns - now_ns;
-  return delay_ns > budget_ns - budget_ns / 5;
+  const std::int64_t allowed_ns = budget_ns - budget_ns / 5;
+  if (delay_ns <= allowed_ns) return false;
+  return delay_within_floor_ns(rank, now_ns, view) > allowed_ns;
+}
+
+std::int64_t Daemon::delay_within_floor_ns(std::size_t rank, std::int64_t /*now_ns*/,
+                                           const AdmissionView& view) const noexcept {
+  const std::uint32_t percent = rank == 1 ? config_.normal_floor_percent
+                                          : rank == 2 ? config_.low_floor_percent : 0;
+  if (percent == 0) return INT64_MAX;
+  // Its class's floor (PendingQueue) serves it however much the classes above send: the lanes
+  // free, the next batch takes it once its class's requests ahead have gone, and those leave at
+  // the floor's share of the lanes' pace.
+  const Router::DelayView& delays = view.delays;
+  const std::uint64_t own_ahead = pending_.size_of_rank(rank);
+  const std::int64_t own_ns = std::max<std::int64_t>(
+      0, Router::estimate_delay_ns(delays, own_ahead, config_.batch.max_batch) - delays.first_free_ns);
+  const auto next_batch_ns = static_cast<std::int64_t>(delays.measured_batch_ns);
+  return delays.first_free_ns + next_batch_ns + own_ns * 100 / percent;
 }
 
 bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
@@ -117,9 +136,11 @@ bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
 }
 
 std::int64_t Daemon::fair_slice_ns(std::int64_t now_ns, CostFit& cost) const noexcept {
-  if (active_clients_ < 2 || config_.fair_slice_us == 0) return 0;
-  cost = router_->lane_view(now_ns).cost;
-  if (!cost.fitted) return 0;
+  if (active_tenants_ < 2 || config_.fair_slice_us == 0) return 0;
+  const Router::LaneView lanes = router_->lane_view(now_ns);
+  cost = lanes.cost;
+  // Another idle lane takes the other tenant's next request at once: nobody waits for this one.
+  if (!cost.fitted || lanes.idle_lanes > 1) return 0;
   // A device whose every batch costs more than the slice still batches: the slice then grows
   // to twice its fixed cost, so at least half of each run is the requests' own work.
   const auto slice_ns = static_cast<double>(config_.fair_slice_us) * 1e3;
@@ -240,6 +261,7 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
   std::array<std::uint64_t, shm::kWirePriorities> taken_bytes{};
   const std::size_t clients = drain_order_.size();
   std::size_t active = 0;
+  uid_t active_uid = 0;
   for (std::size_t visited = 0; visited < clients && !drain_order_.empty(); ++visited) {
     if (drain_cursor_ >= drain_order_.size()) drain_cursor_ = 0;
     std::shared_ptr<ClientSession> session = drain_order_[drain_cursor_++];
@@ -265,12 +287,16 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
     }
     session->publish();
     if (taken_here > 0) session->note_taken(now_ns);
-    if (session->last_taken_ns() != 0 && now_ns - session->last_taken_ns() < kActiveWindowNs) ++active;
+    if (session->last_taken_ns() != 0 && now_ns - session->last_taken_ns() < kActiveWindowNs &&
+        (active == 0 || (active == 1 && session->uid() != active_uid))) {
+      active_uid = session->uid();
+      ++active;
+    }
   }
   for (std::size_t c = 0; c < arrivals_.size(); ++c) {
     if (taken_count[c] > 0) arrivals_[c].add(taken_count[c], taken_bytes[c], now_ns);
   }
-  active_clients_ = active;
+  active_tenants_ = active;
   return progressed;
 }
 

@@ -18,7 +18,7 @@ bool DeviceHealth::try_begin_probe(std::int64_t now_ns) noexcept {
   return state_.compare_exchange_strong(expected, DeviceState::kProbing, std::memory_order_acq_rel);
 }
 
-void DeviceHealth::record_success(std::uint64_t items, std::int64_t run_ns, std::int64_t now_ns) noexcept {
+void DeviceHealth::record_success(std::uint64_t items, std::int64_t run_ns, std::int64_t now_ns, bool probe) noexcept {
   const auto sample = static_cast<std::uint64_t>(std::max<std::int64_t>(run_ns, 1));
   const std::uint64_t old = batch_ns_estimate(now_ns);
   const std::uint64_t item_sample = std::max<std::uint64_t>(sample / std::max<std::uint64_t>(items, 1), 1);
@@ -27,8 +27,12 @@ void DeviceHealth::record_success(std::uint64_t items, std::int64_t run_ns, std:
   batch_ns_.store(old == 0 ? sample : (old * 7 + sample) / 8, std::memory_order_relaxed);
   item_ns_.store(item_old == 0 ? item_sample : (item_old * 7 + item_sample) / 8, std::memory_order_relaxed);
   last_success_ns_.store(now_ns, std::memory_order_relaxed);
-  batches_ok_.fetch_add(1, std::memory_order_relaxed);
-  items_ok_.fetch_add(items, std::memory_order_relaxed);
+  if (probe) {
+    probes_ok_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    batches_ok_.fetch_add(1, std::memory_order_relaxed);
+    items_ok_.fetch_add(items, std::memory_order_relaxed);
+  }
   consecutive_failures_.store(0, std::memory_order_relaxed);
   DeviceState expected = DeviceState::kProbing;
   state_.compare_exchange_strong(expected, DeviceState::kHealthy, std::memory_order_acq_rel);

@@ -46,7 +46,9 @@ class DeviceHealth {
 
   // A batch of `items` succeeded here in `run_ns`, finishing at now_ns: healthy again (ending a
   // probe), failure streak reset, speed estimate updated.
-  void record_success(std::uint64_t items, std::int64_t run_ns, std::int64_t now_ns) noexcept;
+  // A probe (Batch::shadow) updates the estimates and health alike, but counts as a probe, not
+  // as requests served.
+  void record_success(std::uint64_t items, std::int64_t run_ns, std::int64_t now_ns, bool probe = false) noexcept;
   // Measured run time of a batch here (moving average). 0 while unmeasured, and again once the
   // last success is older than kStaleNs, so that a device that once looked slow is tried again
   // rather than starved of the work that would correct its estimate.
@@ -55,6 +57,12 @@ class DeviceHealth {
     return batch_ns_.load(std::memory_order_relaxed);
   }
   static constexpr std::int64_t kStaleNs = 1'000'000'000;
+  // The device is no longer what was measured (a probe ran far faster than its estimate): the
+  // next success starts the averages afresh.
+  void forget_speed() noexcept {
+    batch_ns_.store(0, std::memory_order_relaxed);
+    item_ns_.store(0, std::memory_order_relaxed);
+  }
   // The moving average as last measured, stale or not (0: never measured): what status shows.
   [[nodiscard]] std::uint64_t measured_batch_ns() const noexcept { return batch_ns_.load(std::memory_order_relaxed); }
   // Measured run time per request (moving average over batches), with the same staleness.
@@ -96,6 +104,7 @@ class DeviceHealth {
   [[nodiscard]] std::uint64_t batches_ok() const noexcept { return batches_ok_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t batches_failed() const noexcept { return batches_failed_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t items_ok() const noexcept { return items_ok_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t probes_ok() const noexcept { return probes_ok_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t batches_inline() const noexcept { return batches_inline_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t timeouts() const noexcept { return timeouts_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t times_marked_unhealthy() const noexcept { return marked_.load(std::memory_order_relaxed); }
@@ -117,6 +126,7 @@ class DeviceHealth {
   std::atomic<std::uint64_t> batches_failed_{0};
   std::atomic<std::uint64_t> items_ok_{0};
   std::atomic<std::uint64_t> batches_inline_{0};
+  std::atomic<std::uint64_t> probes_ok_{0};
   std::atomic<std::uint64_t> timeouts_{0};
   std::atomic<std::uint64_t> marked_{0};
   std::atomic<std::uint64_t> batch_ns_{0};

@@ -212,10 +212,19 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
         return address ? std::string() : address.error().message;
       });
   app.add_option("--fair-slice-us", c.fair_slice_us,
-                 "while two or more clients are active, close a batch before its predicted run "
-                 "passes this (at least twice the device's fixed batch cost), so one client's large "
-                 "inputs cannot hold the lanes while another waits; 0: off")
+                 "while two or more tenants (users) are active and no other lane is idle, close a "
+                 "batch before its predicted run passes this (at least twice the device's fixed "
+                 "batch cost), so one tenant's large inputs cannot hold the lanes while another "
+                 "waits; 0: off")
       ->capture_default_str()->check(CLI::Range(0U, 10'000'000U));
+  app.add_option("--normal-floor-percent", c.normal_floor_percent,
+                 "the share of what is served (by cost) that normal-priority requests keep while "
+                 "they wait, however much high there is; 0: strict priority")
+      ->capture_default_str()->check(CLI::Range(0U, 50U));
+  app.add_option("--low-floor-percent", c.low_floor_percent,
+                 "the share of what is served (by cost) that low-priority requests keep while they "
+                 "wait; 0: strict priority")
+      ->capture_default_str()->check(CLI::Range(0U, 50U));
   app.add_option("--drain-spin-us", c.drain_spin_us,
                  "busy-poll this long before the drain loop sleeps")->capture_default_str();
 }

@@ -7,6 +7,7 @@
 // the clients' slots (each entry holds one). Drain thread only.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -165,13 +166,24 @@ constexpr std::size_t rank_of(shm::WirePriority priority) noexcept {
   return 1;
 }
 
-// The classes together: high is batched first, then normal, then low; but a lower class's next
-// request goes first when its deadline is near (or, without a deadline, when it has waited
-// kMaxWaitBehindNs), so no class starves while its requests can still be answered in time.
+// The classes together: high is batched first, then normal, then low; but no class takes
+// everything. A lower class with waiting work keeps a floor share of what is served (its floor,
+// by cost): each request served from another class credits it floor x that request's cost, and
+// its next request goes first once the credit covers it; credit is for waiting work, so it is
+// dropped when the class empties. And a lower class's next request goes first when its deadline
+// is near (or, without a deadline, when it has waited kMaxWaitBehindNs), so no class starves
+// while its requests can still be answered in time.
 class PendingQueue {
  public:
   static constexpr std::size_t kClasses = 3;
   static constexpr std::int64_t kMaxWaitBehindNs = 1'000'000'000;
+  // The most credit a class saves up while it waits: a few large requests' worth, so a class
+  // held back by the deadline rule does not come back with a burst that starves the others.
+  static constexpr double kMaxCredit = 4.0 * (64 * 1024 + ClassQueue::kRequestOverheadBytes);
+
+  // The floor share of each class, by rank, in [0, 1) (the top class's is not used: it is served
+  // first anyway); 0: strict priority below the classes above.
+  void set_floors(const std::array<double, kClasses>& floors) noexcept { floors_ = floors; }
 
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
   [[nodiscard]] std::size_t size() const noexcept {
@@ -187,8 +199,20 @@ class PendingQueue {
     chosen_ = pick(now_ns, urgent_ns);
     return classes_[chosen_].front();
   }
-  // Removes what front() returned.
-  void pop_front() noexcept { classes_[chosen_].pop_front(); }
+  // Removes what front() returned, crediting the other waiting classes their floors of its cost.
+  void pop_front() noexcept {
+    const std::size_t first = top();
+    const auto cost = static_cast<double>(ClassQueue::cost_of(classes_[chosen_].front()));
+    classes_[chosen_].pop_front();
+    if (chosen_ != first) credit_[chosen_] = std::max(0.0, credit_[chosen_] - cost);
+    for (std::size_t rank = 0; rank < kClasses; ++rank) {
+      if (classes_[rank].empty()) {
+        credit_[rank] = 0;
+      } else if (rank != chosen_) {
+        credit_[rank] = std::min(kMaxCredit, credit_[rank] + floors_[rank] * cost);
+      }
+    }
+  }
 
   void push_back(PendingRequest request) {
     classes_[rank_of(request.taken.priority)].push_back(std::move(request));
@@ -202,10 +226,16 @@ class PendingQueue {
   }
 
  private:
+  // The first class with waiting requests. Precondition: !empty().
+  [[nodiscard]] std::size_t top() const noexcept {
+    std::size_t rank = 0;
+    while (classes_[rank].empty()) ++rank;
+    return rank;
+  }
+
   [[nodiscard]] std::size_t pick(std::int64_t now_ns, std::int64_t urgent_ns) noexcept {
-    std::size_t top = 0;
-    while (classes_[top].empty()) ++top;
-    for (std::size_t rank = kClasses - 1; rank > top; --rank) {
+    const std::size_t first = top();
+    for (std::size_t rank = kClasses - 1; rank > first; --rank) {
       if (classes_[rank].empty()) continue;
       const PendingRequest& next = classes_[rank].front();
       const std::int64_t deadline = next.taken.deadline_mono_ns;
@@ -213,11 +243,19 @@ class PendingQueue {
         return rank;
       }
     }
-    return top;
+    for (std::size_t rank = first + 1; rank < kClasses; ++rank) {
+      if (!classes_[rank].empty() &&
+          credit_[rank] >= static_cast<double>(ClassQueue::cost_of(classes_[rank].front()))) {
+        return rank;
+      }
+    }
+    return first;
   }
 
   std::array<ClassQueue, kClasses> classes_;
   std::size_t chosen_ = 0;  // the class front() last chose
+  std::array<double, kClasses> floors_{0, 0.1, 0.1};
+  std::array<double, kClasses> credit_{};  // of each class's floor, not yet used
 };
 
 }  // namespace batchd

@@ -22,6 +22,7 @@ Router::Router(Backend& backend, Completer& completer, RouterOptions options,
     health_.push_back(std::make_unique<DeviceHealth>());
     health_.back()->set_backoff(options_.backoff);
     cost_.push_back(std::make_unique<CostModel>());
+    probe_.push_back(std::make_unique<ProbeState>());
     memory_.push_back(std::make_unique<MemoryState>());
     for (unsigned s = 0; s < streams; ++s) {
       lanes_.push_back(std::make_unique<Lane>());
@@ -94,46 +95,11 @@ void Router::release(Batch* batch) noexcept {
   on_batch_freed_();
 }
 
-Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns, bool* memory_short) noexcept {
-  // Expected time until this batch would finish on each lane's device: (batches outstanding
-  // there + 1) x its measured batch time. Lanes within 25% of the best count as equal and take
-  // turns, so equally fast devices share the work and a slower one gets less.
-  thread_local std::vector<std::uint64_t> scores;
-  scores.assign(lanes_.size(), std::numeric_limits<std::uint64_t>::max());
-  std::uint64_t best = std::numeric_limits<std::uint64_t>::max();
-  const std::uint64_t need = memory_need(batch);
-  for (std::size_t i = 0; i < lanes_.size(); ++i) {
-    const Lane& lane = *lanes_[i];
-    const unsigned d = lane.id.device;
-    if ((batch.failed_devices & device_bit(d)) != 0 || !lane_usable(lane, now_ns)) continue;
-    const DeviceHealth& h = *health_[d];
-    if (!fits_memory(batch, need, d)) {
-      if (memory_short != nullptr) *memory_short = true;
-      continue;
-    }
-    const std::uint64_t queued = h.outstanding_batches.load(std::memory_order_relaxed) +
-                                 lane.outstanding.load(std::memory_order_relaxed);
-    scores[i] = (queued + 1) * h.batch_ns_estimate(now_ns) + queued;
-    best = std::min(best, scores[i]);
-  }
-  if (best == std::numeric_limits<std::uint64_t>::max()) return nullptr;
-  // Turns are taken among the eligible lanes only: rotating a start index over all lanes would
-  // hand the turns of skipped lanes to whichever eligible lane follows them.
-  const std::uint64_t good_enough = best + best / 4;
-  std::size_t eligible = 0;
-  for (std::uint64_t score : scores) eligible += score <= good_enough ? 1 : 0;
-  std::size_t turn = rotation_.fetch_add(1, std::memory_order_relaxed) % eligible;
-  for (std::size_t i = 0; i < lanes_.size(); ++i) {
-    if (scores[i] <= good_enough && turn-- == 0) return lanes_[i].get();
-  }
-  return nullptr;
-}
-
 void Router::record_success(unsigned device, const Batch& batch, std::int64_t run_ns,
                             std::int64_t now_ns) noexcept {
-  health_[device]->record_success(batch.size(), run_ns, now_ns);
+  health_[device]->record_success(batch.size(), run_ns, now_ns, batch.shadow);
   cost_[device]->record(batch.size(), batch.input_bytes.size(), run_ns);
-  if (latency_ != nullptr) record_latency(device, batch, now_ns - run_ns, run_ns);
+  if (latency_ != nullptr && !batch.shadow) record_latency(device, batch, now_ns - run_ns, run_ns);
 }
 
 void Router::record_latency(unsigned device, const Batch& batch, std::int64_t started_ns,
@@ -190,6 +156,12 @@ void Router::fail_unavailable(Batch* batch) noexcept {
 }
 
 void Router::dispatch(Batch* batch) noexcept {
+  // A probe goes only where it was sent: redirected (its device failed or went away), it is
+  // dropped, as its answer is not wanted.
+  if (batch->shadow) {
+    release(batch);
+    return;
+  }
   const std::int64_t now_ns = shm::monotonic_ns();
   for (;;) {
     bool memory_short = false;
@@ -202,16 +174,22 @@ void Router::dispatch(Batch* batch) noexcept {
     // A device back from its back-off takes one probe batch at a time; losing that race just
     // means looking again.
     if (h.state() != DeviceState::kHealthy && !h.try_begin_probe(now_ns)) continue;
-    batch->run_token += 1;
-    batch->run_state.store(make_run_state(batch->run_token, RunPhase::kQueued), std::memory_order_relaxed);
-    lane->outstanding.fetch_add(1, std::memory_order_relaxed);
-    lane->outstanding_items.fetch_add(batch->size(), std::memory_order_relaxed);
-    h.outstanding_items.fetch_add(batch->size(), std::memory_order_relaxed);
-    h.outstanding_batches.fetch_add(1, std::memory_order_relaxed);
-    handoff_release(batch);
-    lane->queue.enqueue(batch);
+    probe_laggards(*batch, now_ns);  // before the enqueue: the batch is the lane's after it
+    enqueue_on(*lane, batch);
     return;
   }
+}
+
+void Router::enqueue_on(Lane& lane, Batch* batch) noexcept {
+  DeviceHealth& h = *health_[lane.id.device];
+  batch->run_token += 1;
+  batch->run_state.store(make_run_state(batch->run_token, RunPhase::kQueued), std::memory_order_relaxed);
+  lane.outstanding.fetch_add(1, std::memory_order_relaxed);
+  lane.outstanding_items.fetch_add(batch->size(), std::memory_order_relaxed);
+  h.outstanding_items.fetch_add(batch->size(), std::memory_order_relaxed);
+  h.outstanding_batches.fetch_add(1, std::memory_order_relaxed);
+  handoff_release(batch);
+  lane.queue.enqueue(batch);
 }
 
 Router::Lane* Router::inline_lane(const Batch& batch, std::int64_t now_ns) noexcept {
@@ -244,6 +222,7 @@ void Router::run_or_dispatch(Batch* batch) noexcept {
     dispatch(batch);
     return;
   }
+  probe_laggards(*batch, started_ns);
   BackendStatus status = run_guarded(lane->id, batch->input(), batch->output);
   if (!status.ok) {
     on_failure(*lane, batch, std::move(status.message));
@@ -304,7 +283,14 @@ void Router::finish(Lane& lane, Batch* batch, BackendStatus status) noexcept {
   if (!settle(lane, batch)) return;
   if (status.ok) {
     const std::int64_t now_ns = shm::monotonic_ns();
-    record_success(device, *batch, now_ns - lane.started_ns.load(std::memory_order_relaxed), now_ns);
+    const std::int64_t run_ns = now_ns - lane.started_ns.load(std::memory_order_relaxed);
+    if (batch->shadow) {
+      learn_from_probe(device, *batch, run_ns);
+      record_success(device, *batch, run_ns, now_ns);
+      release(batch);  // the original was answered elsewhere
+      return;
+    }
+    record_success(device, *batch, run_ns, now_ns);
     // Devices that failed this same batch are proven at fault: it runs fine here.
     for (unsigned d = 0; d < health_.size(); ++d) {
       if ((batch->failed_devices & device_bit(d)) != 0) health_[d]->mark_unhealthy(now_ns);
@@ -359,6 +345,10 @@ void Router::on_failure(Lane& lane, Batch* batch, std::string message) noexcept 
   const bool blind = !have_canary_.load(std::memory_order_acquire);
   if (health_[device]->record_failure(now_ns, blind)) {
     spdlog::warn("{} device {} marked unhealthy after failures: {}", backend_.name(), device, message);
+  }
+  if (batch->shadow) {  // a probe's failure tells about the device only
+    release(batch);
+    return;
   }
   batch->failed_devices |= device_bit(device);
   batch->last_error = std::move(message);

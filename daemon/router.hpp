@@ -1,5 +1,5 @@
 // Routes batches to the backend's devices and streams and keeps every request answered when a
-// device fails: a batch goes to the available device with the least outstanding work; a device
+// device fails: a batch goes to the lane where it is expected to finish first; a device
 // that fails or times out is marked unhealthy, its work re-runs elsewhere, and it is probed again
 // after a back-off; a batch that fails is retried once on another device and then split, until
 // a failing input fails alone, which the dead-letter log records. A device whose memory is short (memory_budget.hpp) gets only
@@ -11,6 +11,7 @@
 #include <concurrentqueue/concurrentqueue.h>
 
 #include <atomic>
+#include <bitset>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -80,7 +81,7 @@ class Router {
     CostFit cost;                      // their mean fit
     std::int64_t first_free_ns = 0;    // until the first lane has run what it holds (fitted cost)
     std::uint64_t dispatched = 0;      // requests handed to lanes and not finished
-    std::uint64_t measured_batch_ns = 0;  // mean measured batch time, for while nothing is fitted
+    std::uint64_t measured_batch_ns = 0;  // mean measured batch time of the lanes counted on
   };
   [[nodiscard]] DelayView delay_view(std::int64_t now_ns) const noexcept;
   // How long until a request is answered that has `waiting_ahead` requests not yet dispatched
@@ -105,6 +106,8 @@ class Router {
   [[nodiscard]] std::uint64_t dispatched_requests() const noexcept;
   // A device's fitted batch cost.
   [[nodiscard]] CostFit cost_fit(unsigned device) const noexcept { return cost_[device]->fit(); }
+  // The devices (of the first 64) far slower than the fastest now (router_pick.cpp). Any thread.
+  [[nodiscard]] std::bitset<64> laggards(std::int64_t now_ns) const noexcept;
 
   // Devices that come and go (worker processes; the daemon's attach thread calls these). A new
   // device in `device`'s place, with `streams` of its lanes open: nothing learnt of the one before
@@ -196,9 +199,27 @@ class Router {
   // Drops one of an abandoned run's two holds (Batch::abandon_holds); the last returns the batch.
   void let_go_of_abandoned(Batch* batch) noexcept;
   void requeue_from_unavailable() noexcept;
-  // The lane to send this batch to, or nullptr; *memory_short, if given, is set when an available
-  // device was passed over because the batch does not fit its memory.
+  // Where a batch goes (router_pick.cpp). The lane where it is expected to finish first, or
+  // nullptr; *memory_short, if given, is set when an available device was passed over because the
+  // batch does not fit its memory.
   Lane* pick_lane(const Batch& batch, std::int64_t now_ns, bool* memory_short = nullptr) noexcept;
+  // A device's predicted run time for a batch: its fit, else its measured mean batch time; 0
+  // while nothing is measured there.
+  [[nodiscard]] double predict_run_ns(unsigned device, double items, double bytes) const noexcept;
+  // The reference batch's predicted run time on the fastest available measured device; 0: none.
+  [[nodiscard]] double fastest_reference_ns(std::int64_t now_ns) const noexcept;
+  // Far slower than the fastest device (kLaggardFactor): the batching policy and admission do not
+  // count on its lanes, and it gets real work only where it finishes first, else probes.
+  [[nodiscard]] bool laggard(unsigned device, double fastest_reference_ns) const noexcept;
+  // Before `batch` goes to a lane: a laggard device that is idle and was not probed for
+  // kProbeIntervalNs gets a copy of one of its requests (Batch::shadow), so its estimate stays
+  // fresh and it is used again once it recovers, at no caller's cost.
+  void probe_laggards(const Batch& batch, std::int64_t now_ns) noexcept;
+  // A probe ran in run_ns: a device far faster than predicted has recovered; what was learnt of
+  // it goes. Call before record_success.
+  void learn_from_probe(unsigned device, const Batch& probe, std::int64_t run_ns) noexcept;
+  // Puts a batch on a lane's queue, counted in its load.
+  void enqueue_on(Lane& lane, Batch* batch) noexcept;
   // How long until the lane has run what it holds, at the fitted cost.
   std::int64_t lane_busy_for_ns(const Lane& lane, const CostFit& cost, std::int64_t now_ns) const noexcept;
   bool any_available_outside(std::uint64_t mask, std::int64_t now_ns) const noexcept;
@@ -261,6 +282,20 @@ class Router {
   std::mutex canary_mu_;
   std::string canary_;                      // guarded by canary_mu_
   std::atomic<bool> have_canary_{false};
+
+  // Probes of laggard devices (router_pick.cpp).
+  static constexpr double kLaggardFactor = 4.0;
+  // And slower by more than this: below it, the difference is a VM's wake-ups and a cold cache
+  // (a worker probed twice a second runs cold), not the device.
+  static constexpr double kLaggardSlackNs = 1e6;
+  static constexpr std::int64_t kProbeIntervalNs = 500'000'000;
+  static constexpr double kReferenceItems = 16;
+  static constexpr double kReferenceBytes = 16 * 256;
+  struct ProbeState {
+    std::atomic<std::int64_t> probed_ns{0};  // when the last probe was sent
+    std::atomic<std::uint64_t> probes{0};    // sent, for stats
+  };
+  std::vector<std::unique_ptr<ProbeState>> probe_;  // by device index
 
   std::vector<std::unique_ptr<MemoryState>> memory_;  // by device index
   std::atomic<bool> memory_limited_{false};  // some device has a finite room: checks are due

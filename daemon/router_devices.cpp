@@ -43,6 +43,10 @@ void Router::rerun_after_device_fault(Lane& lane, std::uint64_t incarnation, Bat
   if (health_[device]->retire(incarnation)) {
     spdlog::warn("{} device {} went away: {}; its batches run elsewhere", backend_.name(), device, message);
   }
+  if (batch->shadow) {  // a probe is not run again: it answers nobody
+    release(batch);
+    return;
+  }
   batch->last_error = std::move(message);
   // A device that goes away under the same batch again and again is taken down by it: an input
   // that crashes the model would otherwise kill every worker in turn, and each one restarted,

@@ -1,6 +1,6 @@
 // What the lanes look like from outside the router: how many can take work and how many are idle,
 // their fitted cost (for the batching policy), and how long a request would wait behind what they
-// hold (for admission).
+// hold (for admission); laggard devices' lanes left out (router_pick.cpp).
 #include <algorithm>
 #include <climits>
 
@@ -30,19 +30,20 @@ Router::DelayView Router::delay_view(std::int64_t now_ns) const noexcept {
   out.cost = view.cost;
   out.dispatched = dispatched_requests();
   if (view.lanes == 0) return out;
+  const double fastest = fastest_reference_ns(now_ns);
   if (view.cost.fitted) {
     out.first_free_ns = INT64_MAX;
     for (const auto& lane : lanes_) {
-      if (!lane_usable(*lane, now_ns)) continue;
+      if (!lane_usable(*lane, now_ns) || laggard(lane->id.device, fastest)) continue;
       out.first_free_ns = std::min(out.first_free_ns, lane_busy_for_ns(*lane, view.cost, now_ns));
     }
-    return out;
   }
   std::uint64_t measured = 0;
-  for (const auto& h : health_) {
-    if (!h->available(now_ns) || h->batch_ns_estimate(now_ns) == 0) continue;
+  for (unsigned d = 0; d < health_.size(); ++d) {
+    const DeviceHealth& h = *health_[d];
+    if (!h.available(now_ns) || h.batch_ns_estimate(now_ns) == 0 || laggard(d, fastest)) continue;
     ++measured;
-    out.measured_batch_ns += h->batch_ns_estimate(now_ns);
+    out.measured_batch_ns += h.batch_ns_estimate(now_ns);
   }
   if (measured > 0) out.measured_batch_ns /= measured;
   return out;
@@ -78,9 +79,12 @@ Router::LaneView Router::lane_view(std::int64_t now_ns) const noexcept {
   LaneView view;
   unsigned fitted = 0;
   std::uint64_t samples = 0;
+  // A laggard's lanes are not counted on: an idle one would make the policy flush at once, and
+  // its cost would drag the mean far from what the batches meet (router_pick.cpp).
+  const double fastest = fastest_reference_ns(now_ns);
   for (const auto& lane : lanes_) {
     const DeviceHealth& h = *health_[lane->id.device];
-    if (!lane_usable(*lane, now_ns)) continue;
+    if (!lane_usable(*lane, now_ns) || laggard(lane->id.device, fastest)) continue;
     ++view.lanes;
     if (lane->outstanding.load(std::memory_order_seq_cst) == 0) ++view.idle_lanes;
     if (lane->id.stream != 0) continue;  // one fit per device

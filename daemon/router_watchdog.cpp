@@ -57,6 +57,11 @@ void Router::check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept {
                "it elsewhere",
                backend_.name(), lane.id.device, lane.id.stream, batch->size(),
                options_.device_timeout.count());
+  if (batch->shadow) {  // a hung probe: the device is marked, and nobody waits for its answer
+    let_go_of_abandoned(batch);
+    backend_.device_hung(lane.id.device);
+    return;
+  }
   Batch* copy = acquire_extra();
   batch->copy_into(*copy);
   copy->failed_devices |= device_bit(lane.id.device);

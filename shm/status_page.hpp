@@ -113,6 +113,11 @@ struct alignas(64) DaemonStatusPage {
   // needs before it says it is ready (0 from any other daemon).
   std::atomic<std::uint32_t> workers;
   std::atomic<std::uint32_t> min_workers;
+  // Appended in turn, by device: whether the router counts it a laggard now (1: far slower than
+  // the fastest, so it gets only what it would finish first, and probes), and the probes it ran
+  // (copies of a request, to keep its estimate fresh; not counted in batches_ok).
+  std::atomic<std::uint32_t> laggard[kStatusDevices];
+  std::atomic<std::uint64_t> probes[kStatusDevices];
 };
 
 static_assert(std::is_standard_layout_v<DaemonStatusPage>);

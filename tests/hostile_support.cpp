@@ -14,6 +14,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "shm/clock.hpp"
 
@@ -192,6 +193,21 @@ NewClientProber::NewClientProber(std::string socket, std::chrono::milliseconds p
 void NewClientProber::stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
+}
+
+std::string large_inputs_file(const std::string& socket) {
+  const std::string path = std::filesystem::path(socket).parent_path() / "large-inputs.txt";
+  std::ofstream file(path);
+  for (int i = 0; i < 64; ++i) {
+    std::string line = std::to_string(i) + "-";
+    line.resize(65536, static_cast<char>('a' + i % 26));
+    file << line << '\n';
+  }
+  file.close();
+  REQUIRE(file);
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::group_read |
+                                         std::filesystem::perms::others_read);
+  return path;
 }
 
 }  // namespace batchd::test

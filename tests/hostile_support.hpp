@@ -155,4 +155,9 @@ class NewClientProber {
   std::thread thread_;
 };
 
+// 64 inputs of 64 KiB, one a line, readable by any user, beside `socket`: what the floods send
+// (random inputs that large take the sanitizer builds' stress tool a minute to make). Returns
+// its path.
+std::string large_inputs_file(const std::string& socket);
+
 }  // namespace batchd::test

@@ -102,3 +102,61 @@ TEST_CASE("equal clients still alternate, several small requests to a turn") {
   CHECK(from_a <= 200 + per_turn);
   CHECK(queue.size() == 200);
 }
+
+namespace {
+
+PendingRequest request_at(const std::shared_ptr<ClientSession>& session, std::uint32_t bytes,
+                          shm::WirePriority priority) {
+  PendingRequest request = request_of(session, bytes);
+  request.taken.priority = priority;
+  return request;
+}
+
+}  // namespace
+
+TEST_CASE("no class takes everything: a waiting lower class keeps its floor share of the work") {
+  auto flood = session_with_id(1);
+  auto light = session_with_id(2);
+  for (const bool floors : {true, false}) {
+    CAPTURE(floors);
+    PendingQueue queue;
+    if (!floors) queue.set_floors({0, 0, 0});
+    for (int i = 0; i < 300; ++i) queue.push_back(request_at(flood, 65536, shm::WirePriority::kHigh));
+    for (int i = 0; i < 20; ++i) queue.push_back(request_at(light, 100, shm::WirePriority::kNormal));
+    int normal_served = 0, popped = 0;
+    while (normal_served < 20 && popped < 200) {
+      normal_served += queue.front(0, 0).taken.priority == shm::WirePriority::kNormal ? 1 : 0;
+      queue.pop_front();
+      ++popped;
+    }
+    MESSAGE("normal's 20 small requests served within ", popped, " pops of a high flood");
+    // With the floor, the credit of one large high request covers many small normal ones; without
+    // it (strict priority) normal waits for the whole flood.
+    if (floors) {
+      CHECK(normal_served == 20);
+      CHECK(popped <= 25);
+    } else {
+      CHECK(normal_served == 0);
+    }
+  }
+}
+
+TEST_CASE("two floods of equal requests: the lower class gets about its floor, the top class the rest") {
+  auto high = session_with_id(1);
+  auto low = session_with_id(2);
+  PendingQueue queue;
+  queue.set_floors({0, 0.1, 0.2});
+  for (int i = 0; i < 400; ++i) {
+    queue.push_back(request_at(high, 4096, shm::WirePriority::kHigh));
+    queue.push_back(request_at(low, 4096, shm::WirePriority::kLow));
+  }
+  int low_served = 0;
+  for (int i = 0; i < 300; ++i) {
+    low_served += queue.front(0, 0).taken.priority == shm::WirePriority::kLow ? 1 : 0;
+    queue.pop_front();
+  }
+  MESSAGE("low served ", low_served, " of 300 beside a high flood, at a floor of 20 %");
+  // One low request per five high ones earns it a request's credit: a sixth of the requests.
+  CHECK(low_served >= 40);
+  CHECK(low_served <= 60);
+}

@@ -36,23 +36,6 @@ void open_socket_dir(const std::string& socket) {
   REQUIRE(::chmod(std::filesystem::path(socket).parent_path().c_str(), 0711) == 0);
 }
 
-// 64 inputs of 64 KiB, one a line, readable by any user, beside `socket`: what the floods send
-// (random inputs that large take the sanitizer builds' stress tool a minute to make).
-std::string large_inputs_file(const std::string& socket) {
-  const std::string path = std::filesystem::path(socket).parent_path() / "large-inputs.txt";
-  std::ofstream file(path);
-  for (int i = 0; i < 64; ++i) {
-    std::string line = std::to_string(i) + "-";
-    line.resize(65536, static_cast<char>('a' + i % 26));
-    file << line << '\n';
-  }
-  file.close();
-  REQUIRE(file);
-  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::group_read |
-                                         std::filesystem::perms::others_read);
-  return path;
-}
-
 // A batchd-stress run at `rate` requests a second for `seconds`, every answer checked.
 struct LoadFigures {
   double ok = 0, errors = 0, wrong = 0, p99_us = 0;
@@ -118,7 +101,7 @@ void light_client_beside_large_flood(const std::string& socket, const std::vecto
                                      std::optional<test::RunAs> as) {
   const LoadFigures alone = paced_load(socket, 200, 2 * test::scale() + 1);
   std::vector<std::string> argv{test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--threads", "2",
-                                "--input-file", large_inputs_file(socket), "--duration", "5",
+                                "--input-file", test::large_inputs_file(socket), "--duration", "5",
                                 "--timeout-ms", "10000", "--quiet"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   test::BackgroundRun flooder(argv, as);

@@ -118,10 +118,13 @@ TEST_CASE("batchctl --json: backend, pid, devices, clients, policy, and request 
     CHECK(uint_field(device, "batches_failed") == 0);
     CHECK(uint_field(device, "outstanding_requests") == 0);
     device_batches += uint_field(device, "batches_ok");
-    // Every batch a device ran taught its cost fit.
+    // Every batch a device ran taught its cost fit, and so did every probe (a laggard's: a copy
+    // of one request, not counted in batches_ok).
     simdjson::dom::element cost;
     REQUIRE(device["cost"].get(cost) == simdjson::SUCCESS);
-    CHECK(uint_field(cost, "samples") == uint_field(device, "batches_ok"));
+    CHECK(uint_field(cost, "samples") == uint_field(device, "batches_ok") + uint_field(device, "probes"));
+    bool laggard = true;
+    REQUIRE(device["laggard"].get(laggard) == simdjson::SUCCESS);
     double fixed_ns = -1;
     REQUIRE(cost["fixed_ns"].get_double().get(fixed_ns) == simdjson::SUCCESS);
     CHECK(fixed_ns >= 0);
@@ -157,17 +160,20 @@ TEST_CASE("batchctl's text report says the same in words") {
   // Each device's line; a batch time in the unit that shows it (a cpu batch takes microseconds:
   // it once read "0.000 ms"), and the cost fit only once there is one.
   const std::regex device_line(
-      "\ndevice ([0-9]+): healthy +([0-9]+) batches ok, 0 failed, 0 timeouts, 0 requests outstanding, batch time "
+      "\ndevice ([0-9]+): healthy +([0-9]+) batches ok \\(([0-9.]+) % of all\\), 0 failed, 0 timeouts, 0 requests outstanding, batch time "
       "([0-9.]+) (ns|us|ms); (fitted cost [0-9.]+ (ns|us|ms) \\+ [0-9.]+ (ns|us|ms)/request \\+ [0-9.]+ ns/byte|"
       "cost not fitted yet) \\(([0-9]+) batches\\)");
   unsigned lines = 0;
+  double shares = 0;
   for (auto it = std::sregex_iterator(run.out.begin(), run.out.end(), device_line); it != std::sregex_iterator(); ++it) {
     const std::smatch& m = *it;
     CAPTURE(m.str(0));
     ++lines;
-    if (std::stoul(m.str(2)) > 0) CHECK(std::stod(m.str(3)) > 0);
+    shares += std::stod(m.str(3));
+    if (std::stoul(m.str(2)) > 0) CHECK(std::stod(m.str(4)) > 0);
   }
   CHECK(lines == kDevices);
+  CHECK(shares == doctest::Approx(100).epsilon(0.01));  // each device's share of the batches
 }
 
 TEST_CASE("batchctl and batchd-send without a daemon: exit 1 with the reason on stderr") {

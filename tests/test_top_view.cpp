@@ -57,7 +57,7 @@ TEST_CASE("rates are over the interval, not since the daemon started") {
   CHECK(shows(text, R"(^ +8\.\.15 +400 #+$)"));
   CHECK(shows(text, R"(^ +1\.\.1 +100 #+$)"));
   CHECK(!shows(text, R"(^ +2\.\.3 )"));  // no batches of that size in the interval
-  CHECK(shows(text, R"(^0 +healthy +250 +0 +- +- )"));
+  CHECK(shows(text, R"(^0 +healthy +250 +100% +0 +- +- )"));  // every batch of the interval: a share of 100 %
   CHECK(shows(text, R"(^1 +unhealthy +0 )"));
   CHECK(text.find("not fitted yet") != std::string::npos);
 }
@@ -110,4 +110,17 @@ TEST_CASE("a workers daemon's device line names the worker in its place; an empt
   CHECK(shows(text, R"(^0 +healthy .*worker langid 0\.4\.0 pid 4242$)"));
   CHECK(shows(text, R"(^1 +absent )"));
   CHECK(!shows(text, R"(^1 .*worker)"));
+}
+
+TEST_CASE("a laggard device says so, and its share is of the interval's batches") {
+  DaemonStatus before = status(0, 0, 0, 0);
+  DaemonStatus now = status(0, 0, 0, 0);
+  now.devices[1].state = "healthy";
+  now.devices[1].laggard = true;
+  now.devices[0].batches_ok = 300;  // 150/s
+  now.devices[1].batches_ok = 100;  // 50/s
+  const std::string text = joined(top::frame(before, now, 2.0, 120));
+  INFO(text);
+  CHECK(shows(text, R"(^0 +healthy +150 +75% )"));
+  CHECK(shows(text, R"(^1 +laggard +50 +25% )"));
 }

@@ -21,48 +21,14 @@
 #include "client_lib/attach.hpp"
 #include "client_lib/status_metrics.hpp"
 #include "tests/helpers.hpp"
+#include "tests/worker_process.hpp"
 
 using namespace batchd;
 using namespace std::chrono_literals;
+using test::WorkerProcess;
+using test::workers_config;
 
 namespace {
-
-DaemonConfig workers_config(const std::string& socket) {
-  DaemonConfig config;
-  config.socket_path = socket;
-  config.backend = "workers";
-  config.workers.max_workers = 4;
-  config.workers.lanes_per_worker = 2;
-  config.batch.max_wait = std::chrono::milliseconds(2);
-  config.routing.device_timeout = test::grace(400ms);
-  return config;
-}
-
-// A worker process, killed (if still running) and reaped at the end of the test.
-class WorkerProcess {
- public:
-  explicit WorkerProcess(std::vector<std::string> argv) : pid_(test::spawn(std::move(argv))) {}
-  ~WorkerProcess() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  WorkerProcess(const WorkerProcess&) = delete;
-  WorkerProcess& operator=(const WorkerProcess&) = delete;
-
-  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
-  void signal(int sig) const { ::kill(pid_, sig); }
-  // Its waitpid status once it exits within timeout; nothing if it did not.
-  std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
-    int status = 0;
-    if (!test::eventually([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, timeout)) return std::nullopt;
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_;
-};
 
 std::vector<std::string> cpu_worker(const std::string& socket, const std::string& version = "1") {
   return {test::built_binary("BATCHD_WORKER_BIN"), "--socket", socket, "--concurrency", "2", "--version", version,

@@ -5,6 +5,9 @@
 //   worker_misbehave SOCKET MODE [ARG]
 //   ok                 answers right
 //   sleep MS           answers right, MS milliseconds after each batch arrives
+//   slow-unless SLOW_MS:FAST_MS FILE
+//                      answers right, SLOW_MS milliseconds after each batch arrives, or FAST_MS
+//                      while FILE exists: a slow worker that becomes fast again
 //   hold               takes its first batch and never answers (the test kills it)
 //   fail-on PREFIX     the model throws on a batch holding an input that starts with PREFIX
 //   bad-offsets, too-few, too-many, oversize, bad-status, scribble
@@ -39,7 +42,8 @@ Worker* g_worker = nullptr;  // set before the handler is installed, never clear
 
 extern "C" void on_sigterm(int) { g_worker->stop(); }  // stop() is async-signal-safe
 
-int serve_sdk(const std::string& socket, const std::string& mode, const std::string& arg) {
+int serve_sdk(const std::string& socket, const std::string& mode, const std::string& arg,
+              const std::string& fast_flag) {
   WorkerOptions options;
   options.socket_path = socket;
   options.name.assign("misbehave-").append(mode);
@@ -58,6 +62,11 @@ int serve_sdk(const std::string& socket, const std::string& mode, const std::str
   worker->serve([&](WorkerBatch& batch) {
     if (mode == "hold") std::this_thread::sleep_for(std::chrono::hours(1));
     if (mode == "sleep") std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(arg)));
+    if (mode == "slow-unless") {
+      const bool fast = ::access(fast_flag.c_str(), F_OK) == 0;
+      const std::string ms = fast ? arg.substr(arg.find(':') + 1) : arg.substr(0, arg.find(':'));
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(ms)));
+    }
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (mode == "fail-on" && batch.input(i).starts_with(arg)) throw std::runtime_error("poisoned input");
       batch.append(reference_batchstring(batch.input(i), 1));
@@ -213,10 +222,13 @@ int serve_raw(const std::string& socket, const std::string& mode, const std::str
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: worker_misbehave SOCKET MODE [ARG]\n");
+    std::fprintf(stderr, "usage: worker_misbehave SOCKET MODE [ARG [FILE]]\n");
     return 2;
   }
   const std::string socket = argv[1], mode = argv[2], arg = argc > 3 ? argv[3] : "";
-  if (mode == "ok" || mode == "sleep" || mode == "hold" || mode == "fail-on") return serve_sdk(socket, mode, arg);
+  const std::string fast_flag = argc > 4 ? argv[4] : "";
+  if (mode == "ok" || mode == "sleep" || mode == "slow-unless" || mode == "hold" || mode == "fail-on") {
+    return serve_sdk(socket, mode, arg, fast_flag);
+  }
   return serve_raw(socket, mode, arg);
 }

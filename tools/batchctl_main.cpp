@@ -71,17 +71,28 @@ std::string as_text(const batchd::DaemonStatus& s) {
     if (count != 0) out += fmt::format(" {}:{}", reason, count);
   }
   out += "\n";
+  std::uint64_t all_batches = 0;
+  for (const auto& dev : s.devices) all_batches += dev.batches_ok;
   for (std::size_t d = 0; d < s.devices.size(); ++d) {
     const auto& dev = s.devices[d];
     const bool fitted = dev.fixed_ns > 0 || dev.per_item_ns > 0 || dev.per_byte_ns > 0;
-    out += fmt::format("device {}: {:9} {} batches ok, {} failed, {} timeouts, {} requests "
+    out += fmt::format("device {}: {:9} {} batches ok ({:.1f} % of all), {} failed, {} timeouts, {} requests "
                        "outstanding, batch time {}; {} ({} batches)\n",
-                       d, dev.state, dev.batches_ok, dev.batches_failed, dev.timeouts,
+                       d, dev.state, dev.batches_ok,
+                       all_batches == 0 ? 0.0 : 100.0 * static_cast<double>(dev.batches_ok) / static_cast<double>(all_batches),
+                       dev.batches_failed, dev.timeouts,
                        dev.outstanding_requests, duration_text(static_cast<double>(dev.batch_ns)),
                        fitted ? fmt::format("fitted cost {} + {}/request + {:.3f} ns/byte", duration_text(dev.fixed_ns),
                                             duration_text(dev.per_item_ns), dev.per_byte_ns)
                               : std::string("cost not fitted yet"),
                        dev.cost_samples);
+    if (dev.laggard || dev.probes > 0) {
+      out += fmt::format("  {}{} probes run\n",
+                         dev.laggard ? "laggard: far slower than the fastest device, it gets only what it "
+                                       "would finish first; "
+                                     : "",
+                         dev.probes);
+    }
     out += memory_text(dev, s.max_batch_bytes);
     if (dev.worker_pid != 0) {
       out += fmt::format("  worker: {} {} (pid {}, {} lanes, {} batches answered)\n", dev.worker_name,
@@ -114,11 +125,11 @@ std::string as_json(const batchd::DaemonStatus& s) {
     devices += fmt::format("{}{{\"state\":\"{}\",\"batches_ok\":{},\"batches_failed\":{},\"timeouts\":{},"
                            "\"outstanding_requests\":{},\"batch_ns\":{},\"cost\":{{\"fixed_ns\":{},"
                            "\"per_item_ns\":{},\"per_byte_ns\":{},\"samples\":{}}},\"memory_free_bytes\":{},"
-                           "\"memory_total_bytes\":{},\"byte_budget\":{},\"worker\":{}}}",
+                           "\"memory_total_bytes\":{},\"byte_budget\":{},\"laggard\":{},\"probes\":{},\"worker\":{}}}",
                            devices.empty() ? "" : ",", dev.state, dev.batches_ok, dev.batches_failed,
                            dev.timeouts, dev.outstanding_requests, dev.batch_ns, dev.fixed_ns,
                            dev.per_item_ns, dev.per_byte_ns, dev.cost_samples, dev.memory_free_bytes,
-                           dev.memory_total_bytes, dev.byte_budget, worker_json(dev));
+                           dev.memory_total_bytes, dev.byte_budget, dev.laggard, dev.probes, worker_json(dev));
   }
   std::string flushes;
   for (const auto& [reason, count] : s.flushes) {

@@ -136,15 +136,22 @@ std::vector<Line> frame(const DaemonStatus& before, const DaemonStatus& now, dou
   if (largest == 0) out.push_back({"  (no batches this interval)"});
   out.push_back({""});
 
-  out.push_back({fmt::format("{:<7}{:<11}{:>10}{:>13}{:>13}{:>13}  {}", "device", "state", "batches/s", "outstanding",
-                             "batch time", "p99 compute", "fitted cost"),
+  out.push_back({fmt::format("{:<7}{:<11}{:>10}{:>7}{:>13}{:>13}{:>13}  {}", "device", "state", "batches/s", "share",
+                             "outstanding", "batch time", "p99 compute", "fitted cost"),
                  true});
+  double all_rate = 0;
+  for (std::size_t d = 0; d < now.devices.size(); ++d) {
+    all_rate += rate(d < b.devices.size() ? b.devices[d].batches_ok : 0, now.devices[d].batches_ok);
+  }
   for (std::size_t d = 0; d < now.devices.size(); ++d) {
     const auto& dev = now.devices[d];
     const std::uint64_t ok_before = d < b.devices.size() ? b.devices[d].batches_ok : 0;
     const bool fitted = dev.fixed_ns > 0 || dev.per_item_ns > 0 || dev.per_byte_ns > 0;
-    out.push_back({fmt::format("{:<7}{:<11}{:>10.0f}{:>13}{:>13}{:>13}  {}", d, dev.state, rate(ok_before, dev.batches_ok),
-                               dev.outstanding_requests,
+    const double batches_per_s = rate(ok_before, dev.batches_ok);
+    // A laggard's state says so: it gets only what it would finish first, and probes.
+    const std::string state = dev.laggard && dev.state == "healthy" ? "laggard" : dev.state;
+    out.push_back({fmt::format("{:<7}{:<11}{:>10.0f}{:>6.0f}%{:>13}{:>13}{:>13}  {}", d, state, batches_per_s,
+                               all_rate > 0 ? 100 * batches_per_s / all_rate : 0.0, dev.outstanding_requests,
                                dev.batch_ns == 0 ? std::string("-") : duration_text(static_cast<double>(dev.batch_ns)),
                                quantile_text(bounds, compute_by_device[d], 0.99),
                                (fitted ? fmt::format("{} + {}/request", duration_text(dev.fixed_ns),

@@ -1,0 +1,72 @@
+// No class takes everything (pending_queue.hpp, admission's floor in daemon_batching.cpp): a
+// client holding the high grant (the daemon's own user) keeps every slot of its ring in flight
+// with 64 KiB inputs, and a light normal client beside it is still answered, in time, every
+// time; with strict priority (floors 0) the same flood holds it back behind itself.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client_lib/client.hpp"
+#include "tests/helpers.hpp"
+#include "tests/hostile_support.hpp"
+
+using namespace batchd;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Light {
+  double ok = 0, errors = 0, timeouts = 0, overloaded = 0, p99_us = 0;
+};
+
+// The light client, 200 requests/s with the default 5 s deadline, while a flood at high runs.
+Light light_beside_high_flood(const std::string& socket) {
+  const std::vector<std::string> flood{test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--rate",
+                                       "20000", "--input-file", test::large_inputs_file(socket), "--duration",
+                                       std::to_string(4 * test::scale() + 3), "--timeout-ms", "5000",
+                                       "--priority", "high", "--quiet"};
+  test::BackgroundRun flooder(flood);
+  std::this_thread::sleep_for(1s);  // its ring fills
+  const test::StressRun run = test::run_stress(
+      {"--socket", socket, "--rate", "200", "--duration", std::to_string(2 * test::scale() + 1)});
+  INFO("light client: ", run.process.err);
+  CHECK(run.process.exit_code() == 0);
+  const test::ProcessOutput ended = flooder.wait(test::grace(60s));
+  INFO("flood: ", ended.err);
+  return {run.field("ok"), run.field("errors"), run.field("/errors_by_kind/timeout"),
+          run.field("/errors_by_kind/overloaded"), run.field("p99_us")};
+}
+
+}  // namespace
+
+TEST_CASE("a granted high flood with every slot in flight slows a light normal client, never fails it") {
+  Light with_floor;
+  {
+    const std::string socket = test::temp_socket_path();
+    test::DaemonProcess daemon(socket, {"--backend", "cpu"});
+    with_floor = light_beside_high_flood(socket);
+    auto observer = test::connect(socket);
+    const DaemonStatus status = observer->daemon_status();
+    // The flood really ran at high: the test's user is the daemon's, which holds the grant.
+    CHECK(status.requests_taken_by_class[static_cast<std::size_t>(Priority::kHigh)] > 0);
+    CHECK(status.priority_downgrades == 0);
+  }
+  Light strict;
+  {
+    const std::string socket = test::temp_socket_path();
+    test::DaemonProcess daemon(socket, {"--backend", "cpu", "--normal-floor-percent", "0"});
+    strict = light_beside_high_flood(socket);
+  }
+  MESSAGE("light normal client beside a high flood of 64 KiB inputs: ", with_floor.ok, " ok, ", with_floor.errors,
+          " errors (", with_floor.timeouts, " timeouts, ", with_floor.overloaded, " overloaded), p99 ",
+          with_floor.p99_us / 1000, " ms; with strict priority (floor 0): ", strict.ok, " ok, ", strict.errors,
+          " errors, p99 ", strict.p99_us / 1000, " ms");
+  CHECK(with_floor.ok > 0);
+  CHECK(with_floor.errors == 0);
+  CHECK(with_floor.timeouts == 0);
+  CHECK(with_floor.p99_us < 100'000 * test::slowdown());
+  // The floor is what holds: without it the light client waits behind the flood (or times out).
+  CHECK((strict.errors > 0 || strict.p99_us > 2 * with_floor.p99_us));
+}

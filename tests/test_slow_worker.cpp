@@ -1,0 +1,124 @@
+// A slow worker costs only itself (router_pick.cpp): beside a good worker, one a hundred times
+// slower gets only probes and what it would finish first, so callers see the good worker's
+// latency and none times out; once it is fast again it takes its share back within seconds.
+// Both workers are tests/worker_misbehave sleeping per batch (a GPU's batch time, no CPU), so
+// the two cores are left to the daemon and the load.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "client_lib/client.hpp"
+#include "tests/helpers.hpp"
+#include "tests/hostile_support.hpp"
+#include "tests/worker_process.hpp"
+
+using namespace batchd;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<std::string> sleeper(const std::string& socket, const std::string& mode, const std::string& ms,
+                                 const std::string& flag = "") {
+  std::vector<std::string> argv{test::built_binary("BATCHD_MISBEHAVE_BIN"), socket, mode, ms};
+  if (!flag.empty()) argv.push_back(flag);
+  return argv;
+}
+
+// The place the named worker holds.
+std::size_t place_of(const Client& client, const std::string& name) {
+  std::size_t place = 0;
+  REQUIRE(test::eventually([&] {
+    const DaemonStatus status = client.daemon_status();
+    for (place = 0; place < status.devices.size(); ++place) {
+      if (status.devices[place].worker_name == name) return true;
+    }
+    return false;
+  }, test::grace(10s)));
+  return place;
+}
+
+std::vector<std::string> paced(const std::string& socket, unsigned rate, double seconds) {
+  return {"--socket", socket, "--rate", std::to_string(rate), "--duration", std::to_string(seconds),
+          "--timeout-ms", std::to_string(test::grace(2000ms).count())};
+}
+
+void check_clean(const test::StressRun& run, const char* what) {
+  INFO(what, ": ", run.process.err);
+  CHECK(run.process.exit_code() == 0);
+  CHECK(run.field("ok") > 0);
+  CHECK(run.field("errors") == 0);
+  CHECK(run.field("wrong") == 0);
+  CHECK(run.field("/errors_by_kind/timeout") == 0);
+}
+
+}  // namespace
+
+TEST_CASE("a worker far slower than the pool costs only itself, and gets its share back once fast") {
+  const std::string socket = test::temp_socket_path();
+  const std::string fast_flag = socket + ".fast";
+  DaemonConfig config = test::workers_config(socket);
+  config.routing.device_timeout = test::grace(1000ms);  // 200 ms a batch is slow, not hung
+  test::InProcessDaemon daemon(config, nullptr);
+  auto client = test::connect(socket);
+  const auto rate = static_cast<unsigned>(test::scaled(3000, 300));
+  const double seconds = 6 * test::scale() + 1;
+
+  test::WorkerProcess good(sleeper(socket, "sleep", "2"));
+  REQUIRE(test::eventually([&] { return client->daemon_status().workers == 1; }, test::grace(10s)));
+  const test::StressRun alone = test::run_stress(paced(socket, rate, seconds));
+  check_clean(alone, "the good worker alone");
+
+  test::WorkerProcess slow(sleeper(socket, "slow-unless", "200:2", fast_flag));
+  const std::size_t slow_place = place_of(*client, "misbehave-slow-unless");
+  REQUIRE(slow_place < 2);  // the good worker holds the other of the first two places
+  const auto& devices = daemon.devices();
+  // A first batch measures it (it is tried as if as fast as the good one); from then on it gets
+  // probes.
+  const test::StressRun warm_up = test::run_stress(paced(socket, rate, 2));
+  check_clean(warm_up, "while the slow worker is measured");
+  REQUIRE(devices.at(slow_place)->batches_ok() > 0);
+  const std::uint64_t slow_before = devices.at(slow_place)->batches_ok();
+  const std::uint64_t probes_before = devices.at(slow_place)->probes_ok();
+  const test::StressRun beside = test::run_stress(paced(socket, rate, seconds));
+  check_clean(beside, "beside the slow worker");
+  const std::uint64_t slow_batches = devices.at(slow_place)->batches_ok() - slow_before;
+  const std::uint64_t probes = devices.at(slow_place)->probes_ok() - probes_before;
+  const double alone_p99 = alone.field("p99_us"), beside_p99 = beside.field("p99_us");
+  MESSAGE("p99 alone ", alone_p99, " us, beside a worker 100x slower ", beside_p99, " us (",
+          beside_p99 / alone_p99, "x); the slow worker ran ", slow_batches, " batches and ", probes,
+          " probes meanwhile");
+  // The bar is 2x; the slack is a VM's scheduling noise on a p99 of a few milliseconds.
+  CHECK(beside_p99 <= 2 * alone_p99 + 1000 * test::slowdown());
+  CHECK(probes > 0);  // probed, so that it is noticed when it recovers
+  CHECK(probes <= seconds * 2 + 2);  // one a kProbeIntervalNs
+  CHECK(slow_batches + probes < seconds * 10);  // and little else
+
+  // Fast again: within 10 s it runs a fair part of the batches (an equal worker would run half).
+  std::ofstream(fast_flag).put('1');
+  std::vector<std::string> argv{test::built_binary("BATCHD_STRESS_BIN"), "--quiet"};
+  for (std::string& arg : paced(socket, rate, 14)) argv.push_back(std::move(arg));
+  test::BackgroundRun load(argv);
+  const auto flagged = std::chrono::steady_clock::now();
+  std::uint64_t slow_then = devices.at(slow_place)->batches_ok();
+  std::uint64_t all_then = slow_then + devices.at(1 - slow_place)->batches_ok();
+  double recovered_s = -1;
+  for (int tick = 0; tick < 12 && recovered_s < 0; ++tick) {
+    std::this_thread::sleep_for(1s);
+    const std::uint64_t slow_now = devices.at(slow_place)->batches_ok();
+    const std::uint64_t all_now = slow_now + devices.at(1 - slow_place)->batches_ok();
+    const double share = static_cast<double>(slow_now - slow_then) / static_cast<double>(std::max<std::uint64_t>(all_now - all_then, 1));
+    MESSAGE("second ", tick + 1, " after the flag: the recovered worker ran ", 100 * share, " % of the batches");
+    if (share >= 0.25) recovered_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - flagged).count();
+    slow_then = slow_now;
+    all_then = all_now;
+  }
+  const test::ProcessOutput after = load.wait(test::grace(60s));
+  INFO(after.err);
+  CHECK(after.exit_code() == 0);
+  CHECK(recovered_s > 0);
+  CHECK(recovered_s <= 10 * test::slowdown());
+}
