@@ -3,8 +3,10 @@
   slow_worker  batchd --backend workers with one batchd-worker (cpu) and one Python worker whose
                model takes 200 ms a batch: batchd-stress at 3,000/s beside it against the good
                worker alone (bar: p99 within 2x, 0 timeouts, 0 errors); the slow worker still runs
-               probes; once it is fast again (a flag file it reads), how many seconds until it
-               runs its share of the batches (bar: 10 s).
+               probes. Then its share once it is fast again (a flag file it reads: 1 ms a batch),
+               beside a Python worker of 1 ms a batch (an equal, which the cpu worker is not: its
+               batches take microseconds, so routing by expected finish rightly leaves a 1 ms
+               worker idle): how many seconds until it runs a quarter of the batches (bar: 10 s).
   class_floor  a client of the daemon's own user (granted high) keeps its ring full of 64 KiB
                inputs at high; a light normal client at 200/s beside it, with the default floors
                and with strict priority (--normal-floor-percent 0) (bar: 0 errors, 0 timeouts,
@@ -70,22 +72,7 @@ def slow_worker(work: Path) -> dict:
             before = workers_bench.status(sock)["devices"][places["slow"]]
             beside = paced(sock, 3000, RUN_S)
             after = workers_bench.status(sock)["devices"][places["slow"]]
-            flag.touch()
-            load = subprocess.Popen([benchlib.binary("tools/batchd-stress"), "--socket", str(sock), "--rate", "3000",
-                                     "--duration", "15", "--json", "--quiet"], stdout=subprocess.PIPE, text=True)
-            recovered_s, shares = None, []
-            last = workers_bench.status(sock)["devices"]
-            flagged = time.monotonic()
-            for _ in range(14):
-                time.sleep(1)
-                now = workers_bench.status(sock)["devices"]
-                ran = [n["batches_ok"] - b["batches_ok"] for n, b in zip(now, last)]
-                share = ran[places["slow"]] / max(sum(ran), 1)
-                shares.append(share)
-                if recovered_s is None and share >= 0.25:
-                    recovered_s = time.monotonic() - flagged
-                last = now
-            load.communicate(timeout=120)
+    recovered_s, shares = recovery(work)
     out = {
         "alone": light_figures(alone), "beside": light_figures(beside),
         "p99_ratio": beside["p99_us"] / alone["p99_us"],
@@ -97,6 +84,39 @@ def slow_worker(work: Path) -> dict:
           f"it ran {out['slow_batches']} batches and {out['slow_probes']} probes; fast again: its share "
           f"back after {recovered_s} s ({', '.join(f'{s:.0%}' for s in shares)})", flush=True)
     return out
+
+
+def recovery(work: Path) -> tuple:
+    """The slow worker beside an equal one (1 ms a batch); the flag turns it fast: the seconds
+    until it runs a quarter of the batches, and its share each second."""
+    flag = work / "fast-2"
+    proc, sock = benchlib.start_daemon(work, "--backend", "workers", "--device-timeout-ms", "1000")
+    # The same model whose flag always exists ("/"): 1 ms a batch from the start.
+    equal = benchlib.Process([str(VENV_PYTHON), "-c", SLOW_WORKER.replace('name="slow"', 'name="equal"'), str(sock),
+                              "/"], "equal worker", env=workers_bench.python_env())
+    slow = benchlib.Process([str(VENV_PYTHON), "-c", SLOW_WORKER, str(sock), str(flag)], "slow worker",
+                            env=workers_bench.python_env())
+    with proc, equal, slow:
+        workers_bench.await_workers(sock, 2)
+        paced(sock, 3000, 3)  # measured: the slow one is a laggard now
+        places = {d["worker"]["name"]: i for i, d in enumerate(workers_bench.status(sock)["devices"]) if d["worker"]}
+        flag.touch()
+        load = subprocess.Popen([benchlib.binary("tools/batchd-stress"), "--socket", str(sock), "--rate", "3000",
+                                 "--duration", "15", "--json", "--quiet"], stdout=subprocess.PIPE, text=True)
+        recovered_s, shares = None, []
+        last = workers_bench.status(sock)["devices"]
+        flagged = time.monotonic()
+        for _ in range(14):
+            time.sleep(1)
+            now = workers_bench.status(sock)["devices"]
+            ran = [n["batches_ok"] - b["batches_ok"] for n, b in zip(now, last)]
+            share = ran[places["slow"]] / max(sum(ran), 1)
+            shares.append(share)
+            if recovered_s is None and share >= 0.25:
+                recovered_s = time.monotonic() - flagged
+            last = now
+        load.communicate(timeout=120)
+    return recovered_s, shares
 
 
 def class_floor(work: Path) -> dict:

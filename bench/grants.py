@@ -6,8 +6,9 @@ inputs (closed loop, FLOOD_THREADS callers) marked normal, then the same flood m
 a grant: the light client's p99 beside the high flood should be within 1.5x of its p99 beside the
 normal one, 0 errors, and every flood request counted as a downgrade. The same over gRPC (the
 flood from tritonclient's stub with Triton's priority parameter 1). Last, beside the HTTP flood
-marked high, two Python callers at 100/s each, one with a token granting high and claiming it, one
-plain: the granted one's p99 should be below the other's. Writes bench/results/grants.json.
+marked high on a daemon whose backend is the bottleneck (a simulated device, batches of 8), two Python
+callers at 100/s each, one with a token granting high and claiming it, one plain: the granted one's
+p99 should be below the other's. Writes bench/results/grants.json.
 Usage: grants.py   Environment: GRANTS_S (seconds per light run, default 5), FLOOD_THREADS (16),
 GRANTED_FLOOD_THREADS (64)."""
 
@@ -66,9 +67,9 @@ def light(transport: list[str]) -> dict:
     return {k: s[k] for k in ("sent", "ok", "errors", "wrong", "p50_us", "p99_us", "max_us")}
 
 
-def http_flood(url: str, priority: str, threads: int = FLOOD_THREADS) -> subprocess.Popen:
+def http_flood(url: str, priority: str, threads: int = FLOOD_THREADS, *inputs) -> subprocess.Popen:
     args = [benchlib.binary("tools/batchd-stress"), "--http", url, "--threads", str(threads),
-            "--duration", str(RUN_S + 2), "--input-bytes", "60000:60000", "--priority", priority,
+            "--duration", str(RUN_S + 2), *(inputs or ("--input-bytes", "60000:60000")), "--priority", priority,
             "--timeout-ms", "10000", "--json", "--quiet"]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -127,7 +128,22 @@ def run_protocol(name: str, light_transport: list[str], start_flood, downgrades)
     return out
 
 
-def granted_vs_normal(http_url: str, port: int) -> dict:
+def granted_vs_normal(work: Path, tokens: Path) -> dict:
+    """Its own daemon, where the backend is the bottleneck and a queue forms in the daemon (what
+    a class skips): one simulated device, 2 ms + 100 us a request, batches of at most 8; the HTTP
+    flood of small inputs (GRANTED_FLOOD_THREADS callers, marked high, downgraded) keeps some 64
+    requests waiting, 8 batches deep."""
+    daemon, sock = benchlib.start_daemon(work, "--backend", "sim", "--sim-devices", "1", "--sim-fixed-us", "2000",
+                                         "--sim-per-item-us", "100", "--max-batch", "8")
+    port = benchlib.free_port()
+    with daemon, benchlib.Process([benchlib.binary("frontend/batchd-http"), "--listen", f"127.0.0.1:{port}",
+                                   "--socket", str(sock), "--log-level", "warn", "--priority-tokens", str(tokens)],
+                                  "batchd-http (granted step)"):
+        time.sleep(1.5)
+        return granted_beside_flood(f"http://127.0.0.1:{port}", port)
+
+
+def granted_beside_flood(http_url: str, port: int) -> dict:
     granted, plain = [], []
     callers = [threading.Thread(target=paced_caller, args=(port, {"Authorization": f"Bearer {TOKEN}",
                                                                   "X-Priority": "high"}, RUN_S, granted)),
@@ -138,7 +154,8 @@ def granted_vs_normal(http_url: str, port: int) -> dict:
         [c.join() for c in callers]
         return {"granted_p99_us": p99(granted), "normal_p99_us": p99(plain),
                 "granted_errors": granted.count(None), "normal_errors": plain.count(None)}
-    out = beside(http_flood(http_url, "high", GRANTED_FLOOD_THREADS), measure)
+    out = beside(http_flood(http_url, "high", GRANTED_FLOOD_THREADS, "--input-bytes", "64:64", "--expect-sim", "1"),
+                 measure)
     print(f"grants: beside an HTTP flood marked high: token-granted caller p99 {out['granted_p99_us'] / 1000:.2f} ms, "
           f"normal caller p99 {out['normal_p99_us'] / 1000:.2f} ms")
     return out
@@ -170,7 +187,7 @@ def main():
                 "gRPC", ["--protocol", "grpc", "--grpc", f"127.0.0.1:{grpc_port}"],
                 lambda p: grpc_flood(f"127.0.0.1:{grpc_port}", 1 if p == "high" else 0),
                 lambda: metric(f"http://127.0.0.1:{grpc_metrics}", "batchd_grpc_" + series))
-            results["granted"] = granted_vs_normal(http_url, http_port)
+        results["granted"] = granted_vs_normal(work, tokens)
     benchlib.write_result("grants.json", results)
 
 

@@ -54,10 +54,10 @@ struct DaemonConfig {
   // the reaper.
   bool refuse_passed_fds = true;
   std::uint32_t drain_spin_us = 20;   // busy-poll this long before the drain loop sleeps
-  // While two or more tenants (users) are active and no other lane is idle, a batch closes
-  // before its predicted run would pass this (or twice the device's fixed cost, if more), so a
-  // tenant of large inputs cannot hold the lanes for long while another's request waits. 0:
-  // batches are cut by the policy only.
+  // While two or more tenants (users) or priority classes are active, a batch closes before its
+  // predicted run would pass this (or twice the device's fixed cost, if more), so a tenant of
+  // large inputs cannot hold the lanes for long while another's request waits. 0: batches are
+  // cut by the policy only.
   std::uint32_t fair_slice_us = 250;
   // The floor share of what is served (by cost) that normal and low keep while they have waiting
   // requests, in percent: a flood at a granted class slows them, never starves them.

@@ -181,9 +181,9 @@ class Daemon {
   // whether it did.
   bool rejected_as_gone(const PendingRequest& request, std::int64_t now_ns, const char* late_why);
   bool fill_batches(std::int64_t now_ns);
-  // The longest a batch may be predicted to run while tenants share the lanes (fair_slice_us);
-  // 0: no limit (one tenant active, another lane idle for whoever comes next, the slice off, or
-  // no fitted cost yet). Fills `cost` with the lanes' fitted cost when it looked (one lane view
+  // The longest a batch may be predicted to run while tenants or classes share the lanes
+  // (fair_slice_us); 0: no limit (one tenant and one class active, the slice off, or no fitted
+  // cost yet). Fills `cost` with the lanes' fitted cost when it looked (one lane view
   // a pass).
   [[nodiscard]] std::int64_t fair_slice_ns(std::int64_t now_ns, CostFit& cost) const noexcept;
   // Whether `request` would take the open batch past the fair slice.
@@ -286,6 +286,10 @@ class Daemon {
   // asks.
   static constexpr std::int64_t kActiveWindowNs = 100'000'000;
   std::size_t active_tenants_ = 0;
+  // Priority classes the drain loop took a request of within kActiveWindowNs (a flood at one
+  // class shares the lanes with the others' requests as one tenant's does with another's).
+  std::array<std::int64_t, shm::kWirePriorities> class_taken_ns_{};
+  std::size_t active_classes_ = 0;
 
   PendingQueue pending_;  // admitted, waiting for a batch
   WaitOrFullBatcher batcher_;

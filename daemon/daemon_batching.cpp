@@ -136,11 +136,9 @@ bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
 }
 
 std::int64_t Daemon::fair_slice_ns(std::int64_t now_ns, CostFit& cost) const noexcept {
-  if (active_tenants_ < 2 || config_.fair_slice_us == 0) return 0;
-  const Router::LaneView lanes = router_->lane_view(now_ns);
-  cost = lanes.cost;
-  // Another idle lane takes the other tenant's next request at once: nobody waits for this one.
-  if (!cost.fitted || lanes.idle_lanes > 1) return 0;
+  if ((active_tenants_ < 2 && active_classes_ < 2) || config_.fair_slice_us == 0) return 0;
+  cost = router_->lane_view(now_ns).cost;
+  if (!cost.fitted) return 0;
   // A device whose every batch costs more than the slice still batches: the slice then grows
   // to twice its fixed cost, so at least half of each run is the requests' own work.
   const auto slice_ns = static_cast<double>(config_.fair_slice_us) * 1e3;
@@ -293,8 +291,13 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
       ++active;
     }
   }
+  active_classes_ = 0;
   for (std::size_t c = 0; c < arrivals_.size(); ++c) {
-    if (taken_count[c] > 0) arrivals_[c].add(taken_count[c], taken_bytes[c], now_ns);
+    if (taken_count[c] > 0) {
+      arrivals_[c].add(taken_count[c], taken_bytes[c], now_ns);
+      class_taken_ns_[c] = now_ns;
+    }
+    if (class_taken_ns_[c] != 0 && now_ns - class_taken_ns_[c] < kActiveWindowNs) ++active_classes_;
   }
   active_tenants_ = active;
   return progressed;

@@ -1,159 +1,75 @@
 // Requests taken out of the clients' rings and admitted, waiting for a batch. Per priority class
-// (high, then normal, then low) one FIFO per client, served by deficit round-robin on what the
-// requests cost (their input bytes and a per-request share), so a client's flood queues behind
-// its own requests only, and a client of large inputs gets the same share of the batches' work
-// as one of small inputs, not the same count of requests. Queues grow by doubling and never
-// shrink while their client stays, so steady state allocates nothing; their size is bounded by
-// the clients' slots (each entry holds one). Drain thread only.
+// (high, then normal, then low, with floors: PendingQueue), served by deficit round-robin on what
+// the requests cost (their input bytes and a per-request share) across tenants (users: a
+// front-end's event loops and connections are one), and within a tenant across its clients, so a
+// flood queues behind its own requests only, and a user opening many connections gets no more
+// than one that opens one. Queues grow by doubling and never shrink while their client stays, so
+// steady state allocates nothing; their size is bounded by the clients' slots (each entry holds
+// one). Drain thread only.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <memory>
-#include <unordered_map>
 #include <utility>
-#include <vector>
 
-#include "daemon/client_session.hpp"
+#include "daemon/deficit_round.hpp"
+#include "daemon/pending_request.hpp"
 
 namespace batchd {
 
-struct PendingRequest {
-  std::shared_ptr<ClientSession> session;
-  TakenRequest taken;       // input still in shared memory: copied when batched
-  std::int64_t arrival_ns;  // when the drain loop took it: the wait-or-full clock starts here
-};
-
-// A FIFO ring buffer that grows by doubling and never shrinks.
-template <class T>
-class Fifo {
+// One client's waiting requests of one class.
+class ClientFifo {
  public:
-  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
-  // Precondition: !empty().
-  [[nodiscard]] T& front() noexcept { return items_[head_]; }
-  void pop_front() noexcept {
-    items_[head_] = T{};  // drops what it holds (a session reference) now, not on reuse
-    head_ = (head_ + 1) % items_.size();
-    --size_;
-  }
-  void push_back(T item) {
-    if (size_ == items_.size()) grow();
-    items_[(head_ + size_) % items_.size()] = std::move(item);
-    ++size_;
-  }
-
- private:
-  void grow() {
-    std::vector<T> bigger(std::max<std::size_t>(16, items_.size() * 2));
-    for (std::size_t i = 0; i < size_; ++i) bigger[i] = std::move(items_[(head_ + i) % items_.size()]);
-    items_ = std::move(bigger);
-    head_ = 0;
-  }
-
-  std::vector<T> items_;
-  std::size_t head_ = 0;
-  std::size_t size_ = 0;
-};
-
-// One class's requests, deficit round-robin across clients: each turn credits a client
-// kQuantumBytes of work, and it is served while its credit covers its next request.
-class ClassQueue {
- public:
-  // What one turn lets a client's requests cost. Larger than any one small request's cost, so
-  // small requests go several to a turn; a request of the largest inputs waits a few turns.
-  static constexpr std::uint64_t kQuantumBytes = 16 * 1024;
-  // A request's cost besides its bytes, in bytes: its share of a batch's per-request work.
-  static constexpr std::uint64_t kRequestOverheadBytes = 256;
-
-  [[nodiscard]] static std::uint64_t cost_of(const PendingRequest& request) noexcept {
-    return request.taken.input_bytes + kRequestOverheadBytes;
-  }
-
-  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
-
-  // Precondition: !empty(). The next request in deficit round-robin order; the same one until
-  // pop_front().
-  [[nodiscard]] PendingRequest& front() noexcept {
-    settle();
-    return round_.front()->requests.front();
-  }
-
-  // Removes front(), charging its cost to its client; the client keeps its turn while its credit
-  // lasts.
-  void pop_front() noexcept {
-    ClientQueue* queue = round_.front();
-    const std::uint64_t cost = cost_of(queue->requests.front());
-    queue->credit = queue->credit > cost ? queue->credit - cost : 0;
-    queue->requests.pop_front();
-    --size_;
-    if (queue->requests.empty()) {
-      round_.pop_front();
-      queue->in_round = false;
-      queue->credit = 0;  // credit is for waiting work, not saved up while idle
-      queue->credited = false;
-    }
-  }
-
+  [[nodiscard]] bool empty() const noexcept { return requests_.empty(); }
+  [[nodiscard]] PendingRequest& front() noexcept { return requests_.front(); }
+  void pop_front() noexcept { requests_.pop_front(); }
   void push_back(PendingRequest request) {
-    ClientQueue& queue = queues_[request.session->id()];  // node-based: the address is stable
-    queue.requests.push_back(std::move(request));
-    ++size_;
-    if (!queue.in_round) {
-      queue.in_round = true;
-      round_.push_back(&queue);
-    }
+    session_id_ = request.session->id();
+    requests_.push_back(std::move(request));
   }
-
-  // Forgets a client that has gone: its waiting requests are dropped unanswered (nobody reads
-  // them). Returns how many.
-  std::size_t forget(std::uint64_t session_id) {
-    auto it = queues_.find(session_id);
-    if (it == queues_.end()) return 0;
-    const std::size_t dropped = it->second.requests.size();
-    if (it->second.in_round) {
-      Fifo<ClientQueue*> kept;
-      while (!round_.empty()) {
-        if (round_.front() != &it->second) kept.push_back(round_.front());
-        round_.pop_front();
-      }
-      round_ = std::move(kept);
-    }
-    size_ -= dropped;
-    queues_.erase(it);
+  // The client `session_id` has gone: its requests are dropped unanswered (nobody reads them), and
+  // this queue is done with. Returns how many.
+  std::size_t forget(std::uint64_t session_id) noexcept {
+    if (session_id != session_id_) return 0;
+    const std::size_t dropped = requests_.size();
+    requests_.clear();
+    gone_ = true;
     return dropped;
   }
+  [[nodiscard]] bool idle() const noexcept { return gone_; }
 
  private:
-  struct ClientQueue {
-    Fifo<PendingRequest> requests;
-    bool in_round = false;       // listed in round_
-    bool credited = false;       // got this turn's quantum
-    std::uint64_t credit = 0;    // bytes of work it may still be served this turn
-  };
+  Fifo<PendingRequest> requests_;
+  std::uint64_t session_id_ = 0;
+  bool gone_ = false;
+};
 
-  // Brings to the front of the round a client whose credit covers its next request. Ends: every
-  // turn adds a quantum, so the front client's credit grows until it does.
-  void settle() noexcept {
-    for (;;) {
-      ClientQueue* queue = round_.front();
-      if (queue->credited && queue->credit >= cost_of(queue->requests.front())) return;
-      if (!queue->credited) {
-        queue->credit += kQuantumBytes;
-        queue->credited = true;
-        continue;
-      }
-      queue->credited = false;  // its turn is over: to the back, keeping what credit is left
-      round_.pop_front();
-      round_.push_back(queue);  // cannot allocate: the round never holds more than its capacity
-    }
-  }
+struct SessionOf {
+  std::uint64_t operator()(const PendingRequest& request) const noexcept { return request.session->id(); }
+};
+struct TenantOf {
+  uid_t operator()(const PendingRequest& request) const noexcept { return request.session->uid(); }
+};
 
-  std::unordered_map<std::uint64_t, ClientQueue> queues_;  // by session id
-  Fifo<ClientQueue*> round_;  // clients with waiting requests, next to serve first
-  std::size_t size_ = 0;
+// One class's requests: deficit round-robin across tenants, and within each across its clients.
+class ClassQueue {
+ public:
+  static constexpr std::uint64_t kQuantumBytes = kRoundQuantumBytes;
+  static constexpr std::uint64_t kRequestOverheadBytes = batchd::kRequestOverheadBytes;
+  [[nodiscard]] static std::uint64_t cost_of(const PendingRequest& request) noexcept { return request_cost(request); }
+
+  [[nodiscard]] bool empty() const noexcept { return tenants_.empty(); }
+  [[nodiscard]] std::size_t size() const noexcept { return tenants_.size(); }
+  // Precondition: !empty(). The next request; the same one until pop_front().
+  [[nodiscard]] PendingRequest& front() noexcept { return tenants_.front(); }
+  void pop_front() noexcept { tenants_.pop_front(); }
+  void push_back(PendingRequest request) { tenants_.push_back(std::move(request)); }
+  // Forgets a client that has gone: its waiting requests are dropped unanswered. Returns how many.
+  std::size_t forget(std::uint64_t session_id) { return tenants_.forget(session_id); }
+
+ private:
+  DeficitRound<uid_t, DeficitRound<std::uint64_t, ClientFifo, SessionOf>, TenantOf> tenants_;
 };
 
 // The order classes are served in: 0 first.

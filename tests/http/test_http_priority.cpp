@@ -105,18 +105,22 @@ TEST_CASE("a remote flood claiming high runs at normal and is counted; a light c
   const StressRun flooded = flood.get();
   const StressRun served = light.get();
   INFO("flood: ", flooded.process.out, flooded.process.err, "\nlight: ", served.process.out, served.process.err);
-  REQUIRE(flooded.process.exit_code() == 0);
   REQUIRE(served.process.exit_code() == 0);
   const auto flood_sent = static_cast<std::uint64_t>(flooded.field("sent"));
   CHECK(flood_sent > 0);
-  CHECK(flooded.field("errors") == 0);
+  // The flood's own errors are not the point (under TSan a loop may still be attaching as it
+  // starts: "not attached to the batchd daemon"); none is wrong, and the light client loses none.
+  CHECK(flooded.field("wrong") == 0);
+  CHECK(flooded.field("errors") == flooded.field("/errors_by_kind/daemon_unavailable"));
+  const auto flood_reached = flood_sent - static_cast<std::uint64_t>(flooded.field("errors"));
   CHECK(served.field("errors") == 0);
   CHECK(served.field("ok") == served.field("sent"));
   // Loose: a 2-core machine shared with the flood; the bench holds the real bar (bench/grants.py).
   CHECK(served.field("p99_us") < 2'000'000 * slowdown());
   // Every flood request claimed high and ran at normal; only the token's ran at high.
-  CHECK(stack.metric(kHighToNormal) == static_cast<double>(flood_sent));
-  const ClassCounts expected = plus(before, granted, flood_sent + static_cast<std::uint64_t>(served.field("sent")), 0);
+  CHECK(stack.metric(kHighToNormal) >= static_cast<double>(flood_reached));
+  CHECK(stack.metric(kHighToNormal) <= static_cast<double>(flood_sent));
+  const ClassCounts expected = plus(before, granted, flood_reached + static_cast<std::uint64_t>(served.field("sent")), 0);
   CHECK(taken_by_class(*stack.watcher, expected) == expected);
 }
 
