@@ -204,6 +204,7 @@ def main():
     chosen = sys.argv[1:] or list(CASES)
     results = {"run_s": RUN_S, "build": benchlib.build_dir().name}
     with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o711)  # the second tenant (another user) reaches the sockets and inputs
         for name in chosen:
             work = Path(tmp) / name
             work.mkdir()

@@ -41,10 +41,11 @@ def fairness_section(result) -> str:
             r = s[key]
             rows.append(f"| {label} | {_ms(r['p50_us'])} | {_ms(r['p99_us'])} | {_ms(r['max_us'])} | {r['errors']} | "
                         f"{r['timeouts']} |")
+        back = f"**{s['recovered_s']:.1f} s**" if s["recovered_s"] is not None else "**never**"
         rows += ["", f"p99 with / alone: **{s['p99_ratio']:.2f}x** (bar 2x). Meanwhile the slow worker ran "
                      f"{s['slow_batches']} batches and {s['slow_probes']} probes. Fast again (its flag file): "
                      f"its share of the batches second by second: {shares}; back to a quarter or more after "
-                     f"**{s['recovered_s'] if s['recovered_s'] is not None else 'never'} s** (bar 10 s).", ""]
+                     f"{back} (bar 10 s).", ""]
     f = result.get("class_floor")
     if f:
         rows += ["**A granted high flood** (the daemon's own user, 64 KiB inputs, open loop at 20,000/s: its ring "
