@@ -72,10 +72,11 @@ Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns, bool* m
       if (memory_short != nullptr) *memory_short = true;
       continue;
     }
-    double run_ns = predict_run_ns(d, items, bytes);
+    // One read of the fit serves both estimates (predict_run_ns's rule, inline).
+    const CostFit fit = cost_[d]->fit();
+    double run_ns = fit.fitted ? fit.predict_ns(items, bytes) : static_cast<double>(health_[d]->measured_batch_ns());
     const std::uint64_t queued = lane.outstanding.load(std::memory_order_relaxed);
     double busy_ns = 0;
-    const CostFit fit = cost_[d]->fit();
     if (fit.fitted) {
       busy_ns = static_cast<double>(lane_busy_for_ns(lane, fit, now_ns));
     } else if (run_ns == 0 && health_[d]->outstanding_batches.load(std::memory_order_relaxed) != 0) {
