@@ -15,6 +15,9 @@
                default flags against --fair-slice-us 0 in the same run (bar: >= 95 %); then the
                langid client at a paced rate alone and beside a second tenant (another user,
                root only) flooding over shared memory (bar: p99 within 2x of alone).
+  tenant_flood a light client at 200/s (cpu backend) alone and beside another user's open-loop flood
+               of 64 KiB inputs (its load tool at nice 19), with the fairness cut on and off: what
+               a request arriving while another tenant's batches hold the lanes waits.
 Writes bench/results/fairness.json.
 Usage: fairness.py [CASE...]   Environment: FAIRNESS_S (seconds per measured run, default 10)."""
 
@@ -27,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib  # noqa: E402
+import hostile  # noqa: E402
 import workers as workers_bench  # noqa: E402
 
 RUN_S = float(os.environ.get("FAIRNESS_S", "10"))
@@ -152,6 +156,23 @@ def langid_run(sock: Path, port: int, inputs: Path, *flags) -> dict:
     return benchlib.last_json_line(done.stdout, "batchd-stress --http (langid)")
 
 
+def second_tenant(work: Path, sock: Path, port: int, inputs: Path) -> dict:
+    """The langid client at a paced 2,000/s over HTTP alone, then beside another user's flood over
+    shared memory (4 threads, closed loop, the same texts)."""
+    os.chmod(work, 0o711)
+    paced_http = ["--rate", "2000", "--duration", str(RUN_S), "--connections", "16"]
+    alone = langid_run(sock, port, inputs, *paced_http)
+    flood = subprocess.Popen([benchlib.binary("tools/batchd-stress"), "--socket", str(sock), "--threads", "4",
+                              "--input-file", str(inputs), "--duration", str(RUN_S + 2), "--json", "--quiet"],
+                             stdout=subprocess.PIPE, text=True, user=OTHER_UID, group=OTHER_UID)
+    time.sleep(1)
+    beside = langid_run(sock, port, inputs, *paced_http)
+    flood_summary = benchlib.last_json_line(flood.communicate(timeout=120)[0], "second tenant")
+    return {"alone": light_figures(alone), "beside": light_figures(beside),
+            "flood_rps": flood_summary["ok"] / flood_summary["duration_s"],
+            "p99_ratio": beside["p99_us"] / alone["p99_us"]}
+
+
 def langid(work: Path) -> dict:
     example = benchlib.ROOT / "examples" / "langid"
     inputs = work / "langid.jsonl"
@@ -174,30 +195,40 @@ def langid(work: Path) -> dict:
             out["throughput"][label] = {"rps": run["ok"] / run["duration_s"], "errors": run["errors"],
                                         "wrong": run["wrong"]}
             print(f"langid over HTTP, 64 connections, {label}: {out['throughput'][label]['rps']:.0f}/s", flush=True)
-            if label == "default" and os.geteuid() == 0:
-                os.chmod(work, 0o711)
-                paced_http = ["--rate", "2000", "--duration", str(RUN_S), "--connections", "16"]
-                alone = langid_run(sock, port, inputs, *paced_http)
-                flood = subprocess.Popen([benchlib.binary("tools/batchd-stress"), "--socket", str(sock), "--threads",
-                                          "4", "--input-file", str(inputs), "--duration", str(RUN_S + 2), "--json",
-                                          "--quiet"], stdout=subprocess.PIPE, text=True, user=OTHER_UID,
-                                         group=OTHER_UID)
-                time.sleep(1)
-                beside = langid_run(sock, port, inputs, *paced_http)
-                flood_summary = benchlib.last_json_line(flood.communicate(timeout=120)[0], "second tenant")
-                out["second_tenant"] = {"alone": light_figures(alone), "beside": light_figures(beside),
-                                        "flood_rps": flood_summary["ok"] / flood_summary["duration_s"],
-                                        "p99_ratio": beside["p99_us"] / alone["p99_us"]}
-                print(f"langid at 2,000/s over HTTP: p99 alone {alone['p99_us'] / 1000:.2f} ms, beside a second "
-                      f"tenant's flood ({out['second_tenant']['flood_rps']:.0f}/s) {beside['p99_us'] / 1000:.2f} ms "
-                      f"({out['second_tenant']['p99_ratio']:.2f}x); errors {beside['errors']}", flush=True)
+            if label != "default_again" and os.geteuid() == 0:
+                out["second_tenant"][label] = second_tenant(work, sock, port, inputs)
+                st = out["second_tenant"][label]
+                print(f"langid at 2,000/s over HTTP ({label}): p99 alone {st['alone']['p99_us'] / 1000:.2f} ms, "
+                      f"beside a second tenant's flood ({st['flood_rps']:.0f}/s) {st['beside']['p99_us'] / 1000:.2f} "
+                      f"ms ({st['p99_ratio']:.2f}x); errors {st['beside']['errors']}", flush=True)
     t = out["throughput"]
     out["default_over_off"] = (t["default"]["rps"] + t["default_again"]["rps"]) / 2 / t["fair_slice_off"]["rps"]
     print(f"langid: default flags / fair slice off = {out['default_over_off']:.2f}", flush=True)
     return out
 
 
-CASES = {"slow_worker": slow_worker, "class_floor": class_floor, "langid": langid}
+def tenant_flood(work: Path) -> dict:
+    hostile.write_large_inputs(work)
+    out = {}
+    for label, flags in (("cut", []), ("cut_off", ["--fair-slice-us", "0"])):
+        proc, sock = benchlib.start_daemon(work, "--backend", "cpu", "--allow-uid", str(OTHER_UID), *flags)
+        with proc:
+            alone = paced(sock, 200, RUN_S, "--timeout-ms", "10000")
+            flood = subprocess.Popen(["nice", "-n", "19", benchlib.binary("tools/batchd-stress"), "--socket", str(sock),
+                                      "--rate", "40000", "--input-file", str(work / "large-inputs.txt"),
+                                      "--duration", str(RUN_S + 2), "--timeout-ms", "10000", "--json", "--quiet"],
+                                     stdout=subprocess.PIPE, text=True, user=OTHER_UID, group=OTHER_UID)
+            time.sleep(1)
+            beside = paced(sock, 200, RUN_S, "--timeout-ms", "10000")
+            flood_summary = benchlib.last_json_line(flood.communicate(timeout=120)[0], "tenant flood")
+        out[label] = {"alone": light_figures(alone), "beside": light_figures(beside),
+                      "flood_rps": flood_summary["ok"] / flood_summary["duration_s"]}
+        print(f"tenant flood ({label}): light p50 {beside['p50_us'] / 1000:.2f} ms, p99 {beside['p99_us'] / 1000:.2f} "
+              f"ms beside (alone {alone['p99_us'] / 1000:.2f} ms), errors {beside['errors']}", flush=True)
+    return out
+
+
+CASES = {"slow_worker": slow_worker, "class_floor": class_floor, "langid": langid, "tenant_flood": tenant_flood}
 
 
 def main():

@@ -56,9 +56,6 @@ class ClientSession {
   // Drain thread: takes the connection out, for the daemon to close where a peer cannot stall it.
   [[nodiscard]] shm::UniqueFd release_connection() noexcept { return std::move(connection_); }
   [[nodiscard]] shm::WirePriority granted() const noexcept { return granted_; }
-  // Drain thread: when the drain loop last took a request of this client (0: never).
-  [[nodiscard]] std::int64_t last_taken_ns() const noexcept { return last_taken_ns_; }
-  void note_taken(std::int64_t now_ns) noexcept { last_taken_ns_ = now_ns; }
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
   [[nodiscard]] uid_t uid() const noexcept { return uid_; }
   [[nodiscard]] const shm::SegmentView& view() const noexcept { return view_; }
@@ -113,7 +110,6 @@ class ClientSession {
   pid_t pid_;
   uid_t uid_;
   shm::WirePriority granted_;
-  std::int64_t last_taken_ns_ = 0;  // drain thread only
   shm::UniqueFd request_fd_;
   shm::UniqueFd completion_fd_;
   shm::UniqueFd doorbell_;

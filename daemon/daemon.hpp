@@ -26,6 +26,7 @@
 
 #include "backend/backend.hpp"
 #include "daemon/batch_policy.hpp"
+#include "daemon/batch_shares.hpp"
 #include "daemon/batcher.hpp"
 #include "daemon/client_session.hpp"
 #include "daemon/completer.hpp"
@@ -181,14 +182,11 @@ class Daemon {
   // whether it did.
   bool rejected_as_gone(const PendingRequest& request, std::int64_t now_ns, const char* late_why);
   bool fill_batches(std::int64_t now_ns);
-  // The longest a batch may be predicted to run while tenants or classes share the lanes
-  // (fair_slice_us); 0: no limit (one tenant and one class active, the slice off, or no fitted
-  // cost yet). Fills `cost` with the lanes' fitted cost when it looked (one lane view
-  // a pass).
-  [[nodiscard]] std::int64_t fair_slice_ns(std::int64_t now_ns, CostFit& cost) const noexcept;
-  // Whether `request` would take the open batch past the fair slice.
-  [[nodiscard]] bool past_slice(const PendingRequest& request, std::int64_t slice_ns,
-                                const CostFit& cost) const noexcept;
+  // Whether `request` joining the open batch would make a request of another tenant (or class)
+  // already in it wait more than twice its time alone, past the fair slice: then the batch is
+  // cut and `request` opens the next. Never while one group fills the batch, so a lone tenant
+  // (or one behind a front-end) keeps full batches. `cost`: the lanes' fitted cost.
+  [[nodiscard]] bool cut_for_fairness(const PendingRequest& request, const CostFit& cost) const noexcept;
   // The policy's verdict on the open batch now; remembers when to look again while it holds.
   FlushDecision decide_flush(std::int64_t now_ns);
   // The adaptive rule holds the open batch until a lane frees (every lane is busy): requests
@@ -281,18 +279,10 @@ class Daemon {
   LogLimiter log_limit_;
   std::vector<std::shared_ptr<ClientSession>> drain_order_;  // round-robin order of sessions_
   std::size_t drain_cursor_ = 0;
-  // Tenants (users: a front-end's event loops and connections are one) the drain loop took a
-  // request from within kActiveWindowNs, as of its last pass; counted up to 2, all the fair slice
-  // asks.
-  static constexpr std::int64_t kActiveWindowNs = 100'000'000;
-  std::size_t active_tenants_ = 0;
-  // Priority classes the drain loop took a request of within kActiveWindowNs (a flood at one
-  // class shares the lanes with the others' requests as one tenant's does with another's).
-  std::array<std::int64_t, shm::kWirePriorities> class_taken_ns_{};
-  std::size_t active_classes_ = 0;
 
   PendingQueue pending_;  // admitted, waiting for a batch
   WaitOrFullBatcher batcher_;
+  BatchShares shares_;  // the open batch's requests by tenant and class
   BatchPolicy policy_;
   std::array<RateMeter, shm::kWirePriorities> arrivals_;  // taken from the rings, by WirePriority
   std::int64_t recheck_ns_ = 0;  // when the held open batch must be looked at again; 0: on events

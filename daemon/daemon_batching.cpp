@@ -128,6 +128,7 @@ bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
   }
   if (batch.requests.empty()) batch.opened_ns = request.arrival_ns;
   batch.input_offsets.push_back(static_cast<std::uint32_t>(batch.input_bytes.size()));
+  shares_.add(request.session->uid(), rank_of(taken.priority), taken.input_bytes);
   batch.requests.push_back(RequestRef{std::move(request.session), taken.slot, taken.generation,
                                       taken.deadline_mono_ns, taken.request_id, request.arrival_ns,
                                       taken.priority});
@@ -135,29 +136,21 @@ bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
   return true;
 }
 
-std::int64_t Daemon::fair_slice_ns(std::int64_t now_ns, CostFit& cost) const noexcept {
-  if ((active_tenants_ < 2 && active_classes_ < 2) || config_.fair_slice_us == 0) return 0;
-  cost = router_->lane_view(now_ns).cost;
-  if (!cost.fitted) return 0;
-  // A device whose every batch costs more than the slice still batches: the slice then grows
-  // to twice its fixed cost, so at least half of each run is the requests' own work.
-  const auto slice_ns = static_cast<double>(config_.fair_slice_us) * 1e3;
-  return static_cast<std::int64_t>(std::max(slice_ns, 2 * cost.fixed_ns));
-}
-
-bool Daemon::past_slice(const PendingRequest& request, std::int64_t slice_ns, const CostFit& cost) const noexcept {
-  if (slice_ns == 0 || batcher_.count() == 0) return false;
-  const double predicted =
-      cost.predict_ns(batcher_.count() + 1.0, static_cast<double>(batcher_.bytes() + request.taken.input_bytes));
-  return predicted > static_cast<double>(slice_ns);
+bool Daemon::cut_for_fairness(const PendingRequest& request, const CostFit& cost) const noexcept {
+  if (config_.fair_slice_us == 0 || !cost.fitted || batcher_.count() == 0) return false;
+  // A device whose every batch costs more than the slice still batches: the least run a cut
+  // leaves is then twice its fixed cost, so at least half of each run is the requests' own work.
+  const double least_ns = std::max(static_cast<double>(config_.fair_slice_us) * 1e3, 2 * cost.fixed_ns);
+  return shares_.would_double_anothers(request.session->uid(), rank_of(request.taken.priority),
+                                       request.taken.input_bytes, batcher_.count(), batcher_.bytes(), cost,
+                                       least_ns);
 }
 
 bool Daemon::fill_batches(std::int64_t now_ns) {
   bool progressed = false;
   const std::int64_t urgent_ns = pending_.empty() ? 0 : urgent_ns_before_deadline(now_ns);
   batcher_.cap_bytes(router_->byte_budget(now_ns));  // device memory (router_memory.cpp)
-  CostFit cost;
-  const std::int64_t slice_ns = pending_.empty() ? 0 : fair_slice_ns(now_ns, cost);
+  const CostFit cost = pending_.empty() || config_.fair_slice_us == 0 ? CostFit{} : router_->lane_view(now_ns).cost;
   while (!pending_.empty()) {
     if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) break;
     // While the open batch is held for a lane, the rest wait here, in class order, until a lane
@@ -165,7 +158,7 @@ bool Daemon::fill_batches(std::int64_t now_ns) {
     // request arriving meanwhile would wait behind them.
     if (batcher_.count() > 0 && holding_for_lane(now_ns)) break;
     PendingRequest& request = pending_.front(now_ns, urgent_ns);
-    if (!batcher_.fits(request.taken.input_bytes) || past_slice(request, slice_ns, cost)) {
+    if (!batcher_.fits(request.taken.input_bytes) || cut_for_fairness(request, cost)) {
       batcher_.mark_full();
       flush_open_batch(FlushReason::kFull);
       continue;  // the same request goes into the next batch
@@ -249,6 +242,7 @@ void Daemon::flush_open_batch(FlushReason reason) {
   router_->run_or_dispatch(open_);
   open_ = nullptr;
   batcher_.reset();
+  shares_.clear();
 }
 
 bool Daemon::drain_rings(std::int64_t now_ns) {
@@ -258,8 +252,6 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
   std::array<std::uint64_t, shm::kWirePriorities> taken_count{};
   std::array<std::uint64_t, shm::kWirePriorities> taken_bytes{};
   const std::size_t clients = drain_order_.size();
-  std::size_t active = 0;
-  uid_t active_uid = 0;
   for (std::size_t visited = 0; visited < clients && !drain_order_.empty(); ++visited) {
     if (drain_cursor_ >= drain_order_.size()) drain_cursor_ = 0;
     std::shared_ptr<ClientSession> session = drain_order_[drain_cursor_++];
@@ -284,22 +276,10 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
       progressed = true;
     }
     session->publish();
-    if (taken_here > 0) session->note_taken(now_ns);
-    if (session->last_taken_ns() != 0 && now_ns - session->last_taken_ns() < kActiveWindowNs &&
-        (active == 0 || (active == 1 && session->uid() != active_uid))) {
-      active_uid = session->uid();
-      ++active;
-    }
   }
-  active_classes_ = 0;
   for (std::size_t c = 0; c < arrivals_.size(); ++c) {
-    if (taken_count[c] > 0) {
-      arrivals_[c].add(taken_count[c], taken_bytes[c], now_ns);
-      class_taken_ns_[c] = now_ns;
-    }
-    if (class_taken_ns_[c] != 0 && now_ns - class_taken_ns_[c] < kActiveWindowNs) ++active_classes_;
+    if (taken_count[c] > 0) arrivals_[c].add(taken_count[c], taken_bytes[c], now_ns);
   }
-  active_tenants_ = active;
   return progressed;
 }
 

@@ -212,10 +212,10 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
         return address ? std::string() : address.error().message;
       });
   app.add_option("--fair-slice-us", c.fair_slice_us,
-                 "while two or more tenants (users) or priority classes are active, close a batch "
-                 "before its predicted run passes this (at least twice the device's fixed batch "
-                 "cost), so one tenant's large inputs cannot hold the lanes while another waits; "
-                 "0: off")
+                 "close a batch holding a request of another tenant (user) or priority class before "
+                 "the next would make that request wait more than twice its time alone, once the "
+                 "batch runs at least this long (or twice the device's fixed batch cost); a batch "
+                 "one tenant fills alone is never cut; 0: off")
       ->capture_default_str()->check(CLI::Range(0U, 10'000'000U));
   app.add_option("--normal-floor-percent", c.normal_floor_percent,
                  "the share of what is served (by cost) that normal-priority requests keep while "
