@@ -29,6 +29,15 @@ class BatchShares {
     group.bytes += bytes;
   }
 
+  // Whether the batch holds a request of a group other than (tenant, cls): only then can adding
+  // one of theirs make somebody wait (cheap; the cut asks it before it reads the lanes' cost).
+  [[nodiscard]] bool holds_other_than(uid_t tenant, std::size_t cls) const noexcept {
+    for (std::size_t g = 0; g < size_; ++g) {
+      if (groups_[g].tenant != tenant || groups_[g].cls != cls) return true;
+    }
+    return false;
+  }
+
   // Whether a request of (tenant, cls) with `bytes` of input would make another group's members
   // wait more than twice their time alone (the batch's fixed cost and their own work), once the
   // batch runs past `least_ns` (a batch that short is never cut). `items`/`total_bytes`: the

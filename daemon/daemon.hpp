@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <memory>
 #include <string>
@@ -185,8 +186,10 @@ class Daemon {
   // Whether `request` joining the open batch would make a request of another tenant (or class)
   // already in it wait more than twice its time alone, past the fair slice: then the batch is
   // cut and `request` opens the next. Never while one group fills the batch, so a lone tenant
-  // (or one behind a front-end) keeps full batches. `cost`: the lanes' fitted cost.
-  [[nodiscard]] bool cut_for_fairness(const PendingRequest& request, const CostFit& cost) const noexcept;
+  // (or one behind a front-end) keeps full batches. `cost`: the lanes' fitted cost, read into it
+  // the first time a pass needs it.
+  [[nodiscard]] bool cut_for_fairness(const PendingRequest& request, std::optional<CostFit>& cost,
+                                      std::int64_t now_ns) const noexcept;
   // The policy's verdict on the open batch now; remembers when to look again while it holds.
   FlushDecision decide_flush(std::int64_t now_ns);
   // The adaptive rule holds the open batch until a lane frees (every lane is busy): requests

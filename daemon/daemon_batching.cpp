@@ -7,6 +7,7 @@
 #include <array>
 #include <climits>
 #include <cstring>
+#include <optional>
 
 #include "daemon/daemon.hpp"
 
@@ -136,21 +137,25 @@ bool Daemon::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
   return true;
 }
 
-bool Daemon::cut_for_fairness(const PendingRequest& request, const CostFit& cost) const noexcept {
-  if (config_.fair_slice_us == 0 || !cost.fitted || batcher_.count() == 0) return false;
+bool Daemon::cut_for_fairness(const PendingRequest& request, std::optional<CostFit>& cost,
+                              std::int64_t now_ns) const noexcept {
+  const uid_t tenant = request.session->uid();
+  const std::size_t cls = rank_of(request.taken.priority);
+  if (config_.fair_slice_us == 0 || batcher_.count() == 0 || !shares_.holds_other_than(tenant, cls)) return false;
+  if (!cost) cost = router_->lane_view(now_ns).cost;  // once a pass, and only for a mixed batch
+  if (!cost->fitted) return false;
   // A device whose every batch costs more than the slice still batches: the least run a cut
   // leaves is then twice its fixed cost, so at least half of each run is the requests' own work.
-  const double least_ns = std::max(static_cast<double>(config_.fair_slice_us) * 1e3, 2 * cost.fixed_ns);
-  return shares_.would_double_anothers(request.session->uid(), rank_of(request.taken.priority),
-                                       request.taken.input_bytes, batcher_.count(), batcher_.bytes(), cost,
-                                       least_ns);
+  const double least_ns = std::max(static_cast<double>(config_.fair_slice_us) * 1e3, 2 * cost->fixed_ns);
+  return shares_.would_double_anothers(tenant, cls, request.taken.input_bytes, batcher_.count(), batcher_.bytes(),
+                                       *cost, least_ns);
 }
 
 bool Daemon::fill_batches(std::int64_t now_ns) {
   bool progressed = false;
   const std::int64_t urgent_ns = pending_.empty() ? 0 : urgent_ns_before_deadline(now_ns);
   batcher_.cap_bytes(router_->byte_budget(now_ns));  // device memory (router_memory.cpp)
-  const CostFit cost = pending_.empty() || config_.fair_slice_us == 0 ? CostFit{} : router_->lane_view(now_ns).cost;
+  std::optional<CostFit> cost;  // the lanes' fitted cost, read when the fairness cut first needs it
   while (!pending_.empty()) {
     if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) break;
     // While the open batch is held for a lane, the rest wait here, in class order, until a lane
@@ -158,7 +163,7 @@ bool Daemon::fill_batches(std::int64_t now_ns) {
     // request arriving meanwhile would wait behind them.
     if (batcher_.count() > 0 && holding_for_lane(now_ns)) break;
     PendingRequest& request = pending_.front(now_ns, urgent_ns);
-    if (!batcher_.fits(request.taken.input_bytes) || cut_for_fairness(request, cost)) {
+    if (!batcher_.fits(request.taken.input_bytes) || cut_for_fairness(request, cost, now_ns)) {
       batcher_.mark_full();
       flush_open_batch(FlushReason::kFull);
       continue;  // the same request goes into the next batch
