@@ -25,22 +25,13 @@ import workers as workers_bench  # noqa: E402
 
 TURNS = int(os.environ.get("FASTPATH_TURNS", "2"))
 RATES = [int(r) for r in os.environ.get("FASTPATH_RATES", "250000,500000,750000,1000000").split(",")]
-STEP_S = float(os.environ.get("FASTPATH_STEP_S", "3"))
+workers_bench.STEP_S = float(os.environ.get("FASTPATH_STEP_S", "3"))  # the ladder's seconds a rate
 DAEMON_FLAGS = ["--backend", "cpu", "--cost", "1", "--slots-per-client", "16384", "--max-input-bytes", "1024",
                 "--max-output-bytes", "256"]
 WRK_LUA = """wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{"input":"hello"}'
 """
-
-
-def highest_held(sock: Path) -> int:
-    best = 0
-    for rate in RATES:
-        if not benchlib.open_loop_step(sock, rate, STEP_S)["held"]:
-            break
-        best = rate
-    return best
 
 
 def wrk_rps(port: int, script: Path) -> float:
@@ -55,7 +46,7 @@ def wrk_rps(port: int, script: Path) -> float:
 def turn(work: Path, script: Path) -> dict:
     proc, sock = benchlib.start_daemon(work, *DAEMON_FLAGS)
     with proc:
-        openloop = highest_held(sock)
+        openloop = workers_bench.ladder(sock, RATES, "fast path")["highest_held"]
         one = benchlib.run_stress(sock, "--threads", "1", "--duration", "5", timeout_s=120)
         port = benchlib.free_port()
         http = benchlib.Process([benchlib.binary("frontend/batchd-http"), "--listen", f"127.0.0.1:{port}",

@@ -40,21 +40,23 @@ class BatchShares {
 
   // Whether a request of (tenant, cls) with `bytes` of input would make another group's members
   // wait more than twice their time alone (the batch's fixed cost and their own work), once the
-  // batch runs past `least_ns` (a batch that short is never cut). `items`/`total_bytes`: the
-  // batch's now. Only a group already in the batch counts: a request that is not there yet joins
-  // a later batch, whose own check covers it.
-  [[nodiscard]] bool would_double_anothers(uid_t tenant, std::size_t cls, std::uint64_t bytes,
-                                           std::uint64_t items, std::uint64_t total_bytes,
-                                           const CostFit& cost, double least_ns) const noexcept {
+  // batch runs past `least_ns` (a batch that short is never cut). Only a group already in the
+  // batch counts: a request that is not there yet joins a later batch, whose own check covers it.
+  [[nodiscard]] bool would_double_anothers(uid_t tenant, std::size_t cls, std::uint64_t bytes, const CostFit& cost,
+                                           double least_ns) const noexcept {
     double shortest_alone = -1;
+    std::uint64_t items = 1;
+    std::uint64_t total_bytes = bytes;
     for (std::size_t g = 0; g < size_; ++g) {
       const Group& group = groups_[g];
+      items += group.count;
+      total_bytes += group.bytes;
       if (group.tenant == tenant && group.cls == cls) continue;
       const double alone = cost.predict_ns(static_cast<double>(group.count), static_cast<double>(group.bytes));
       if (shortest_alone < 0 || alone < shortest_alone) shortest_alone = alone;
     }
     if (shortest_alone < 0) return false;  // one group: nobody else waits on this batch
-    const double after = cost.predict_ns(static_cast<double>(items + 1), static_cast<double>(total_bytes + bytes));
+    const double after = cost.predict_ns(static_cast<double>(items), static_cast<double>(total_bytes));
     return after > std::max(least_ns, 2 * shortest_alone);
   }
 

@@ -141,14 +141,13 @@ bool Daemon::cut_for_fairness(const PendingRequest& request, std::optional<CostF
                               std::int64_t now_ns) const noexcept {
   const uid_t tenant = request.session->uid();
   const std::size_t cls = rank_of(request.taken.priority);
-  if (config_.fair_slice_us == 0 || batcher_.count() == 0 || !shares_.holds_other_than(tenant, cls)) return false;
+  if (config_.fair_slice_us == 0 || !shares_.holds_other_than(tenant, cls)) return false;
   if (!cost) cost = router_->lane_view(now_ns).cost;  // once a pass, and only for a mixed batch
   if (!cost->fitted) return false;
   // A device whose every batch costs more than the slice still batches: the least run a cut
   // leaves is then twice its fixed cost, so at least half of each run is the requests' own work.
   const double least_ns = std::max(static_cast<double>(config_.fair_slice_us) * 1e3, 2 * cost->fixed_ns);
-  return shares_.would_double_anothers(tenant, cls, request.taken.input_bytes, batcher_.count(), batcher_.bytes(),
-                                       *cost, least_ns);
+  return shares_.would_double_anothers(tenant, cls, request.taken.input_bytes, *cost, least_ns);
 }
 
 bool Daemon::fill_batches(std::int64_t now_ns) {

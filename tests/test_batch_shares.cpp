@@ -24,69 +24,61 @@ constexpr uid_t kBob = 1001;
 constexpr std::size_t kNormal = 1;
 constexpr std::size_t kHigh = 0;
 
+// Adds `count` requests of `bytes`, the i-th from tenant_of(i), checking before each that it
+// would not cut the batch.
+template <typename TenantOf>
+void fill_uncut(BatchShares& shares, int count, std::uint64_t bytes, TenantOf tenant_of) {
+  const CostFit cost = fitted_cost();
+  for (int i = 0; i < count; ++i) {
+    CHECK_FALSE(shares.would_double_anothers(tenant_of(i), kNormal, bytes, cost, kLeast));
+    shares.add(tenant_of(i), kNormal, bytes);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("one tenant's batch is never cut, however long it runs") {
   BatchShares shares;
-  const CostFit cost = fitted_cost();
-  std::uint64_t items = 0, bytes = 0;
-  for (int i = 0; i < 256; ++i) {
-    CHECK_FALSE(shares.would_double_anothers(kAlice, kNormal, 65536, items, bytes, cost, kLeast));
-    shares.add(kAlice, kNormal, 65536);
-    ++items;
-    bytes += 65536;
-  }
+  fill_uncut(shares, 256, 65536, [](int) { return kAlice; });
 }
 
 TEST_CASE("a light request in the batch bounds a heavy tenant's work to its own time alone") {
   BatchShares shares;
   const CostFit cost = fitted_cost();
   shares.add(kBob, kNormal, 1000);  // alone: 101 µs
-  std::uint64_t items = 1, bytes = 1000;
   // 101 µs + 64 KiB = 166.5 µs: under 2 x 101 µs.
-  CHECK_FALSE(shares.would_double_anothers(kAlice, kNormal, 65536, items, bytes, cost, kLeast));
+  CHECK_FALSE(shares.would_double_anothers(kAlice, kNormal, 65536, cost, kLeast));
   shares.add(kAlice, kNormal, 65536);
-  ++items;
-  bytes += 65536;
   // A second 64 KiB: 232 µs, past 202 µs: Bob would wait more than twice his time alone.
-  CHECK(shares.would_double_anothers(kAlice, kNormal, 65536, items, bytes, cost, kLeast));
+  CHECK(shares.would_double_anothers(kAlice, kNormal, 65536, cost, kLeast));
   // Bob's own next request does not wait on itself, and Alice's 66.5 µs alone is not doubled by
   // 1 KB more: both may still join.
-  CHECK_FALSE(shares.would_double_anothers(kBob, kNormal, 1000, items, bytes, cost, kLeast));
+  CHECK_FALSE(shares.would_double_anothers(kBob, kNormal, 1000, cost, kLeast));
   // A slice longer than the batch would run keeps it whole.
-  CHECK_FALSE(shares.would_double_anothers(kAlice, kNormal, 65536, items, bytes, cost, 300'000));
+  CHECK_FALSE(shares.would_double_anothers(kAlice, kNormal, 65536, cost, 300'000));
 }
 
 TEST_CASE("tenants of like requests share a fixed-cost batch without a cut") {
   // A model whose batch costs mostly its fixed part (a Python worker): two tenants' small
   // requests interleaved never double either one's time alone.
   BatchShares shares;
-  const CostFit cost = fitted_cost();
-  std::uint64_t items = 0, bytes = 0;
-  for (int i = 0; i < 64; ++i) {
-    const uid_t tenant = i % 2 == 0 ? kAlice : kBob;
-    CHECK_FALSE(shares.would_double_anothers(tenant, kNormal, 80, items, bytes, cost, kLeast));
-    shares.add(tenant, kNormal, 80);
-    ++items;
-    bytes += 80;
-  }
+  fill_uncut(shares, 64, 80, [](int i) { return i % 2 == 0 ? kAlice : kBob; });
 }
 
 TEST_CASE("the same tenant at another class is another group; clear() starts a new batch") {
   BatchShares shares;
   const CostFit cost = fitted_cost();
   shares.add(kAlice, kHigh, 100);
-  CHECK(shares.would_double_anothers(kAlice, kNormal, 200'000, 1, 100, cost, kLeast));
-  CHECK_FALSE(shares.would_double_anothers(kAlice, kHigh, 200'000, 1, 100, cost, kLeast));
+  CHECK(shares.would_double_anothers(kAlice, kNormal, 200'000, cost, kLeast));
+  CHECK_FALSE(shares.would_double_anothers(kAlice, kHigh, 200'000, cost, kLeast));
   shares.clear();
-  CHECK_FALSE(shares.would_double_anothers(kAlice, kNormal, 200'000, 0, 0, cost, kLeast));
+  CHECK_FALSE(shares.would_double_anothers(kAlice, kNormal, 200'000, cost, kLeast));
 }
 
 TEST_CASE("groups past the table's size count as one, which only cuts sooner") {
   BatchShares shares;
   const CostFit cost = fitted_cost();
   for (uid_t u = 0; u < BatchShares::kMaxGroups + 4; ++u) shares.add(u, kNormal, 100);
-  const std::uint64_t items = BatchShares::kMaxGroups + 4;
   // A newcomer's 64 KiB against the smallest group's 100.1 µs alone: past twice that.
-  CHECK(shares.would_double_anothers(5000, kNormal, 131072, items, items * 100, cost, kLeast));
+  CHECK(shares.would_double_anothers(5000, kNormal, 131072, cost, kLeast));
 }
