@@ -50,7 +50,13 @@ class DeficitRound {
   }
 
   void push_back(PendingRequest request) {
-    Member_& member = members_[KeyOf{}(request)];  // node-based: the address is stable
+    // Most pushes are the last one's member again (one busy client): no hash for them.
+    const Key key = KeyOf{}(request);
+    if (last_ == nullptr || last_key_ != key) {
+      last_ = &members_[key];  // node-based: the address is stable until forget() erases it
+      last_key_ = key;
+    }
+    Member_& member = *last_;
     member.queue.push_back(std::move(request));
     ++size_;
     if (!member.in_round) {
@@ -63,6 +69,7 @@ class DeficitRound {
   // members left with nothing to do are erased. Returns how many requests were dropped.
   std::size_t forget(std::uint64_t session_id) {
     std::size_t dropped = 0;
+    last_ = nullptr;
     for (auto it = members_.begin(); it != members_.end();) {
       Member_& member = it->second;
       dropped += member.queue.forget(session_id);
@@ -115,6 +122,8 @@ class DeficitRound {
   }
 
   std::unordered_map<Key, Member_> members_;
+  Member_* last_ = nullptr;  // push_back's last member, and its key
+  Key last_key_{};
   Fifo<Member_*> round_;  // members with waiting requests, next to serve first
   std::size_t size_ = 0;
 };

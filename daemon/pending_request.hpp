@@ -16,7 +16,8 @@ struct PendingRequest {
   std::int64_t arrival_ns;  // when the drain loop took it: the wait-or-full clock starts here
 };
 
-// A FIFO ring buffer that grows by doubling and never shrinks.
+// A FIFO ring buffer that grows by doubling and never shrinks. Its capacity is a power of two,
+// so a position wraps by a mask: a division per push and pop showed on the one-caller path.
 template <class T>
 class Fifo {
  public:
@@ -26,7 +27,7 @@ class Fifo {
   [[nodiscard]] T& front() noexcept { return items_[head_]; }
   void pop_front() noexcept {
     items_[head_] = T{};  // drops what it holds (a session reference) now, not on reuse
-    head_ = (head_ + 1) % items_.size();
+    head_ = (head_ + 1) & (items_.size() - 1);
     --size_;
   }
   void clear() noexcept {
@@ -34,14 +35,14 @@ class Fifo {
   }
   void push_back(T item) {
     if (size_ == items_.size()) grow();
-    items_[(head_ + size_) % items_.size()] = std::move(item);
+    items_[(head_ + size_) & (items_.size() - 1)] = std::move(item);
     ++size_;
   }
 
  private:
   void grow() {
     std::vector<T> bigger(std::max<std::size_t>(16, items_.size() * 2));
-    for (std::size_t i = 0; i < size_; ++i) bigger[i] = std::move(items_[(head_ + i) % items_.size()]);
+    for (std::size_t i = 0; i < size_; ++i) bigger[i] = std::move(items_[(head_ + i) & (items_.size() - 1)]);
     items_ = std::move(bigger);
     head_ = 0;
   }

@@ -211,6 +211,24 @@ class Router {
   // Far slower than the fastest device (kLaggardFactor): the batching policy and admission do not
   // count on its lanes, and it gets real work only where it finishes first, else probes.
   [[nodiscard]] bool laggard(unsigned device, double fastest_reference_ns) const noexcept;
+  // The two above for the whole pool, as of at most kSpeedRefreshNs ago: every batch's pass
+  // reads them several times, and the fits they come from move by one batch's weight at a time.
+  struct PoolSpeed {
+    double fastest_ns = 0;
+    std::uint64_t laggards = 0;  // of the first 64 devices; a device past them is never one
+    [[nodiscard]] bool laggard(unsigned device) const noexcept {
+      return device < 64 && (laggards >> device & 1U) != 0;
+    }
+  };
+  [[nodiscard]] PoolSpeed pool_speed(std::int64_t now_ns) const noexcept {
+    if (now_ns < speed_due_ns_.load(std::memory_order_acquire)) {
+      return {speed_fastest_ns_.load(std::memory_order_relaxed), speed_laggards_.load(std::memory_order_relaxed)};
+    }
+    return measure_pool_speed(now_ns);
+  }
+  [[nodiscard]] PoolSpeed measure_pool_speed(std::int64_t now_ns) const noexcept;
+  // The next pool_speed() recomputes: a device's fit was reset.
+  void refresh_pool_speed() noexcept { speed_due_ns_.store(0, std::memory_order_relaxed); }
   // Before `batch` goes to a lane: a laggard device that is idle and was not probed for
   // kProbeIntervalNs gets a copy of one of its requests (Batch::shadow), so its estimate stays
   // fresh and it is used again once it recovers, at no caller's cost.
@@ -296,6 +314,11 @@ class Router {
     std::atomic<std::uint64_t> probes{0};    // sent, for stats
   };
   std::vector<std::unique_ptr<ProbeState>> probe_;  // by device index
+  // pool_speed()'s copy, any thread's to refresh (two refreshing at once compute the same).
+  static constexpr std::int64_t kSpeedRefreshNs = 1'000'000;
+  mutable std::atomic<std::int64_t> speed_due_ns_{0};
+  mutable std::atomic<double> speed_fastest_ns_{0};
+  mutable std::atomic<std::uint64_t> speed_laggards_{0};
 
   std::vector<std::unique_ptr<MemoryState>> memory_;  // by device index
   std::atomic<bool> memory_limited_{false};  // some device has a finite room: checks are due

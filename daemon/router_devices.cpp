@@ -11,6 +11,7 @@ namespace batchd {
 
 void Router::open_device(unsigned device, unsigned streams) noexcept {
   cost_[device]->reset();
+  refresh_pool_speed();
   for (auto& lane : lanes_) {
     if (lane->id.device == device) lane->open.store(lane->id.stream < streams, std::memory_order_release);
   }

@@ -36,6 +36,18 @@ bool Router::laggard(unsigned device, double fastest_reference_ns) const noexcep
          kLaggardFactor * fastest_reference_ns + kLaggardSlackNs;
 }
 
+Router::PoolSpeed Router::measure_pool_speed(std::int64_t now_ns) const noexcept {
+  PoolSpeed speed;
+  speed.fastest_ns = fastest_reference_ns(now_ns);
+  for (unsigned d = 0; d < health_.size() && d < 64; ++d) {
+    if (laggard(d, speed.fastest_ns)) speed.laggards |= std::uint64_t{1} << d;
+  }
+  speed_fastest_ns_.store(speed.fastest_ns, std::memory_order_relaxed);
+  speed_laggards_.store(speed.laggards, std::memory_order_relaxed);
+  speed_due_ns_.store(now_ns + kSpeedRefreshNs, std::memory_order_release);
+  return speed;
+}
+
 namespace {
 
 // The score of a lane taken only when no other can take the batch.
@@ -45,9 +57,9 @@ constexpr std::uint64_t kLastResort = std::numeric_limits<std::uint64_t>::max() 
 
 std::bitset<64> Router::laggards(std::int64_t now_ns) const noexcept {
   std::bitset<64> out;
-  const double fastest = fastest_reference_ns(now_ns);
+  const PoolSpeed speed = pool_speed(now_ns);
   for (unsigned d = 0; d < health_.size() && d < out.size(); ++d) {
-    if (health_[d]->present() && laggard(d, fastest)) out.set(d);
+    if (health_[d]->present() && speed.laggard(d)) out.set(d);
   }
   return out;
 }
@@ -63,7 +75,7 @@ Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns, bool* m
   const std::uint64_t need = memory_need(batch);
   const auto items = static_cast<double>(batch.size());
   const auto bytes = static_cast<double>(batch.input_bytes.size());
-  const double fastest = fastest_reference_ns(now_ns);
+  const double fastest = pool_speed(now_ns).fastest_ns;
   for (std::size_t i = 0; i < lanes_.size(); ++i) {
     const Lane& lane = *lanes_[i];
     const unsigned d = lane.id.device;
@@ -106,9 +118,10 @@ Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns, bool* m
 }
 
 void Router::probe_laggards(const Batch& batch, std::int64_t now_ns) noexcept {
-  if (batch.shadow || batch.size() == 0) return;
-  double fastest = -1;  // computed once a device is due: most calls find none
+  const PoolSpeed speed = pool_speed(now_ns);
+  if (batch.shadow || batch.size() == 0 || speed.laggards == 0) return;
   for (unsigned d = 0; d < health_.size(); ++d) {
+    if (!speed.laggard(d)) continue;
     ProbeState& probe = *probe_[d];
     std::int64_t last = probe.probed_ns.load(std::memory_order_relaxed);
     if (now_ns - last < kProbeIntervalNs) continue;
@@ -117,8 +130,6 @@ void Router::probe_laggards(const Batch& batch, std::int64_t now_ns) noexcept {
         h.outstanding_batches.load(std::memory_order_relaxed) != 0) {
       continue;
     }
-    if (fastest < 0) fastest = fastest_reference_ns(now_ns);
-    if (!laggard(d, fastest)) continue;
     Lane* lane = nullptr;
     for (auto& candidate : lanes_) {
       if (candidate->id.device == d && lane_usable(*candidate, now_ns)) {
@@ -147,6 +158,7 @@ void Router::learn_from_probe(unsigned device, const Batch& probe, std::int64_t 
                backend_.name(), device, run_ns / 1000, static_cast<std::int64_t>(predicted / 1000));
   cost_[device]->reset();
   health_[device]->forget_speed();
+  refresh_pool_speed();
 }
 
 }  // namespace batchd

@@ -30,18 +30,18 @@ Router::DelayView Router::delay_view(std::int64_t now_ns) const noexcept {
   out.cost = view.cost;
   out.dispatched = dispatched_requests();
   if (view.lanes == 0) return out;
-  const double fastest = fastest_reference_ns(now_ns);
+  const PoolSpeed speed = pool_speed(now_ns);
   if (view.cost.fitted) {
     out.first_free_ns = INT64_MAX;
     for (const auto& lane : lanes_) {
-      if (!lane_usable(*lane, now_ns) || laggard(lane->id.device, fastest)) continue;
+      if (!lane_usable(*lane, now_ns) || speed.laggard(lane->id.device)) continue;
       out.first_free_ns = std::min(out.first_free_ns, lane_busy_for_ns(*lane, view.cost, now_ns));
     }
   }
   std::uint64_t measured = 0;
   for (unsigned d = 0; d < health_.size(); ++d) {
     const DeviceHealth& h = *health_[d];
-    if (!h.available(now_ns) || h.batch_ns_estimate(now_ns) == 0 || laggard(d, fastest)) continue;
+    if (!h.available(now_ns) || h.batch_ns_estimate(now_ns) == 0 || speed.laggard(d)) continue;
     ++measured;
     out.measured_batch_ns += h.batch_ns_estimate(now_ns);
   }
@@ -81,10 +81,10 @@ Router::LaneView Router::lane_view(std::int64_t now_ns) const noexcept {
   std::uint64_t samples = 0;
   // A laggard's lanes are not counted on: an idle one would make the policy flush at once, and
   // its cost would drag the mean far from what the batches meet (router_pick.cpp).
-  const double fastest = fastest_reference_ns(now_ns);
+  const PoolSpeed speed = pool_speed(now_ns);
   for (const auto& lane : lanes_) {
     const DeviceHealth& h = *health_[lane->id.device];
-    if (!lane_usable(*lane, now_ns) || laggard(lane->id.device, fastest)) continue;
+    if (!lane_usable(*lane, now_ns) || speed.laggard(lane->id.device)) continue;
     ++view.lanes;
     if (lane->outstanding.load(std::memory_order_seq_cst) == 0) ++view.idle_lanes;
     if (lane->id.stream != 0) continue;  // one fit per device
