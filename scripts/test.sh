@@ -12,8 +12,9 @@
 # the cores while they run), so the sanitizer builds compile behind the debug build at the lowest
 # CPU priority (nice 19), on the cores its compile and its tests leave idle; they build only what
 # their tests run, as unity builds (one translation unit per target: the headers parsed and the
-# templates instantiated once). The debug build compiles what its tests need first and the rest
-# (the benchmark programs) behind its tests the same way. The two sanitizer suites run side by
+# templates instantiated once). The debug build compiles what its tests need first, the fuzz binaries
+# behind its tests the same way, and the rest (the benchmark programs) last, after the sanitizer
+# builds' compiles, which are on the run's critical path. The two sanitizer suites run side by
 # side, each as soon as its build is done; nothing runs beside the debug build's tests but those
 # niced compiles, so its tight time bounds (no slowdown factor) see an otherwise quiet machine.
 set -uo pipefail
@@ -93,16 +94,29 @@ compile() {  # dir, label
   echo "$rc" >"$times/$dir.built"
 }
 
-# The rest of the debug build, which no test runs (the benchmark programs, gpu_check): built so
-# that every program is checked to build, behind the tests like the sanitizer builds; first the
-# fuzz tests' binaries, which their tests would otherwise build in their own (serial) time. Leaves
-# its exit status in $times/build-debug-rest.built.
-compile_rest() {
-  local from rc target
+# The fuzz tests' binaries, behind the debug build's tests like the sanitizer builds: their tests
+# would otherwise build them in their own (serial) time. A failure here shows in the fuzz test,
+# which builds again.
+compile_fuzz() {
+  local from target
   from=$(date +%s)
-  for target in http v2 segment; do  # a failure here shows in the fuzz test, which builds again
+  for target in http v2 segment; do
     tests/fuzz/run-fuzz.sh "$PWD" "$PWD/build-debug/tests/fuzz" 0 "$target" >/dev/null 2>&1
   done
+  phase "fuzz binaries" "$from"
+}
+
+# The rest of the debug build, which no test runs (the benchmark programs, gpu_check): built so
+# that every program is checked to build, last, once the sanitizer builds have compiled (it is
+# on no test's path, and they are on the run's). Leaves its exit status in
+# $times/build-debug-rest.built.
+compile_rest() {
+  local from rc
+  while [ ! -f "$times/build-debug.built" ]; do  # the debug build compiles its tests' part first
+    kill -0 "$$" 2>/dev/null || return
+    sleep 1
+  done
+  from=$(date +%s)
   ninja -C build-debug >build-debug-rest.build.log 2>&1
   rc=$?
   phase "debug build: the rest" "$from"
@@ -198,7 +212,9 @@ builds=(build-debug)
 if [ "$quick" = 0 ]; then
   configure build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
     -Dcuda=disabled -Dtest_scale=0.25 -Dunity=on -Dunity_size=100 "${debug_info[@]}" || exit 1
-  configure build-tsan -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false \
+  # No gRPC in TSan's: its tests run none (Debian's gRPC is not built for TSan), and compiling the
+  # generated protobuf code under TSan for batchd-stress's --grpc alone cost its compile minutes.
+  configure build-tsan -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false -Dgrpc=disabled \
     -Dcuda=disabled -Dtest_scale=0.2 -Dunity=on -Dunity_size=100 "${debug_info[@]}" || exit 1
   builds+=(build-asan build-tsan)
   phase "configure the sanitizer builds" "$started"
@@ -208,6 +224,7 @@ if [ "$quick" = 0 ]; then
     renice -n 19 -p "$BASHPID" >/dev/null
     compile build-tsan "TSan build"
     compile build-asan "ASan+UBSan build"
+    compile_rest
   ) &
   background_compile=$!
 fi
@@ -235,9 +252,9 @@ compile build-debug "debug build"
 if [ "$quick" = 0 ]; then
   (
     renice -n 19 -p "$BASHPID" >/dev/null
-    compile_rest
+    compile_fuzz
   ) &
-  rest_compile=$!
+  fuzz_compile=$!
 fi
 run_tests build-debug "debug build"
 
@@ -250,7 +267,7 @@ if [ "$quick" = 0 ]; then
   wait_built build-asan
   run_tests build-asan "ASan+UBSan build" >"$times/asan.out" 2>&1 &
   asan_tests=$!
-  wait "$background_compile" "$rest_compile" "$asan_tests" "$tsan_tests"
+  wait "$background_compile" "$fuzz_compile" "$asan_tests" "$tsan_tests"
   cat "$times/asan.out" "$times/tsan.out"
 fi
 

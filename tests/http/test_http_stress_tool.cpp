@@ -9,6 +9,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,12 +27,14 @@ constexpr int kExitUsage = 64;    // batchd-stress: the options cannot work toge
 // Debian's gRPC and abseil are not built with ThreadSanitizer, which therefore cannot see their
 // locks: it reports races inside them (abseil's GraphCycles and StrCat, the event engine's epoll
 // descriptor) as soon as batchd-grpc or a gRPC client starts. The gRPC cases run in the plain and
-// ASan builds only.
+// ASan builds only (scripts/test.sh builds TSan's without gRPC), and in no build configured
+// without it (meson -Dgrpc=disabled: no BATCHD_GRPC_BIN).
 #if defined(__SANITIZE_THREAD__)
 constexpr bool kGrpcUnderTsan = true;
 #else
 constexpr bool kGrpcUnderTsan = false;
 #endif
+const bool kNoGrpc = kGrpcUnderTsan || std::getenv("BATCHD_GRPC_BIN") == nullptr;
 
 // batchd-grpc (BATCHD_GRPC_BIN) against a daemon, on a free loopback port. It attaches to the
 // daemon on a thread of its own, possibly after it listens, and has no HTTP readiness route:
@@ -257,7 +260,7 @@ TEST_CASE("--protocol v2: closed and open loop through batchd-http's /v2 inferen
 }
 
 TEST_CASE("--protocol grpc: closed and open loop through batchd-grpc over several channels, every answer checked" *
-          doctest::skip(kGrpcUnderTsan)) {
+          doctest::skip(kNoGrpc)) {
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
   GrpcFrontend frontend(socket);
