@@ -41,7 +41,8 @@ echo "$pane"
 grep -qE 'requests/s: [1-9][0-9]* answered ok' <<<"$pane" || fail "no answered requests drawn"
 grep -q '^batchd top: backend sim' <<<"$pane" || fail "no header"
 grep -qE '^ +[0-9]+\.\.[0-9]+ +[1-9][0-9]* #+' <<<"$pane" || fail "no batch-size histogram row"
-[ "$(grep -cE '^[01] +healthy' <<<"$pane")" = 2 ] || fail "not one row per device"
+# A device's state may read laggard while its first fits settle (a sanitizer build's first batches).
+[ "$(grep -cE '^[01] +(healthy|laggard)' <<<"$pane")" = 2 ] || fail "not one row per device"
 grep -q 'q quits' <<<"$pane" || fail "no footer"
 # It redraws in place: a second capture shows one frame, not two stacked.
 [ "$(grep -c '^batchd top:' <<<"$pane")" = 1 ] || fail "frames are stacked, not redrawn"
