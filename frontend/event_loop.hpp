@@ -125,6 +125,8 @@ class EventLoop final : private ApiContext {
   std::string metrics_text() override;
   std::uint32_t max_input_bytes() override;
   InferStatistics infer_statistics() override;
+  // The default model alone, until the daemon says which it serves (issue 34).
+  const oip::ModelCatalog& models() override { return oip::default_catalog(); }
 
   LoopContext context_;
   const FrontendOptions& options_;

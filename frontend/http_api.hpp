@@ -16,6 +16,7 @@
 
 #include "client_lib/client.hpp"
 #include "oip/infer_counters.hpp"
+#include "oip/model.hpp"
 #include "frontend/http_response.hpp"
 
 namespace batchd::http {
@@ -53,6 +54,8 @@ class ApiContext {
   // The daemon's largest input, or 0 while no daemon is attached (the client checks again).
   virtual std::uint32_t max_input_bytes() = 0;
   virtual InferStatistics infer_statistics() = 0;
+  // The models requests may name.
+  virtual const oip::ModelCatalog& models() = 0;
 };
 
 struct ApiLimits {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <iterator>
 
 #include "oip/bytes_tensor.hpp"
 #include "oip/errors.hpp"
@@ -53,30 +54,32 @@ bool parse_size(std::string_view text, std::uint64_t& value) {
 }
 
 // The strings of a JSON "data" array: flat, or rows of strings for shape [N, 1]; no deeper.
-Response too_many_strings(std::size_t max_elements) {
-  return v2_error(400, fmt::format("input 'INPUT' holds more than {} strings (max_batch_size)", max_elements));
+Response too_many_strings(const oip::ModelDescription& model, std::size_t max_elements) {
+  return v2_error(400, fmt::format("input '{}' holds more than {} strings (max_batch_size)", model.input, max_elements));
 }
 
 // At most max_elements + 1 strings are taken: a peer's rows may hold far more than its shape says.
-std::optional<Response> read_json_data(simdjson::dom::array data, std::size_t max_elements,
-                                       std::vector<std::string_view>& out) {
+std::optional<Response> read_json_data(const oip::ModelDescription& model, simdjson::dom::array data,
+                                       std::size_t max_elements, std::vector<std::string_view>& out) {
   for (simdjson::dom::element item : data) {
     std::string_view value;
     if (item.get_string().get(value) == simdjson::SUCCESS) {
       out.push_back(value);
-      if (out.size() > max_elements) return too_many_strings(max_elements);
+      if (out.size() > max_elements) return too_many_strings(model, max_elements);
       continue;
     }
     simdjson::dom::array row;
     if (item.get_array().get(row) != simdjson::SUCCESS) {
-      return v2_error(400, "input 'INPUT' is BYTES: its \"data\" must hold JSON strings");
+      return v2_error(400, fmt::format("input '{}' is BYTES: its \"data\" must hold JSON strings", model.input));
     }
     for (simdjson::dom::element inner : row) {
       if (inner.get_string().get(value) != simdjson::SUCCESS) {
-        return v2_error(400, "input 'INPUT': \"data\" may nest one level (rows of strings) and must hold JSON strings");
+        return v2_error(400, fmt::format("input '{}': \"data\" may nest one level (rows of strings) and must hold "
+                                         "JSON strings",
+                                         model.input));
       }
       out.push_back(value);
-      if (out.size() > max_elements) return too_many_strings(max_elements);
+      if (out.size() > max_elements) return too_many_strings(model, max_elements);
     }
   }
   return std::nullopt;
@@ -100,11 +103,11 @@ void append_infer_head(const V2Reply& reply, std::string& out) {
     out.append("\",");
   }
   out.append(R"("model_name":")");
-  out.append(oip::kModelName);
+  text::append_json_escaped_lossy(reply.model->name, out);
   out.append(R"(","model_version":")");
-  out.append(oip::kModelVersion);
+  text::append_json_escaped_lossy(reply.model->version, out);
   out.append(R"(","outputs":[{"name":")");
-  out.append(oip::kOutputName);
+  text::append_json_escaped_lossy(reply.model->output, out);
   out.append(R"(","datatype":"BYTES","shape":)");
   append_shape(reply.shape, out);
 }
@@ -134,7 +137,7 @@ V2Action V2Api::model_route(const Request& request, std::string_view rest) {
   const std::string_view full = path_of(std::string_view(request.target().data(), request.target().size()));
   if (rest == "stats") {
     if (!is_get_or_head(request)) return v2_method_not_allowed("GET, HEAD");
-    return statistics();
+    return statistics(context_.models().models());
   }
   const std::size_t name_end = rest.find('/');
   const std::string_view name = rest.substr(0, name_end);
@@ -150,16 +153,17 @@ V2Action V2Api::model_route(const Request& request, std::string_view rest) {
   if (!rest.empty() && rest != "ready" && rest != "config" && rest != "stats" && rest != "infer") {
     return not_found(full);
   }
-  if (auto unknown = oip::check_model(name, version)) return v2_error(404, *unknown);
+  oip::ModelCatalog::Lookup found = context_.models().find(name, version);
+  if (!found.model) return v2_error(404, found.error);
   if (rest == "infer") {
     if (request.method() != beast_http::verb::post) return v2_method_not_allowed("POST");
-    return infer(request);
+    return infer(request, std::move(found.model));
   }
   if (!is_get_or_head(request)) return v2_method_not_allowed("GET, HEAD");
-  if (rest.empty()) return v2_ok(oip::model_metadata_json());
+  if (rest.empty()) return v2_ok(oip::model_metadata_json(*found.model));
   if (rest == "ready") return ready();
-  if (rest == "config") return v2_ok(oip::model_config_json(limits_.max_elements));
-  return statistics();
+  if (rest == "config") return v2_ok(oip::model_config_json(*found.model, limits_.max_elements));
+  return statistics({&found.model, 1});
 }
 
 Response V2Api::ready() {
@@ -168,25 +172,39 @@ Response V2Api::ready() {
   return v2_error(503, readiness.message, 1);
 }
 
-Response V2Api::statistics() {
+Response V2Api::statistics(std::span<const oip::ModelCatalog::Model> models) {
   const InferStatistics s = context_.infer_statistics();
   // Triton's fields, all of them, since clients read them without checking. The front-end does not
   // see how a request's time splits into queue and compute (the daemon's /metrics breaks that
   // down), so those times are 0; but every inference was queued, and perf_analyzer finds the
-  // model's version by its queue count rising, so that count is the inferences'.
+  // model's version by its queue count rising, so that count is the inferences'. The counts are
+  // this front-end's, whatever model each inference named.
   constexpr std::string_view kZero = R"({"count":0,"ns":0})";
   const std::string queued = fmt::format(R"({{"count":{},"ns":0}})", s.success_count + s.fail_count);
-  return v2_ok(fmt::format(
-      R"({{"model_stats":[{{"name":"{}","version":"{}","last_inference":{},"inference_count":{},"execution_count":{},)"
-      R"("inference_stats":{{"success":{{"count":{},"ns":{}}},"fail":{{"count":{},"ns":{}}},"queue":{},)"
-      R"("compute_input":{},"compute_infer":{},"compute_output":{},"cache_hit":{},"cache_miss":{}}},)"
-      R"("batch_stats":[]}}]}})",
-      oip::kModelName, oip::kModelVersion, s.last_inference_ms, s.inference_count, s.success_count, s.success_count,
-      s.success_ns, s.fail_count, s.fail_ns, queued, kZero, kZero, kZero, kZero, kZero));
+  std::string body = R"({"model_stats":[)";
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    if (i != 0) body.push_back(',');
+    body.append(R"({"name":")");
+    text::append_json_escaped_lossy(models[i]->name, body);
+    body.append(R"(","version":")");
+    text::append_json_escaped_lossy(models[i]->version, body);
+    fmt::format_to(
+        std::back_inserter(body),
+        R"(","last_inference":{},"inference_count":{},"execution_count":{},)"
+        R"("inference_stats":{{"success":{{"count":{},"ns":{}}},"fail":{{"count":{},"ns":{}}},"queue":{},)"
+        R"("compute_input":{},"compute_infer":{},"compute_output":{},"cache_hit":{},"cache_miss":{}}},)"
+        R"("batch_stats":[]}})",
+        s.last_inference_ms, s.inference_count, s.success_count, s.success_count, s.success_ns, s.fail_count,
+        s.fail_ns, queued, kZero, kZero, kZero, kZero, kZero);
+  }
+  body.append("]}");
+  return v2_ok(std::move(body));
 }
 
-V2Action V2Api::infer(const Request& request) {
+V2Action V2Api::infer(const Request& request, oip::ModelCatalog::Model model) {
   V2Infer infer;
+  infer.reply.model = std::move(model);
+  const oip::ModelDescription& described = *infer.reply.model;
   if (auto refused = read_timeout(request, limits_.api, infer.timeout)) {
     return v2_error(400, "X-Timeout-Ms must be a positive whole number of milliseconds");
   }
@@ -233,23 +251,22 @@ V2Action V2Api::infer(const Request& request) {
   if (root.at_key("inputs").get(field) != simdjson::SUCCESS || field.get_array().get(inputs) != simdjson::SUCCESS) {
     return v2_error(400, "the inference request needs \"inputs\", a JSON array");
   }
-  if (inputs.size() != 1) {
-    return v2_error(400, fmt::format("model '{}' takes 1 input, '{}'; the request has {}", oip::kModelName,
-                                     oip::kInputName, inputs.size()));
-  }
+  if (auto wrong = oip::check_input_count(described, inputs.size())) return v2_error(400, *wrong);
   simdjson::dom::object input;
   if (inputs.at(0).get_object().get(input) != simdjson::SUCCESS) {
     return v2_error(400, "each of \"inputs\" must be a JSON object");
   }
   std::size_t binary_used = 0;
-  if (auto refused = read_input(input, binary, binary_used, infer)) return std::move(*refused);
+  if (auto refused = read_input(described, input, binary, binary_used, infer)) return std::move(*refused);
   if (binary_used != binary.size()) {
     return v2_error(400, fmt::format("the body has {} bytes of binary data after its JSON header, and the inputs' "
                                      "binary_data_size claim {}",
                                      binary.size(), binary_used));
   }
-  if (auto refused = read_outputs(root, infer)) return std::move(*refused);
-  if (auto wrong = oip::check_strings(infer.inputs, context_.max_input_bytes())) return v2_error(400, *wrong);
+  if (auto refused = read_outputs(described, root, infer)) return std::move(*refused);
+  if (auto wrong = oip::check_strings(described, infer.inputs, context_.max_input_bytes())) {
+    return v2_error(400, *wrong);
+  }
   return infer;
 }
 
@@ -275,29 +292,30 @@ std::optional<Response> V2Api::read_parameters(simdjson::dom::object root, V2Inf
   return std::nullopt;
 }
 
-std::optional<Response> V2Api::read_input(simdjson::dom::object input, std::string_view binary,
-                                          std::size_t& binary_used, V2Infer& infer) {
+std::optional<Response> V2Api::read_input(const oip::ModelDescription& model, simdjson::dom::object input,
+                                          std::string_view binary, std::size_t& binary_used, V2Infer& infer) {
+  const std::string& in = model.input;
   std::string_view name;
   if (input.at_key("name").get_string().get(name) != simdjson::SUCCESS) {
     return v2_error(400, "the input has no \"name\" string");
   }
   std::string_view datatype;
   if (input.at_key("datatype").get_string().get(datatype) != simdjson::SUCCESS) {
-    return v2_error(400, "input 'INPUT' has no \"datatype\" string");
+    return v2_error(400, fmt::format("input '{}' has no \"datatype\" string", in));
   }
-  if (auto wrong = oip::check_input_tensor(name, datatype)) return v2_error(400, *wrong);
+  if (auto wrong = oip::check_input_tensor(model, name, datatype)) return v2_error(400, *wrong);
   simdjson::dom::array shape;
   if (input.at_key("shape").get_array().get(shape) != simdjson::SUCCESS) {
-    return v2_error(400, "input 'INPUT' needs \"shape\", a JSON array of whole numbers");
+    return v2_error(400, fmt::format("input '{}' needs \"shape\", a JSON array of whole numbers", in));
   }
   for (simdjson::dom::element dim : shape) {
     std::int64_t value = 0;
     if (dim.get_int64().get(value) != simdjson::SUCCESS) {
-      return v2_error(400, "input 'INPUT': each dimension of \"shape\" must be a whole number");
+      return v2_error(400, fmt::format("input '{}': each dimension of \"shape\" must be a whole number", in));
     }
     infer.reply.shape.push_back(value);
   }
-  const oip::ShapeCheck check = oip::check_input_shape(infer.reply.shape, limits_.max_elements);
+  const oip::ShapeCheck check = oip::check_input_shape(model, infer.reply.shape, limits_.max_elements);
   if (check.error) return v2_error(400, *check.error);
   simdjson::dom::element field;
   const bool has_data = input.at_key("data").get(field) == simdjson::SUCCESS;
@@ -306,40 +324,41 @@ std::optional<Response> V2Api::read_input(simdjson::dom::object input, std::stri
   simdjson::dom::element parameters;
   const bool has_parameters = input.at_key("parameters").get(parameters) == simdjson::SUCCESS;
   if (has_parameters && !parameters.is_object()) {
-    return v2_error(400, "input 'INPUT': \"parameters\" must be a JSON object");
+    return v2_error(400, fmt::format("input '{}': \"parameters\" must be a JSON object", in));
   }
   if (has_parameters && parameters.at_key("binary_data_size").get(size_field) == simdjson::SUCCESS) {
     if (size_field.get_uint64().get(binary_size) != simdjson::SUCCESS) {
-      return v2_error(400, "input 'INPUT': binary_data_size must be a whole number of bytes");
+      return v2_error(400, fmt::format("input '{}': binary_data_size must be a whole number of bytes", in));
     }
-    if (has_data) return v2_error(400, "input 'INPUT' has both \"data\" and binary_data_size");
+    if (has_data) return v2_error(400, fmt::format("input '{}' has both \"data\" and binary_data_size", in));
     if (binary_size > binary.size() - binary_used) {
-      return v2_error(400, fmt::format("input 'INPUT' claims {} bytes of binary data but the body holds {}",
+      return v2_error(400, fmt::format("input '{}' claims {} bytes of binary data but the body holds {}", in,
                                        binary_size, binary.size() - binary_used));
     }
     const std::string_view data = binary.substr(binary_used, binary_size);
     binary_used += binary_size;
     if (auto fault = oip::decode_bytes_elements(data, check.elements, infer.inputs)) {
-      return v2_error(400, "input 'INPUT': " + *fault);
+      return v2_error(400, fmt::format("input '{}': {}", in, *fault));
     }
     return std::nullopt;
   }
   simdjson::dom::array data;
   if (!has_data || field.get_array().get(data) != simdjson::SUCCESS) {
-    return v2_error(400, "input 'INPUT' needs \"data\" (a JSON array) or a binary_data_size parameter");
+    return v2_error(400, fmt::format("input '{}' needs \"data\" (a JSON array) or a binary_data_size parameter", in));
   }
   // A peer's array may be far longer than its shape says: no more than the limit is read.
-  if (data.size() > limits_.max_elements) return too_many_strings(limits_.max_elements);
+  if (data.size() > limits_.max_elements) return too_many_strings(model, limits_.max_elements);
   infer.inputs.reserve(check.elements);
-  if (auto refused = read_json_data(data, limits_.max_elements, infer.inputs)) return refused;
+  if (auto refused = read_json_data(model, data, limits_.max_elements, infer.inputs)) return refused;
   if (infer.inputs.size() != check.elements) {
-    return v2_error(400, fmt::format("input 'INPUT' has {} strings in \"data\" but its shape holds {}",
+    return v2_error(400, fmt::format("input '{}' has {} strings in \"data\" but its shape holds {}", in,
                                      infer.inputs.size(), check.elements));
   }
   return std::nullopt;
 }
 
-std::optional<Response> V2Api::read_outputs(simdjson::dom::object root, V2Infer& infer) {
+std::optional<Response> V2Api::read_outputs(const oip::ModelDescription& model, simdjson::dom::object root,
+                                            V2Infer& infer) {
   simdjson::dom::element field;
   if (root.at_key("outputs").get(field) != simdjson::SUCCESS) return std::nullopt;
   simdjson::dom::array outputs;
@@ -349,12 +368,15 @@ std::optional<Response> V2Api::read_outputs(simdjson::dom::object root, V2Infer&
     if (item.at_key("name").get_string().get(name) != simdjson::SUCCESS) {
       return v2_error(400, "each of \"outputs\" needs a \"name\" string");
     }
-    if (auto wrong = oip::check_output_name(name)) return v2_error(400, *wrong);
+    if (auto wrong = oip::check_output_name(model, name)) return v2_error(400, *wrong);
     simdjson::dom::element parameters;
     if (item.at_key("parameters").get(parameters) != simdjson::SUCCESS) continue;
-    if (!parameters.is_object()) return v2_error(400, "output 'OUTPUT': \"parameters\" must be a JSON object");
+    if (!parameters.is_object()) {
+      return v2_error(400, fmt::format("output '{}': \"parameters\" must be a JSON object", model.output));
+    }
     if (parameters.at_key("classification").get(field) == simdjson::SUCCESS) {
-      return v2_error(400, "output 'OUTPUT' is BYTES: the classification extension does not apply");
+      return v2_error(400, fmt::format("output '{}' is BYTES: the classification extension does not apply",
+                                       model.output));
     }
     if (parameters.at_key("binary_data").get(field) == simdjson::SUCCESS &&
         field.get_bool().get(infer.reply.binary) != simdjson::SUCCESS) {
@@ -413,8 +435,8 @@ Response v2_infer_response(const V2Reply& reply, std::span<Result> results) {
     // A JSON string cannot carry bytes that are not UTF-8; a backend may produce them.
     if (!simdjson::validate_utf8(output.data(), output.size())) {
       return v2_error(500, fmt::format("output {} is not valid UTF-8, which a JSON tensor cannot carry; ask for "
-                                       "binary_data on output 'OUTPUT' to get raw bytes",
-                                       i));
+                                       "binary_data on output '{}' to get raw bytes",
+                                       i, reply.model->output));
     }
     if (i != 0) out.push_back(',');
     out.push_back('"');

@@ -19,6 +19,7 @@
 
 #include "client_lib/client.hpp"
 #include "frontend/http_api.hpp"
+#include "oip/model.hpp"
 
 namespace batchd::http {
 
@@ -30,6 +31,7 @@ struct V2Reply {
   std::string id;                   // the request's "id", echoed; empty: none was sent
   std::vector<std::int64_t> shape;  // the input's, which the output keeps
   bool binary = false;              // the output as binary tensor data
+  oip::ModelCatalog::Model model = oip::default_catalog().models().front();  // the model the request named
 };
 
 // An inference that passed every check: its strings go to the daemon, one request each.
@@ -59,13 +61,14 @@ class V2Api {
 
  private:
   V2Action model_route(const Request& request, std::string_view rest);
-  V2Action infer(const Request& request);
-  std::optional<Response> read_input(simdjson::dom::object input, std::string_view binary,
-                                     std::size_t& binary_used, V2Infer& infer);
+  V2Action infer(const Request& request, oip::ModelCatalog::Model model);
+  std::optional<Response> read_input(const oip::ModelDescription& model, simdjson::dom::object input,
+                                     std::string_view binary, std::size_t& binary_used, V2Infer& infer);
   std::optional<Response> read_parameters(simdjson::dom::object root, V2Infer& infer);
-  std::optional<Response> read_outputs(simdjson::dom::object root, V2Infer& infer);
+  std::optional<Response> read_outputs(const oip::ModelDescription& model, simdjson::dom::object root,
+                                       V2Infer& infer);
   Response ready();
-  Response statistics();
+  Response statistics(std::span<const oip::ModelCatalog::Model> models);
 
   V2Limits limits_;
   ApiContext& context_;  // borrowed; outlives the V2Api

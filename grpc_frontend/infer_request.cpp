@@ -60,8 +60,9 @@ grpc::Status read_priority(const inference::ModelInferRequest& request, Priority
 
 grpc::Status read_data(const inference::ModelInferRequest& request, std::size_t elements, ParsedInfer& out) {
   const inference::ModelInferRequest::InferInputTensor& input = request.inputs(0);
+  const std::string& name = out.reply.model->input;
   if (has_non_bytes_contents(input.contents())) {
-    return invalid("input 'INPUT' is BYTES: its contents may hold only bytes_contents");
+    return invalid(fmt::format("input '{}' is BYTES: its contents may hold only bytes_contents", name));
   }
   if (request.raw_input_contents_size() != 0) {
     if (request.raw_input_contents_size() != 1) {
@@ -69,16 +70,16 @@ grpc::Status read_data(const inference::ModelInferRequest& request, std::size_t 
                                  request.raw_input_contents_size()));
     }
     if (input.contents().bytes_contents_size() != 0) {
-      return invalid("input 'INPUT' has both contents and raw_input_contents");
+      return invalid(fmt::format("input '{}' has both contents and raw_input_contents", name));
     }
     if (auto fault = oip::decode_bytes_elements(request.raw_input_contents(0), elements, out.inputs)) {
-      return invalid("input 'INPUT': " + *fault);
+      return invalid(fmt::format("input '{}': {}", name, *fault));
     }
     return grpc::Status::OK;
   }
   const auto& strings = input.contents().bytes_contents();
   if (static_cast<std::size_t>(strings.size()) != elements) {
-    return invalid(fmt::format("input 'INPUT' has {} strings in bytes_contents but its shape holds {}",
+    return invalid(fmt::format("input '{}' has {} strings in bytes_contents but its shape holds {}", name,
                                strings.size(), elements));
   }
   out.inputs.reserve(elements);
@@ -88,28 +89,28 @@ grpc::Status read_data(const inference::ModelInferRequest& request, std::size_t 
 
 }  // namespace
 
-grpc::Status parse_infer_request(const inference::ModelInferRequest& request, const InferLimits& limits,
-                                 std::uint32_t max_input_bytes, ParsedInfer& out) {
-  if (auto unknown = oip::check_model(request.model_name(), request.model_version())) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, *unknown);
-  }
-  if (request.inputs_size() != 1) {
-    return invalid(fmt::format("model '{}' takes 1 input, '{}'; the request has {}", oip::kModelName,
-                               oip::kInputName, request.inputs_size()));
+grpc::Status parse_infer_request(const inference::ModelInferRequest& request, const oip::ModelCatalog& models,
+                                 const InferLimits& limits, std::uint32_t max_input_bytes, ParsedInfer& out) {
+  oip::ModelCatalog::Lookup found = models.find(request.model_name(), request.model_version());
+  if (!found.model) return grpc::Status(grpc::StatusCode::NOT_FOUND, std::move(found.error));
+  out.reply.model = std::move(found.model);
+  const oip::ModelDescription& model = *out.reply.model;
+  if (auto wrong = oip::check_input_count(model, static_cast<std::size_t>(request.inputs_size()))) {
+    return invalid(*wrong);
   }
   const auto& input = request.inputs(0);
-  if (auto wrong = oip::check_input_tensor(input.name(), input.datatype())) return invalid(*wrong);
+  if (auto wrong = oip::check_input_tensor(model, input.name(), input.datatype())) return invalid(*wrong);
   for (const auto& output : request.outputs()) {
-    if (auto wrong = oip::check_output_name(output.name())) return invalid(*wrong);
+    if (auto wrong = oip::check_output_name(model, output.name())) return invalid(*wrong);
   }
   out.reply.shape.assign(input.shape().begin(), input.shape().end());
-  const oip::ShapeCheck check = oip::check_input_shape(out.reply.shape, limits.max_elements);
+  const oip::ShapeCheck check = oip::check_input_shape(model, out.reply.shape, limits.max_elements);
   if (check.error) return invalid(*check.error);
   if (grpc::Status status = read_timeout(request, limits, out.timeout); !status.ok()) return status;
   if (grpc::Status status = read_priority(request, out.priority); !status.ok()) return status;
   if (grpc::Status status = read_data(request, check.elements, out); !status.ok()) return status;
   out.reply.id = oip::echoed_id(request.id());
-  if (auto wrong = oip::check_strings(out.inputs, max_input_bytes)) return invalid(*wrong);
+  if (auto wrong = oip::check_strings(model, out.inputs, max_input_bytes)) return invalid(*wrong);
   return grpc::Status::OK;
 }
 
@@ -119,11 +120,11 @@ Priority priority_of_level(std::uint64_t level) noexcept {
 }
 
 void fill_infer_response(const InferReply& reply, std::span<Result> results, inference::ModelInferResponse& response) {
-  response.set_model_name(std::string(oip::kModelName));
-  response.set_model_version(std::string(oip::kModelVersion));
+  response.set_model_name(reply.model->name);
+  response.set_model_version(reply.model->version);
   response.set_id(reply.id);
   auto* output = response.add_outputs();
-  output->set_name(std::string(oip::kOutputName));
+  output->set_name(reply.model->output);
   output->set_datatype(std::string(oip::kBytesType));
   for (const std::int64_t dim : reply.shape) output->add_shape(dim);
   std::size_t bytes = 0;

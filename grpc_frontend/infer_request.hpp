@@ -16,6 +16,7 @@
 
 #include "client_lib/client.hpp"
 #include "oip/grpc_service.pb.h"
+#include "oip/model.hpp"
 
 namespace batchd::grpcfront {
 
@@ -29,6 +30,7 @@ struct InferLimits {
 struct InferReply {
   std::string id;
   std::vector<std::int64_t> shape;
+  oip::ModelCatalog::Model model = oip::default_catalog().models().front();  // the model the request named
 };
 
 struct ParsedInfer {
@@ -44,11 +46,11 @@ struct ParsedInfer {
 // reads the same).
 Priority priority_of_level(std::uint64_t level) noexcept;
 
-// Checks `request` and fills `out`. NOT_FOUND for another model or version, INVALID_ARGUMENT
-// (naming the fault) for anything else wrong; `max_input_bytes` 0 skips the size check (the
-// daemon checks again).
-grpc::Status parse_infer_request(const inference::ModelInferRequest& request, const InferLimits& limits,
-                                 std::uint32_t max_input_bytes, ParsedInfer& out);
+// Checks `request` and fills `out`. NOT_FOUND for a model or version not in `models`,
+// INVALID_ARGUMENT (naming the fault) for anything else wrong; `max_input_bytes` 0 skips the size
+// check (the daemon checks again).
+grpc::Status parse_infer_request(const inference::ModelInferRequest& request, const oip::ModelCatalog& models,
+                                 const InferLimits& limits, std::uint32_t max_input_bytes, ParsedInfer& out);
 
 // The response: the outputs in order, as one BYTES tensor in raw_output_contents (as Triton
 // answers over gRPC). Precondition: every result is ok().

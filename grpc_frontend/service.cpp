@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <span>
 
 #include "client_lib/fan_out.hpp"
 #include "grpc_frontend/call_grant.hpp"
@@ -21,8 +22,12 @@ grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* call, const grpc::
   return reactor;
 }
 
-grpc::Status check_model(const std::string& name, const std::string& version) {
-  if (auto unknown = oip::check_model(name, version)) return grpc::Status(grpc::StatusCode::NOT_FOUND, *unknown);
+// The model a call names, or NOT_FOUND saying why there is none.
+grpc::Status find_model(const ServiceContext& context, const std::string& name, const std::string& version,
+                        oip::ModelCatalog::Model& model) {
+  oip::ModelCatalog::Lookup found = context.models->find(name, version);
+  if (!found.model) return grpc::Status(grpc::StatusCode::NOT_FOUND, std::move(found.error));
+  model = std::move(found.model);
   return grpc::Status::OK;
 }
 
@@ -109,7 +114,7 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
 grpc::Status prepare_infer(const grpc::CallbackServerContext& call, const inference::ModelInferRequest& request,
                            ServiceContext& context, PreparedInfer& out) {
   out.client = context.pool->pick();
-  grpc::Status status = parse_infer_request(request, context.limits,
+  grpc::Status status = parse_infer_request(request, *context.models, context.limits,
                                             out.client != nullptr ? out.client->max_input_bytes() : 0, out.parsed);
   if (!status.ok()) return status;
   if (out.client == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not attached to the batchd daemon");
@@ -170,7 +175,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
                                                        inference::ModelReadyResponse* response) {
   // As Triton answers: a model or version it does not serve is not ready, not an error, so client
   // code that asks before it sends (tritonclient's is_model_ready) works unchanged.
-  const bool known = !oip::check_model(request->name(), request->version());
+  const bool known = context_.models->find(request->name(), request->version()).model != nullptr;
   response->set_ready(known && !not_ready());
   return finish(call, grpc::Status::OK);
 }
@@ -187,37 +192,39 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerC
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerContext* call,
                                                           const inference::ModelMetadataRequest* request,
                                                           inference::ModelMetadataResponse* response) {
-  grpc::Status status = check_model(request->name(), request->version());
+  oip::ModelCatalog::Model model;
+  grpc::Status status = find_model(context_, request->name(), request->version(), model);
   if (!status.ok()) return finish(call, status);
-  response->set_name(std::string(oip::kModelName));
-  response->add_versions(std::string(oip::kModelVersion));
+  response->set_name(model->name);
+  response->add_versions(model->version);
   response->set_platform("batchd");
-  fill_tensor(*response->add_inputs(), oip::kInputName);
-  fill_tensor(*response->add_outputs(), oip::kOutputName);
+  fill_tensor(*response->add_inputs(), model->input);
+  fill_tensor(*response->add_outputs(), model->output);
   return finish(call, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerContext* call,
                                                         const inference::ModelConfigRequest* request,
                                                         inference::ModelConfigResponse* response) {
-  grpc::Status status = check_model(request->name(), request->version());
+  oip::ModelCatalog::Model model;
+  grpc::Status status = find_model(context_, request->name(), request->version(), model);
   if (!status.ok()) return finish(call, status);
   inference::ModelConfig& config = *response->mutable_config();
-  config.set_name(std::string(oip::kModelName));
+  config.set_name(model->name);
   config.set_platform("batchd");
   config.set_backend("batchd");
   config.mutable_version_policy()->mutable_latest()->set_num_versions(1);
   config.set_max_batch_size(static_cast<std::int32_t>(context_.limits.max_elements));
   inference::ModelInput& input = *config.add_input();
-  input.set_name(std::string(oip::kInputName));
+  input.set_name(model->input);
   input.set_data_type(inference::TYPE_STRING);
   input.add_dims(1);
   inference::ModelOutput& output = *config.add_output();
-  output.set_name(std::string(oip::kOutputName));
+  output.set_name(model->output);
   output.set_data_type(inference::TYPE_STRING);
   output.add_dims(1);
   inference::ModelInstanceGroup& group = *config.add_instance_group();
-  group.set_name(std::string(oip::kModelName));
+  group.set_name(model->name);
   group.set_kind(inference::ModelInstanceGroup::KIND_GPU);
   group.set_count(1);
   config.mutable_dynamic_batching();
@@ -227,42 +234,49 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerCont
 
 // As /v2/models/stats: the front-end does not see queue and compute time (the daemon's metrics
 // break that down), but every inference was queued, and perf_analyzer finds the model's version
-// by its queue count rising.
+// by its queue count rising. The counts are this front-end's, whatever model each call named.
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(grpc::CallbackServerContext* call,
                                                             const inference::ModelStatisticsRequest* request,
                                                             inference::ModelStatisticsResponse* response) {
+  std::span<const oip::ModelCatalog::Model> models = context_.models->models();
+  oip::ModelCatalog::Model named;
   if (!request->name().empty()) {
-    grpc::Status status = check_model(request->name(), request->version());
+    grpc::Status status = find_model(context_, request->name(), request->version(), named);
     if (!status.ok()) return finish(call, status);
+    models = {&named, 1};
   }
   const oip::InferStatistics s = context_.counters.snapshot();
-  inference::ModelStatistics& stats = *response->add_model_stats();
-  stats.set_name(std::string(oip::kModelName));
-  stats.set_version(std::string(oip::kModelVersion));
-  stats.set_last_inference(static_cast<std::uint64_t>(s.last_inference_ms));
-  stats.set_inference_count(s.inference_count);
-  stats.set_execution_count(s.success_count);
-  inference::InferStatistics& infer = *stats.mutable_inference_stats();
-  set_duration(*infer.mutable_success(), s.success_count, s.success_ns);
-  set_duration(*infer.mutable_fail(), s.fail_count, s.fail_ns);
-  set_duration(*infer.mutable_queue(), s.success_count + s.fail_count, 0);
-  infer.mutable_compute_input();
-  infer.mutable_compute_infer();
-  infer.mutable_compute_output();
-  infer.mutable_cache_hit();
-  infer.mutable_cache_miss();
+  for (const oip::ModelCatalog::Model& model : models) {
+    inference::ModelStatistics& stats = *response->add_model_stats();
+    stats.set_name(model->name);
+    stats.set_version(model->version);
+    stats.set_last_inference(static_cast<std::uint64_t>(s.last_inference_ms));
+    stats.set_inference_count(s.inference_count);
+    stats.set_execution_count(s.success_count);
+    inference::InferStatistics& infer = *stats.mutable_inference_stats();
+    set_duration(*infer.mutable_success(), s.success_count, s.success_ns);
+    set_duration(*infer.mutable_fail(), s.fail_count, s.fail_ns);
+    set_duration(*infer.mutable_queue(), s.success_count + s.fail_count, 0);
+    infer.mutable_compute_input();
+    infer.mutable_compute_infer();
+    infer.mutable_compute_output();
+    infer.mutable_cache_hit();
+    infer.mutable_cache_miss();
+  }
   return finish(call, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServerContext* call,
                                                             const inference::RepositoryIndexRequest*,
                                                             inference::RepositoryIndexResponse* response) {
-  auto& model = *response->add_models();
-  model.set_name(std::string(oip::kModelName));
-  model.set_version(std::string(oip::kModelVersion));
   const std::optional<NotReady> why = not_ready();
-  model.set_state(why ? "UNAVAILABLE" : "READY");
-  if (why) model.set_reason(why->message);
+  for (const oip::ModelCatalog::Model& served : context_.models->models()) {
+    auto& model = *response->add_models();
+    model.set_name(served->name);
+    model.set_version(served->version);
+    model.set_state(why ? "UNAVAILABLE" : "READY");
+    if (why) model.set_reason(why->message);
+  }
   return finish(call, grpc::Status::OK);
 }
 

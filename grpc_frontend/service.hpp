@@ -15,6 +15,7 @@
 #include "grpc_frontend/stream_watchdog.hpp"
 #include "oip/grpc_service.grpc.pb.h"
 #include "oip/infer_counters.hpp"
+#include "oip/model.hpp"
 
 namespace batchd::grpcfront {
 
@@ -28,6 +29,7 @@ struct ServiceContext {
   DaemonPool* pool = nullptr;
   StreamWatchdog* watchdog = nullptr;
   oip::InferCounters counters;
+  const oip::ModelCatalog* models = &oip::default_catalog();  // the models requests may name
   grants::GrantPolicy grants;                   // who may use which priority class (default: normal)
   grants::GrantCounters grant_counters;         // claims above a caller's grant (--metrics-listen)
   std::atomic<std::uint32_t> calls{0};  // inference calls and streams open now

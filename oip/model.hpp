@@ -1,7 +1,8 @@
-// The one model batchd serves, as the Open Inference Protocol describes it: its name, version and
-// tensors, the checks a request's tensors must pass (both front-ends call these), and the JSON of
-// the HTTP metadata routes. batchd-grpc builds the same metadata and configuration as protobuf
-// messages from these names (grpc_frontend/service.cpp): the two renderings are separate code.
+// The models batchd serves, as the Open Inference Protocol describes them: each one's name,
+// version and tensors (ModelDescription, the one place a model's names live on the front-ends'
+// side), the checks a request's tensors must pass against its model (both front-ends call these),
+// and the JSON of the HTTP metadata routes. batchd-grpc builds the same metadata and configuration
+// as protobuf messages from the same description (grpc_frontend/service.cpp).
 //
 // The tensors are BYTES of shape [-1, 1]: a batch dimension (max_batch_size > 0 in the
 // configuration, as Triton's clients and perf_analyzer expect for a batching model) over one
@@ -12,26 +13,55 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace batchd::oip {
 
 inline constexpr std::string_view kServerName = "batchd";
-inline constexpr std::string_view kModelName = "batchstring";
-inline constexpr std::string_view kModelVersion = "1";
-inline constexpr std::string_view kInputName = "INPUT";
-inline constexpr std::string_view kOutputName = "OUTPUT";
 inline constexpr std::string_view kBytesType = "BYTES";
+
+// A model's names: one string in (its input tensor), one string out (its output tensor).
+struct ModelDescription {
+  std::string name;
+  std::string version;
+  std::string input;
+  std::string output;
+};
+
+// The default model, the fixed function batchstring: version 1, INPUT to OUTPUT.
+[[nodiscard]] const ModelDescription& default_model();
+
+// The models a front-end serves, found by the name (and version) a request gives. A request in
+// flight keeps its model's description (shared), whatever becomes of the catalog meanwhile.
+class ModelCatalog {
+ public:
+  using Model = std::shared_ptr<const ModelDescription>;
+  explicit ModelCatalog(std::vector<ModelDescription> models);
+
+  // The model a request naming `name` and `version` (empty: the latest) means, or the reason
+  // there is none, for the protocol's NOT_FOUND / 404.
+  struct Lookup {
+    Model model;
+    std::string error;
+  };
+  [[nodiscard]] Lookup find(std::string_view name, std::string_view version) const;
+  [[nodiscard]] std::span<const Model> models() const noexcept { return models_; }
+
+ private:
+  std::vector<Model> models_;
+};
+
+// The catalog of the default model alone.
+[[nodiscard]] const ModelCatalog& default_catalog();
 
 // The project's version (meson's), as server metadata reports it.
 std::string_view server_version() noexcept;
-
-// Whether a request naming `name` and `version` (empty: the latest) means the model. The reason
-// it does not, for the protocol's NOT_FOUND / 404, when it does not.
-std::optional<std::string> check_model(std::string_view name, std::string_view version);
 
 // A request's id as its answer echoes it: at most 256 bytes (a peer's megabyte-long id is not
 // copied into every answer), cut at a character boundary so the echo stays UTF-8.
@@ -47,23 +77,28 @@ struct ShapeCheck {
   std::size_t elements = 0;
   std::optional<std::string> error;
 };
-ShapeCheck check_input_shape(std::span<const std::int64_t> shape, std::size_t max_elements);
+ShapeCheck check_input_shape(const ModelDescription& model, std::span<const std::int64_t> shape,
+                             std::size_t max_elements);
 
+// How many input tensors a request has: the reason that is not the model's one, or nothing.
+std::optional<std::string> check_input_count(const ModelDescription& model, std::size_t inputs);
 // An input tensor's name and datatype as the request gives them: the reason they are not the
 // model's (for INVALID_ARGUMENT / 400), or nothing.
-std::optional<std::string> check_input_tensor(std::string_view name, std::string_view datatype);
+std::optional<std::string> check_input_tensor(const ModelDescription& model, std::string_view name,
+                                              std::string_view datatype);
 // A requested output's name: the reason it is not the model's output, or nothing.
-std::optional<std::string> check_output_name(std::string_view name);
+std::optional<std::string> check_output_name(const ModelDescription& model, std::string_view name);
 // The strings one request carries: the first that is over `max_input_bytes` (0: not checked; the
 // daemon checks again) or not UTF-8, named, or nothing. What the daemon would refuse anyway,
 // refused for the whole request before any string is sent.
-std::optional<std::string> check_strings(std::span<const std::string_view> strings, std::uint32_t max_input_bytes);
+std::optional<std::string> check_strings(const ModelDescription& model, std::span<const std::string_view> strings,
+                                         std::uint32_t max_input_bytes);
 
 // The JSON bodies of the HTTP metadata endpoints; `extensions` is a JSON array's inside.
 std::string server_metadata_json(std::string_view extensions);
-std::string model_metadata_json();
+std::string model_metadata_json(const ModelDescription& model);
 // Triton's model configuration (what perf_analyzer and tritonclient read): `max_batch_size` is
 // the most strings one request may carry.
-std::string model_config_json(std::size_t max_batch_size);
+std::string model_config_json(const ModelDescription& model, std::size_t max_batch_size);
 
 }  // namespace batchd::oip

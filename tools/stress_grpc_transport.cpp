@@ -51,9 +51,10 @@ Channel open_channel(const std::string& target) {
 class RequestBuilder {
  public:
   explicit RequestBuilder(std::chrono::milliseconds server_timeout) {
-    request_.set_model_name(std::string(oip::kModelName));
+    const oip::ModelDescription& model = oip::default_model();
+    request_.set_model_name(model.name);
     auto* input = request_.add_inputs();
-    input->set_name(std::string(oip::kInputName));
+    input->set_name(model.input);
     input->set_datatype(std::string(oip::kBytesType));
     input->add_shape(1);
     input->add_shape(1);

@@ -51,7 +51,7 @@ Expected<Url> split_authority(std::string_view authority) {
 
 std::string default_target(Api api) {
   if (api == Api::kV1) return "/v1/batchstring";
-  return "/v2/models/" + std::string(oip::kModelName) + "/infer";
+  return "/v2/models/" + oip::default_model().name + "/infer";
 }
 
 Expected<Url> parse_url(std::string_view text, Api api) {
@@ -85,7 +85,7 @@ RequestEncoder::RequestEncoder(const Url& url, std::chrono::milliseconds server_
     body_close_ = R"("})";
   } else {
     // The Open Inference Protocol's JSON tensor of one string, shape [1, 1].
-    body_open_ = R"({"inputs":[{"name":")" + std::string(oip::kInputName) + R"(","shape":[1,1],"datatype":")" +
+    body_open_ = R"({"inputs":[{"name":")" + oip::default_model().input + R"(","shape":[1,1],"datatype":")" +
                  std::string(oip::kBytesType) + R"(","data":[")";
     body_close_ = R"("]}]})";
   }

@@ -1,5 +1,5 @@
 // The process around the HTTP API, faked for the protocol-layer tests: readiness, the daemon's
-// input limit and the inference statistics are whatever the test sets.
+// input limit, the inference statistics and the models are whatever the test sets.
 #pragma once
 
 #include <cstdint>
@@ -15,10 +15,12 @@ class FakeContext final : public ApiContext {
   std::string metrics_text() override { return "batchd_http_workers 1\n"; }
   std::uint32_t max_input_bytes() override { return max_input; }
   InferStatistics infer_statistics() override { return statistics; }
+  const oip::ModelCatalog& models() override { return catalog; }
 
   bool ready = true;
   std::uint32_t max_input = 1024;
   InferStatistics statistics;
+  oip::ModelCatalog catalog{{oip::default_model()}};
 };
 
 }  // namespace batchd::http::testing

@@ -160,7 +160,7 @@ TEST_CASE("Triton's priority levels and batchd's class names, as batchd-grpc rea
   const auto parsed = [](std::optional<inference::InferParameter> p) {
     const inference::ModelInferRequest request = one_string_request("x", p);
     grpcfront::ParsedInfer out;
-    const grpc::Status status = grpcfront::parse_infer_request(request, {}, 0, out);
+    const grpc::Status status = grpcfront::parse_infer_request(request, oip::default_catalog(), {}, 0, out);
     return std::make_pair(status.error_code(), out.priority);
   };
   CHECK(parsed(std::nullopt) == std::make_pair(grpc::StatusCode::OK, Priority::kNormal));

@@ -189,6 +189,51 @@ TEST_CASE("v2 routing: statistics are Triton's shape with the context's counts")
   }
 }
 
+TEST_CASE("v2 routing: every model of the catalog by name, each with its own tensors") {
+  V2 v2;
+  v2.context.catalog = oip::ModelCatalog({oip::default_model(), {"langid", "2", "TEXT", "LANGUAGE"}});
+  Json model(v2.answer(verb::get, "/v2/models/langid").body);
+  CHECK(model.str("/name") == "langid");
+  CHECK(model.str("/versions/0") == "2");
+  CHECK(model.str("/inputs/0/name") == "TEXT");
+  CHECK(model.str("/outputs/0/name") == "LANGUAGE");
+  Json config(v2.answer(verb::get, "/v2/models/langid/versions/2/config").body);
+  CHECK(config.str("/name") == "langid");
+  CHECK(config.str("/input/0/name") == "TEXT");
+  CHECK(v2.answer(verb::get, "/v2/models/langid/ready").status == 200);
+
+  const std::string text_input = R"({"inputs":[{"name":"TEXT","datatype":"BYTES","shape":[1],"data":["bonjour"]}]})";
+  V2Infer infer = v2.infer(text_input, {}, "/v2/models/langid/infer");
+  CHECK(strings(infer.inputs) == std::vector<std::string>{"bonjour"});
+  REQUIRE(infer.reply.model != nullptr);
+  std::vector<Result> results = successes({"fr"});
+  Json answer(v2_infer_response(infer.reply, results).body);
+  CHECK(answer.str("/model_name") == "langid");
+  CHECK(answer.str("/model_version") == "2");
+  CHECK(answer.str("/outputs/0/name") == "LANGUAGE");
+  CHECK(answer.str("/outputs/0/data/0") == "fr");
+
+  // Another model's tensor names are wrong here, and the other way round.
+  check_error(v2.answer(verb::post, "/v2/models/langid/infer", json_infer("[1]", R"(["x"])")), 400,
+              "unexpected inference input 'INPUT' for model 'langid': it takes 'TEXT'");
+  check_error(v2.answer(verb::post, kInfer, text_input), 400, "it takes 'INPUT'");
+  check_error(v2.answer(verb::post, "/v2/models/langid/infer",
+                        R"({"inputs":[{"name":"TEXT","datatype":"BYTES","shape":[1],"data":["x"]}],)"
+                        R"("outputs":[{"name":"OUTPUT"}]})"),
+              400, "it has 'LANGUAGE'");
+  check_error(v2.answer(verb::get, "/v2/models/embedder"), 404,
+              "unknown model 'embedder': this server serves 'batchstring', 'langid'");
+  check_error(v2.answer(verb::get, "/v2/models/langid/versions/1"), 404, "it has version 2");
+
+  Json all(v2.answer(verb::get, "/v2/models/stats").body);
+  CHECK(all.str("/model_stats/0/name") == "batchstring");
+  CHECK(all.str("/model_stats/1/name") == "langid");
+  CHECK(all.str("/model_stats/1/version") == "2");
+  Json one(v2.answer(verb::get, "/v2/models/langid/stats").body);
+  CHECK(one.str("/model_stats/0/name") == "langid");
+  CHECK_FALSE(one.has("/model_stats/1"));
+}
+
 TEST_CASE("v2 routing: unknown resources are 404, wrong methods 405 with Allow") {
   V2 v2;
   struct Case {
