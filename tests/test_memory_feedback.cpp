@@ -159,7 +159,8 @@ TEST_CASE("with no device's memory to spare a batch waits, and goes once memory 
   const auto [took, result] = answer.get();
   REQUIRE_MESSAGE(result.ok(), result.error().message);
   CHECK(result.output() == reversed("wait for memory"));
-  CHECK(took >= 400ms);
+  // Memory freed 400 ms after the submitting thread was started; its own clock starts a little later.
+  CHECK(took >= 350ms);
   CHECK(mem.batches(0) == 0);
   CHECK(mem.out_of_memory() == 0);
 }

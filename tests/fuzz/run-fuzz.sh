@@ -43,12 +43,14 @@ defines=()
 case $target in
   http)
     require_openapi
+    # The API's context names the models requests may ask for (oip/model.cpp).
     sources=("$src/tests/fuzz/fuzz_http.cpp" "$src/frontend/connection.cpp" "$src/frontend/http_api.cpp"
              "$src/frontend/http_response.cpp" "$src/text/json_escape.cpp" "$src/client_lib/priority.cpp"
-             "$openapi_cpp")
-    headers=("$src"/frontend/*.hpp "$src"/text/*.hpp "$src/client_lib/client.hpp"
+             "$src/oip/model.cpp" "$openapi_cpp")
+    headers=("$src"/frontend/*.hpp "$src"/text/*.hpp "$src"/oip/*.hpp "$src/client_lib/client.hpp"
              "$src/client_lib/client_segment.hpp")
-    packages=(simdjson)
+    packages=(simdjson fmt)
+    defines=(-DBATCHD_VERSION='"fuzz"')
     seeds=$src/tests/fuzz/corpus ;;
   v2)
     # V2Api reads X-Timeout-Ms and X-Priority with http_api's helpers, which bring the router along.
