@@ -26,7 +26,8 @@ typedef enum batchd_status {
   BATCHD_PROTOCOL_ERROR = 9,
   BATCHD_INVALID_ARGUMENT = 10,
   BATCHD_PERMISSION_DENIED = 11,
-  BATCHD_TOO_MANY_CLIENTS = 12
+  BATCHD_TOO_MANY_CLIENTS = 12,
+  BATCHD_UNKNOWN_MODEL = 13
 } batchd_status;
 
 /* A request's priority class: under load the daemon batches high first and sheds low first.

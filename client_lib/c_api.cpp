@@ -141,6 +141,7 @@ const char* batchd_status_name(batchd_status status) {
     case BATCHD_PROTOCOL_ERROR: return batchd::error_code_name(batchd::ErrorCode::kProtocolError);
     case BATCHD_PERMISSION_DENIED: return batchd::error_code_name(batchd::ErrorCode::kPermissionDenied);
     case BATCHD_TOO_MANY_CLIENTS: return batchd::error_code_name(batchd::ErrorCode::kTooManyClients);
+    case BATCHD_UNKNOWN_MODEL: return batchd::error_code_name(batchd::ErrorCode::kUnknownModel);
   }
   return "unknown";
 }

@@ -19,6 +19,7 @@ inline batchd_status to_status(ErrorCode code) noexcept {
     case ErrorCode::kProtocolError: return BATCHD_PROTOCOL_ERROR;
     case ErrorCode::kPermissionDenied: return BATCHD_PERMISSION_DENIED;
     case ErrorCode::kTooManyClients: return BATCHD_TOO_MANY_CLIENTS;
+    case ErrorCode::kUnknownModel: return BATCHD_UNKNOWN_MODEL;
   }
   return BATCHD_PROTOCOL_ERROR;
 }

@@ -41,6 +41,7 @@ const char* error_code_name(ErrorCode code) noexcept {
     case ErrorCode::kProtocolError: return "protocol_error";
     case ErrorCode::kPermissionDenied: return "permission_denied";
     case ErrorCode::kTooManyClients: return "too_many_clients";
+    case ErrorCode::kUnknownModel: return "unknown_model";
   }
   return "unknown";
 }
@@ -95,7 +96,7 @@ std::optional<Error> ClientImpl::write_locked(std::string_view input, Use use, R
   if (request.request_id == 0) request.request_id = next_request_id();
   const std::uint32_t generation =
       seg.write_request(slot, input.data(), static_cast<std::uint32_t>(input.size()), request.deadline_ns,
-                        request.priority, use, request.request_id);
+                        request.priority, use, request.request_id, request.model);
   if (!seg.stage(slot)) {
     // Cannot happen while slots == ring capacity, but a full ring must never lose a request.
     seg.slots[slot].use = Use::kFree;

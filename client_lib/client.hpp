@@ -31,7 +31,10 @@ enum class ErrorCode {
   kProtocolError,       // the daemon's answer made no sense (a bug; please report)
   kPermissionDenied,    // the daemon does not serve this user (see batchd --allow-uid/--allow-gid)
   kTooManyClients,      // the daemon, or this user, has its maximum of clients attached
+  kUnknownModel,        // the daemon serves no model of that name or id
 };
+// How many ErrorCode values there are: the last one's, plus one.
+inline constexpr std::size_t kErrorCodes = static_cast<std::size_t>(ErrorCode::kUnknownModel) + 1;
 
 // A short stable name ("timeout", "overloaded", ...), for logs and metrics labels.
 const char* error_code_name(ErrorCode code) noexcept;

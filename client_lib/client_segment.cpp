@@ -32,6 +32,8 @@ Result result_from_wire(shm::WireStatus status, std::string payload) {
     case shm::WireStatus::kCancelled: return Result::failure(ErrorCode::kCancelled, std::move(payload));
     case shm::WireStatus::kBackendUnavailable:
       return Result::failure(ErrorCode::kBackendUnavailable, std::move(payload));
+    case shm::WireStatus::kUnknownModel:
+      return Result::failure(ErrorCode::kUnknownModel, std::move(payload));
   }
   return Result::failure(ErrorCode::kProtocolError,
                          fmt::format("daemon wrote unknown status {}", static_cast<unsigned>(status)));
@@ -67,7 +69,7 @@ std::uint64_t next_request_id() noexcept {
 
 std::uint32_t Segment::write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
                                      std::int64_t deadline_ns, shm::WirePriority priority, Use use,
-                                     std::uint64_t request_id) noexcept {
+                                     std::uint64_t request_id, std::uint32_t model) noexcept {
   SlotState& state = slots[slot];
   state.generation = state.generation % shm::kGenerationMask + 1;
   state.use = use;
@@ -79,6 +81,7 @@ std::uint32_t Segment::write_request(std::uint32_t slot, const void* input, std:
   header.deadline_mono_ns = deadline_ns;
   header.priority = static_cast<std::uint32_t>(priority);
   header.request_id = request_id;
+  header.model = model;
   // A withdrawal mark left by an earlier generation of this slot would otherwise match again
   // once the 24-bit generation wraps, and withdraw this request.
   header.cancel_generation.store(0, std::memory_order_relaxed);

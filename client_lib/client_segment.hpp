@@ -70,11 +70,11 @@ struct Segment {
   }
   [[nodiscard]] Result read_result(std::uint32_t slot) const;
   // Starts the slot's next generation and writes a request into it (not yet published): every
-  // field the daemon reads, so nothing of the slot's last request is left (request_id: the
-  // request's, see Request). Returns the new generation. Guarded by ClientImpl::mu_.
+  // field the daemon reads, so nothing of the slot's last request is left (request_id and model:
+  // the request's, see Request). Returns the new generation. Guarded by ClientImpl::mu_.
   std::uint32_t write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
                               std::int64_t deadline_ns, shm::WirePriority priority, Use use,
-                              std::uint64_t request_id = 0) noexcept;
+                              std::uint64_t request_id = 0, std::uint32_t model = 0) noexcept;
   // Queues a written slot for the daemon, unless the daemon is gone: then the request waits in
   // its slot for the reattach to move it. False only when the ring is full. Nothing is visible to
   // the daemon until publish(). Guarded by ClientImpl::mu_.
@@ -105,6 +105,7 @@ struct Request {
   // Its name on the wire, the same in every daemon it is moved to (shm::RequestSlotHeader): set
   // when first written (next_request_id()).
   std::uint64_t request_id = 0;
+  std::uint32_t model = 0;  // its model's id (shm::RequestSlotHeader): 0, the default model
   std::optional<Error> failure;  // set when a reattach could not move it
 };
 

@@ -145,6 +145,7 @@ TakeResult ClientSession::take(TakenRequest& out, std::string& why) noexcept {
   out.downgraded = out.priority == shm::WirePriority::kHigh && granted_ != shm::WirePriority::kHigh;
   if (out.downgraded) out.priority = granted_;
   out.request_id = shm::load_once(header.request_id);
+  out.model = shm::load_once(header.model);
   return TakeResult::kTaken;
 }
 

@@ -58,6 +58,9 @@ class Daemon {
  public:
   // Connections in the attach handshake at once (see daemon_attach.cpp).
   static constexpr unsigned kMaxAttaching = 128;
+  // The models a request may name by id: the default model (batchstring) alone, until models are
+  // configured by name (issue 34).
+  static constexpr std::uint32_t kModels = 1;
 
   Daemon(DaemonConfig config, std::unique_ptr<Backend> backend);
   ~Daemon();

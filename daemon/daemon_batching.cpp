@@ -45,6 +45,15 @@ bool Daemon::rejected_as_gone(const PendingRequest& request, std::int64_t now_ns
 bool Daemon::admit(std::shared_ptr<ClientSession> session, const TakenRequest& taken,
                    std::int64_t now_ns, AdmissionView& view) {
   PendingRequest request{std::move(session), taken, now_ns};
+  if (taken.model >= kModels) {
+    // A client's bug, not a protocol breach: the request fails alone, the client stays.
+    char why[96];
+    const auto n = fmt::format_to_n(why, sizeof(why) - 1, "unknown model id {}: this daemon serves {} model(s), ids 0 to {}",
+                                    taken.model, kModels, kModels - 1);
+    why[std::min<std::size_t>(n.size, sizeof(why) - 1)] = '\0';
+    reject(request, shm::WireStatus::kUnknownModel, why);
+    return false;
+  }
   if (rejected_as_gone(request, now_ns, "deadline passed before the daemon took the request")) return false;
   if (taken.deadline_mono_ns != 0 && would_miss_deadline(taken, now_ns, view)) {
     stats_.requests_shed_by_class[static_cast<std::size_t>(taken.priority)].fetch_add(1, std::memory_order_relaxed);

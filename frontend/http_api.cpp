@@ -191,6 +191,7 @@ Response response_for_error(const Error& error) {
       // The front-end's own attachment was refused: the daemon is there but not for it.
       case ErrorCode::kPermissionDenied: return {503, "daemon_unavailable", 0};
       case ErrorCode::kTooManyClients: return {503, "daemon_unavailable", 1};
+      case ErrorCode::kUnknownModel: return {404, "unknown_model", 0};
     }
     return {500, "internal_error", 0};
   };

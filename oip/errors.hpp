@@ -11,6 +11,7 @@ enum class GrpcCode : int {
   kCancelled = 1,
   kInvalidArgument = 3,
   kDeadlineExceeded = 4,
+  kNotFound = 5,
   kInternal = 13,
   kUnavailable = 14,
 };
@@ -36,6 +37,7 @@ constexpr ErrorMapping map_error(ErrorCode code) noexcept {
     case ErrorCode::kCancelled: return {503, 1, GrpcCode::kCancelled};
     // The front-end's own attachment was refused: the daemon is there but not for it.
     case ErrorCode::kPermissionDenied: return {503, 0, GrpcCode::kUnavailable};
+    case ErrorCode::kUnknownModel: return {404, 0, GrpcCode::kNotFound};
   }
   return {500, 0, GrpcCode::kInternal};
 }

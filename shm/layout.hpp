@@ -43,6 +43,7 @@ enum class WireStatus : std::uint32_t {
   kBackendError = 5,
   kCancelled = 6,
   kBackendUnavailable = 7,
+  kUnknownModel = 8,  // the request's model id names no model the daemon serves
 };
 
 // A request's priority class as the client writes it into its request slot. Normal is 0, so a
@@ -121,6 +122,10 @@ struct alignas(kCacheLine) RequestSlotHeader {
   // daemon, so the dead-letter log records a failing request once (0: an older client, which
   // never wrote this padding). Untrusted: it only ever merges a client's own records.
   std::uint64_t request_id;
+  // The model the request is for, by the id the daemon gives it (0: the default model, which is
+  // what an older client, which never wrote this padding, asks for). Untrusted: an id the daemon
+  // does not serve fails that request alone.
+  std::uint32_t model;
 };
 
 // Per-request result the daemon writes; the output bytes (or an error message) follow.
@@ -151,6 +156,7 @@ static_assert(std::is_standard_layout_v<RequestSlotHeader> && sizeof(RequestSlot
 static_assert(offsetof(RequestSlotHeader, priority) == 12, "where older clients left reserved zeroes");
 static_assert(offsetof(RequestSlotHeader, deadline_mono_ns) == 16);
 static_assert(offsetof(RequestSlotHeader, request_id) == 24, "in what was padding: no layout version bump");
+static_assert(offsetof(RequestSlotHeader, model) == 32, "in what was padding: no layout version bump");
 static_assert(std::is_standard_layout_v<CompletionSlotHeader> && sizeof(CompletionSlotHeader) == kCacheLine);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free && std::atomic<std::uint64_t>::is_always_lock_free,
               "atomics in shared memory must not hide a lock");

@@ -27,6 +27,7 @@ TEST_CASE("the C ABI returns the reference answer and names its errors") {
   CHECK(std::strstr(out, "UTF-8") != nullptr);
   CHECK(std::string(batchd_status_name(BATCHD_INVALID_UTF8)) == "invalid_utf8");
   CHECK(std::string(batchd_status_name(BATCHD_TIMEOUT)) == "timeout");
+  CHECK(std::string(batchd_status_name(BATCHD_UNKNOWN_MODEL)) == "unknown_model");
   CHECK(std::string(batchd_status_name(static_cast<batchd_status>(99))) == "unknown");
 
   const std::string missing = batchd::test::temp_socket_path("missing.sock");

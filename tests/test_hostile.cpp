@@ -58,15 +58,16 @@ struct RawClient {
     return raw;
   }
 
-  // Writes and publishes a request in `slot` (notify: kNotify* bits; priority: the raw word, a
-  // WirePriority or garbage); returns its generation.
+  // Writes and publishes a request in `slot` (notify: kNotify* bits; priority and model: the raw
+  // words, a WirePriority and a model id or garbage); returns its generation.
   std::uint32_t submit(std::uint32_t slot, std::string_view input, std::int64_t deadline_ns,
-                       std::uint32_t notify, std::uint32_t priority = 0) {
+                       std::uint32_t notify, std::uint32_t priority = 0, std::uint32_t model = 0) {
     const std::uint32_t generation =
         seg->write_request(slot, input.data(), static_cast<std::uint32_t>(input.size()), deadline_ns,
                            shm::WirePriority::kNormal, client_detail::Use::kAsync);
     seg->view.request_slot(slot)->notify.store(notify);
     seg->view.request_slot(slot)->priority = priority;
+    seg->view.request_slot(slot)->model = model;
     REQUIRE(seg->producer.try_push(shm::make_ring_entry(slot, generation)));
     ring();
     return generation;
@@ -366,8 +367,10 @@ TEST_CASE("every submission writes its slot's priority: a reused slot keeps noth
   (void)seg.write_request(3, "b", 1, 0, shm::WirePriority::kNormal, client_detail::Use::kAsync);
   CHECK(written() == static_cast<std::uint32_t>(shm::WirePriority::kNormal));
   seg.view.request_slot(3)->priority = 7;  // whatever a crashed writer left there
+  seg.view.request_slot(3)->model = 9;
   (void)seg.write_request(3, "c", 1, 0, shm::WirePriority::kHigh, client_detail::Use::kSync);
   CHECK(written() == static_cast<std::uint32_t>(shm::WirePriority::kHigh));
+  CHECK(seg.view.request_slot(3)->model == 0);  // the default model, not the last writer's
 }
 
 TEST_CASE("a request whose priority is no class (7) drops only its client") {
@@ -386,6 +389,31 @@ TEST_CASE("a request whose priority is no class (7) drops only its client") {
   CHECK_FALSE(hostile.answered(1, garbage));  // never taken, so never run
   CHECK(load.progresses());
   CHECK(test::eventually([&] { return open_fds(daemon.pid()) <= fds_before; }, 5s));
+  load.check_clean();
+  stop_within_bound(daemon);
+}
+
+TEST_CASE("a request for a model id the daemon does not serve fails alone, with its reason") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  NormalLoad load(socket);
+  RawClient client = RawClient::attach(socket);
+  const std::int64_t deadline = shm::monotonic_ns() + 10'000'000'000;
+  for (const std::uint32_t model : {1U, 0xFFFFFFFFU}) {
+    CAPTURE(model);
+    const std::uint32_t generation = client.submit(0, "which model?", deadline, 0, 0, model);
+    REQUIRE(test::eventually([&] { return client.answered(0, generation); }, 10s));
+    const Result result = client.seg->read_result(0);
+    REQUIRE_FALSE(result.ok());
+    CHECK(result.error().code == ErrorCode::kUnknownModel);
+    CHECK(result.error().message.find("unknown model id " + std::to_string(model)) != std::string::npos);
+  }
+  // The client stays: its next request, for the default model, is answered.
+  const std::uint32_t fine = client.submit(1, "fine", deadline, 0);
+  REQUIRE(test::eventually([&] { return client.answered(1, fine); }, 10s));
+  CHECK(client.seg->read_result(1).output() == reference_batchstring("fine", 1));
+  CHECK_FALSE(client.dropped());
+  CHECK(load.progresses());
   load.check_clean();
   stop_within_bound(daemon);
 }

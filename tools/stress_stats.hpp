@@ -16,8 +16,7 @@ namespace batchd::stress {
 
 // Error kinds are counted by index: first the client library's codes (same order, same names),
 // then kinds only the HTTP transport can produce, which have no ErrorCode.
-inline constexpr std::size_t kClientErrorKinds =
-    static_cast<std::size_t>(ErrorCode::kTooManyClients) + 1;
+inline constexpr std::size_t kClientErrorKinds = kErrorCodes;
 // HTTP 400 that names no known code: the request was malformed (a bug on one side or the other).
 inline constexpr std::size_t kBadRequestKind = kClientErrorKinds;
 inline constexpr std::size_t kErrorKinds = kClientErrorKinds + 1;

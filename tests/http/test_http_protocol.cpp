@@ -315,7 +315,7 @@ TEST_CASE("answers: JSON escaping, raw text, invalid UTF-8 output, and each erro
   for (const Case c : {Case{ErrorCode::kTimeout, 504, false}, Case{ErrorCode::kOverloaded, 503, true},
                        Case{ErrorCode::kTooLarge, 413, false}, Case{ErrorCode::kInvalidUtf8, 400, false},
                        Case{ErrorCode::kDaemonUnavailable, 503, true}, Case{ErrorCode::kBackendError, 500, false},
-                       Case{ErrorCode::kBackendUnavailable, 503, true}}) {
+                       Case{ErrorCode::kBackendUnavailable, 503, true}, Case{ErrorCode::kUnknownModel, 404, false}}) {
     const Response r = response_for_error(Error{c.code, "why"});
     CHECK(r.status == c.status);
     CHECK((r.retry_after_s != 0) == c.retry);

@@ -553,7 +553,8 @@ TEST_CASE("v2 answers: the client library's errors, mapped as the protocol wants
        {Case{ErrorCode::kOverloaded, 503, true}, Case{ErrorCode::kTimeout, 504, false},
         Case{ErrorCode::kTooLarge, 400, false}, Case{ErrorCode::kInvalidUtf8, 400, false},
         Case{ErrorCode::kBackendError, 500, false}, Case{ErrorCode::kProtocolError, 500, false},
-        Case{ErrorCode::kDaemonUnavailable, 503, true}, Case{ErrorCode::kBackendUnavailable, 503, true}}) {
+        Case{ErrorCode::kDaemonUnavailable, 503, true}, Case{ErrorCode::kBackendUnavailable, 503, true},
+        Case{ErrorCode::kUnknownModel, 404, false}}) {
     CAPTURE(static_cast<int>(c.code));
     const Response r = v2_response_for_error(Error{c.code, "why \"quoted\""});
     check_error(r, c.status, "why \"quoted\"");

@@ -21,12 +21,12 @@ from ._aio import AsyncDriver
 from ._worker import Worker
 from ._errors import (BY_CODE, BackendError, BackendUnavailable, Cancelled, DaemonUnavailable, Error,
                       InvalidUtf8, Overloaded, PermissionDenied, ProtocolError, Timeout, TooLarge,
-                      TooManyClients)
+                      TooManyClients, UnknownModel)
 
 __all__ = [
     "Client", "Error", "Timeout", "Overloaded", "TooLarge", "InvalidUtf8", "DaemonUnavailable",
     "BackendError", "BackendUnavailable", "Cancelled", "ProtocolError", "PermissionDenied",
-    "TooManyClients", "Priority", "DEFAULT_TIMEOUT", "Worker",
+    "TooManyClients", "UnknownModel", "Priority", "DEFAULT_TIMEOUT", "Worker",
 ]
 
 if [cls.code for cls in BY_CODE] != _batchd.error_code_names():

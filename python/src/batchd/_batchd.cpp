@@ -20,10 +20,9 @@ namespace nb = nanobind;
 
 namespace {
 
-constexpr std::size_t kErrorCodes = 11;  // batchd::ErrorCode's values
 // batchd.Error's subclasses by ErrorCode, set once by batchd/__init__.py. Strong references
 // kept for the life of the process: they must outlive every Client, including at shutdown.
-std::array<PyObject*, kErrorCodes> g_error_classes{};
+std::array<PyObject*, batchd::kErrorCodes> g_error_classes{};
 
 constexpr double kMaxTimeoutS = 86400;
 constexpr double kDefaultTimeoutS = 10;  // the Python API's default request timeout
@@ -298,7 +297,7 @@ class NativeClient {
 };
 
 void set_error_classes(nb::handle classes) {
-  if (nb::len(classes) != kErrorCodes) throw nb::value_error("one error class per batchd::ErrorCode");
+  if (nb::len(classes) != batchd::kErrorCodes) throw nb::value_error("one error class per batchd::ErrorCode");
   std::size_t i = 0;
   for (nb::handle cls : classes) {
     Py_XDECREF(g_error_classes[i]);
@@ -315,7 +314,7 @@ NB_MODULE(_batchd, m) {
   m.def("_set_error_classes", &set_error_classes);
   m.def("error_code_names", [] {
     nb::list names;
-    for (std::size_t i = 0; i < kErrorCodes; ++i) {
+    for (std::size_t i = 0; i < batchd::kErrorCodes; ++i) {
       names.append(batchd::error_code_name(static_cast<batchd::ErrorCode>(i)));
     }
     return names;

@@ -73,6 +73,12 @@ class TooManyClients(Error):
     code = "too_many_clients"
 
 
+class UnknownModel(Error):
+    """The daemon serves no model of that name or id."""
+
+    code = "unknown_model"
+
+
 # In the order of batchd::ErrorCode; batchd/__init__.py checks it against the library's names.
 BY_CODE = (Timeout, Overloaded, TooLarge, InvalidUtf8, DaemonUnavailable, BackendError,
-           BackendUnavailable, Cancelled, ProtocolError, PermissionDenied, TooManyClients)
+           BackendUnavailable, Cancelled, ProtocolError, PermissionDenied, TooManyClients, UnknownModel)
