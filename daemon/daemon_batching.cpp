@@ -47,11 +47,9 @@ bool Daemon::admit(std::shared_ptr<ClientSession> session, const TakenRequest& t
   PendingRequest request{std::move(session), taken, now_ns};
   if (taken.model >= kModels) {
     // A client's bug, not a protocol breach: the request fails alone, the client stays.
-    char why[96];
-    const auto n = fmt::format_to_n(why, sizeof(why) - 1, "unknown model id {}: this daemon serves {} model(s), ids 0 to {}",
-                                    taken.model, kModels, kModels - 1);
-    why[std::min<std::size_t>(n.size, sizeof(why) - 1)] = '\0';
-    reject(request, shm::WireStatus::kUnknownModel, why);
+    const std::string why = fmt::format("unknown model id {}: this daemon serves {} model(s), ids 0 to {}",
+                                        taken.model, kModels, kModels - 1);
+    reject(request, shm::WireStatus::kUnknownModel, why.c_str());
     return false;
   }
   if (rejected_as_gone(request, now_ns, "deadline passed before the daemon took the request")) return false;
