@@ -81,6 +81,19 @@ batchd_status batchd_submit_many_with_priority(batchd_client* client, batchd_req
                                                size_t count, uint32_t timeout_ms,
                                                batchd_priority priority);
 
+/* batchd_submit_with_priority for the model named `model` (NUL-terminated; NULL or "": the
+ * daemon's default model, batchstring). A model the daemon does not serve is
+ * BATCHD_UNKNOWN_MODEL, with a message naming those it does. */
+batchd_status batchd_submit_to_model(batchd_client* client, const char* model, const char* input,
+                                     size_t input_len, uint32_t timeout_ms, char** output,
+                                     size_t* output_len, batchd_priority priority);
+
+/* batchd_submit_many_with_priority with every request for the model named `model`, as
+ * batchd_submit_to_model takes it. */
+batchd_status batchd_submit_many_to_model(batchd_client* client, const char* model,
+                                          batchd_request* requests, size_t count,
+                                          uint32_t timeout_ms, batchd_priority priority);
+
 void batchd_free(void* buffer);
 
 /* A short stable name for a status ("timeout", ...). Never NULL. */

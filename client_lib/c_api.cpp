@@ -27,6 +27,11 @@ std::optional<batchd::Priority> from_c(batchd_priority priority) noexcept {
   return std::nullopt;
 }
 
+// NULL: the default model (an empty name).
+std::string_view model_name(const char* model) noexcept {
+  return model != nullptr ? std::string_view(model) : std::string_view();
+}
+
 char* copy_out(const std::string& text, bool terminate) noexcept {
   char* buffer = static_cast<char*>(std::malloc(text.size() + (terminate ? 1 : 0) + 1));
   if (buffer == nullptr) return nullptr;
@@ -68,6 +73,12 @@ batchd_status batchd_submit(batchd_client* client, const char* input, size_t inp
 batchd_status batchd_submit_with_priority(batchd_client* client, const char* input, size_t input_len,
                                           uint32_t timeout_ms, char** output, size_t* output_len,
                                           batchd_priority priority) {
+  return batchd_submit_to_model(client, nullptr, input, input_len, timeout_ms, output, output_len, priority);
+}
+
+batchd_status batchd_submit_to_model(batchd_client* client, const char* model, const char* input,
+                                     size_t input_len, uint32_t timeout_ms, char** output,
+                                     size_t* output_len, batchd_priority priority) {
   const std::optional<batchd::Priority> cls = from_c(priority);
   if (client == nullptr || (input == nullptr && input_len != 0) || output == nullptr ||
       output_len == nullptr || !cls) {
@@ -75,7 +86,8 @@ batchd_status batchd_submit_with_priority(batchd_client* client, const char* inp
   }
   try {
     batchd::Result result = client->client->submit(std::string_view(input, input_len),
-                                                   std::chrono::milliseconds(timeout_ms), *cls);
+                                                   std::chrono::milliseconds(timeout_ms),
+                                                   batchd::RequestOptions{*cls, model_name(model)});
     const std::string& text = result.ok() ? result.output() : result.error().message;
     *output = copy_out(text, !result.ok());
     *output_len = text.size();
@@ -95,6 +107,12 @@ batchd_status batchd_submit_many(batchd_client* client, batchd_request* requests
 batchd_status batchd_submit_many_with_priority(batchd_client* client, batchd_request* requests,
                                                size_t count, uint32_t timeout_ms,
                                                batchd_priority priority) {
+  return batchd_submit_many_to_model(client, nullptr, requests, count, timeout_ms, priority);
+}
+
+batchd_status batchd_submit_many_to_model(batchd_client* client, const char* model,
+                                          batchd_request* requests, size_t count,
+                                          uint32_t timeout_ms, batchd_priority priority) {
   const std::optional<batchd::Priority> cls = from_c(priority);
   if (client == nullptr || (requests == nullptr && count != 0) || !cls) return BATCHD_INVALID_ARGUMENT;
   for (size_t i = 0; i < count; ++i) {
@@ -105,7 +123,8 @@ batchd_status batchd_submit_many_with_priority(batchd_client* client, batchd_req
     inputs.reserve(count);
     for (size_t i = 0; i < count; ++i) inputs.emplace_back(requests[i].input, requests[i].input_len);
     std::vector<batchd::Result> results =
-        client->client->submit_many(inputs, std::chrono::milliseconds(timeout_ms), *cls);
+        client->client->submit_many(inputs, std::chrono::milliseconds(timeout_ms),
+                                    batchd::RequestOptions{*cls, model_name(model)});
     for (size_t i = 0; i < count; ++i) {
       const batchd::Result& result = results[i];
       const std::string& text = result.ok() ? result.output() : result.error().message;

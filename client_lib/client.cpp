@@ -84,8 +84,49 @@ std::optional<Error> ClientImpl::check_input(std::string_view input) const {
   return std::nullopt;
 }
 
-std::optional<Error> ClientImpl::write_locked(std::string_view input, Use use, Request& request) {
+Attempt<std::uint16_t> ClientImpl::intern_model_locked(std::string_view name) {
+  if (name.empty()) return std::uint16_t{0};
+  for (std::size_t i = 1; i < model_names_.size(); ++i) {
+    if (model_names_[i] == name) return static_cast<std::uint16_t>(i);
+  }
+  if (model_names_.size() >= kMaxModelNames) {
+    return Error{ErrorCode::kUnknownModel,
+                 fmt::format("this client has named {} models already, its most; model '{}' not looked up",
+                             kMaxModelNames - 1, name)};
+  }
+  model_names_.emplace_back(name);
+  return static_cast<std::uint16_t>(model_names_.size() - 1);
+}
+
+std::optional<Error> ClientImpl::resolve_model_locked(Segment& seg, Request& request) {
+  if (request.model_name == 0) {
+    request.model = 0;
+    return std::nullopt;
+  }
+  if (seg.model_ids.size() <= request.model_name) seg.model_ids.resize(model_names_.size(), kModelUnresolved);
+  std::uint32_t& id = seg.model_ids[request.model_name];
+  if (id == kModelUnresolved) {
+    // Looked up again each time while the daemon lacks it: a reload may add it.
+    const std::string& name = model_names_[request.model_name];
+    const std::optional<std::uint32_t> found = find_model_id(*seg.status, seg.status_bytes, name);
+    if (!found) {
+      return Error{ErrorCode::kUnknownModel,
+                   fmt::format("the batchd daemon at {} serves no model named '{}' (it serves: {})", socket_path_,
+                               name, served_model_names(*seg.status, seg.status_bytes))};
+    }
+    id = *found;
+  }
+  request.model = id;
+  return std::nullopt;
+}
+
+std::optional<Error> ClientImpl::write_locked(std::string_view input, std::string_view model, Use use,
+                                              Request& request) {
   Segment& seg = *current_;
+  Attempt<std::uint16_t> name = intern_model_locked(model);
+  if (!name) return name.error();
+  request.model_name = *name;
+  if (auto unknown = resolve_model_locked(seg, request)) return unknown;
   if (seg.free.empty() && !seg.reclaim_abandoned()) {
     return Error{ErrorCode::kOverloaded,
                  fmt::format("all {} request slots of this client are in flight; retry later",
@@ -136,14 +177,14 @@ void ClientImpl::release_locked(const Location& at) noexcept {
   seg.abandoned.push_back(at.slot);
 }
 
-Result ClientImpl::submit(std::string_view input, std::chrono::milliseconds timeout, Priority priority) {
+Result ClientImpl::submit(std::string_view input, std::chrono::milliseconds timeout, const RequestOptions& options) {
   if (auto bad = check_input(input)) return Result::failure(bad->code, std::move(bad->message));
   Request request;
   request.deadline_ns = deadline_after(timeout);
-  request.priority = wire_priority(priority);
+  request.priority = wire_priority(options.priority);
   {
     std::lock_guard lock(mu_);
-    if (auto bad = write_locked(input, Use::kSync, request)) {
+    if (auto bad = write_locked(input, options.model, Use::kSync, request)) {
       return Result::failure(bad->code, std::move(bad->message));
     }
     current_->publish();
@@ -152,7 +193,7 @@ Result ClientImpl::submit(std::string_view input, std::chrono::milliseconds time
 }
 
 std::vector<Result> ClientImpl::submit_many(std::span<const std::string_view> inputs,
-                                            std::chrono::milliseconds timeout, Priority priority) {
+                                            std::chrono::milliseconds timeout, const RequestOptions& options) {
   std::vector<std::optional<Result>> refused(inputs.size());
   // Sized once: a reattach finds each request through its address.
   std::vector<Request> requests(inputs.size());
@@ -165,8 +206,8 @@ std::vector<Result> ClientImpl::submit_many(std::span<const std::string_view> in
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       if (refused[i]) continue;
       requests[i].deadline_ns = deadline_ns;
-      requests[i].priority = wire_priority(priority);
-      if (auto bad = write_locked(inputs[i], Use::kSync, requests[i])) {
+      requests[i].priority = wire_priority(options.priority);
+      if (auto bad = write_locked(inputs[i], options.model, Use::kSync, requests[i])) {
         refused[i] = Result::failure(bad->code, std::move(bad->message));
       }
     }
@@ -306,11 +347,18 @@ Client::Client(std::unique_ptr<ClientImpl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
 Result Client::submit(std::string_view input, std::chrono::milliseconds timeout, Priority priority) {
-  return impl_->submit(input, timeout, priority);
+  return impl_->submit(input, timeout, RequestOptions{priority, {}});
+}
+Result Client::submit(std::string_view input, std::chrono::milliseconds timeout, const RequestOptions& options) {
+  return impl_->submit(input, timeout, options);
 }
 std::vector<Result> Client::submit_many(std::span<const std::string_view> inputs,
                                         std::chrono::milliseconds timeout, Priority priority) {
-  return impl_->submit_many(inputs, timeout, priority);
+  return impl_->submit_many(inputs, timeout, RequestOptions{priority, {}});
+}
+std::vector<Result> Client::submit_many(std::span<const std::string_view> inputs, std::chrono::milliseconds timeout,
+                                        const RequestOptions& options) {
+  return impl_->submit_many(inputs, timeout, options);
 }
 std::size_t Client::submit_many_async(std::span<AsyncSubmission> submissions,
                                       std::chrono::milliseconds timeout) {
@@ -321,11 +369,15 @@ bool Client::submit_all_async(std::span<AsyncSubmission> submissions, std::chron
 }
 std::optional<Error> Client::submit_async(std::string_view input, std::chrono::milliseconds timeout,
                                           Callback done, std::uint64_t* id) {
-  return impl_->submit_async(input, timeout, Priority::kNormal, std::move(done), id);
+  return impl_->submit_async(input, timeout, RequestOptions{}, std::move(done), id);
 }
 std::optional<Error> Client::submit_async(std::string_view input, std::chrono::milliseconds timeout,
                                           Priority priority, Callback done, std::uint64_t* id) {
-  return impl_->submit_async(input, timeout, priority, std::move(done), id);
+  return impl_->submit_async(input, timeout, RequestOptions{priority, {}}, std::move(done), id);
+}
+std::optional<Error> Client::submit_async(std::string_view input, std::chrono::milliseconds timeout,
+                                          const RequestOptions& options, Callback done, std::uint64_t* id) {
+  return impl_->submit_async(input, timeout, options, std::move(done), id);
 }
 void Client::cancel(std::uint64_t id) { impl_->cancel(std::span<const std::uint64_t>(&id, 1)); }
 void Client::cancel(std::span<const std::uint64_t> ids) { impl_->cancel(ids); }

@@ -54,6 +54,15 @@ struct Error {
   std::string message;  // for a person: what happened and, where it helps, what to do
 };
 
+// How one request is to be run: which model (by name; empty: the daemon's default model,
+// shm::kDefaultModelName) and in which class. The client finds the model's id in the daemon's
+// table once per name and attachment; a name the daemon does not serve is refused at once with
+// kUnknownModel.
+struct RequestOptions {
+  Priority priority = Priority::kNormal;
+  std::string_view model;
+};
+
 // The answer to one request, or why there is none.
 class Result {
  public:
@@ -148,6 +157,17 @@ struct DaemonStatus {
   // Requests that claimed high priority without their user's grant (they ran at normal), and
   // connections refused at accept because their user started handshakes too fast.
   std::uint64_t priority_downgrades = 0, connections_shed = 0;
+  // The models the daemon serves, each at its id's index (a request names its model by that id);
+  // empty from a daemon built before models, which serves shm's default model alone.
+  struct Model {
+    std::string name, version, backend;
+    // "ready"; "unavailable" (it takes requests, which wait for a lane: a workers model with no
+    // worker attached); or "absent" (the id names no model now).
+    std::string state;
+    std::uint32_t lanes = 0;  // that can run its batches now
+    std::uint64_t requests_taken = 0;
+  };
+  std::vector<Model> models;
   // The histograms' bucket bounds; empty when the daemon publishes no histograms (one built
   // before them), and then the histograms are empty too.
   std::vector<std::int64_t> latency_bounds_ns;
@@ -219,6 +239,8 @@ class Client {
   // keeps its priority class across a daemon restart.
   Result submit(std::string_view input, std::chrono::milliseconds timeout,
                 Priority priority = Priority::kNormal);
+  // The same, for the model and class `options` name.
+  Result submit(std::string_view input, std::chrono::milliseconds timeout, const RequestOptions& options);
 
   // Sends several requests as one submission (one ring publication, at most one doorbell: the
   // cheap way for a caller that holds several inputs) and waits for all of them until `timeout`.
@@ -227,6 +249,8 @@ class Client {
   std::vector<Result> submit_many(std::span<const std::string_view> inputs,
                                   std::chrono::milliseconds timeout,
                                   Priority priority = Priority::kNormal);
+  std::vector<Result> submit_many(std::span<const std::string_view> inputs, std::chrono::milliseconds timeout,
+                                  const RequestOptions& options);
 
   using Callback = std::function<void(Result&&)>;
 
@@ -238,13 +262,17 @@ class Client {
   // The same, in priority class `priority` (the one above is normal).
   std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
                                     Priority priority, Callback done, std::uint64_t* id = nullptr);
+  // The same, for the model and class `options` name.
+  std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
+                                    const RequestOptions& options, Callback done, std::uint64_t* id = nullptr);
 
-  // One input of submit_many_async or submit_all_async: the input, its callback and its class in;
-  // its id or refusal out.
+  // One input of submit_many_async or submit_all_async: the input, its callback, its class and
+  // model (as RequestOptions) in; its id or refusal out.
   struct AsyncSubmission {
     std::string_view input;
     Callback done;
     Priority priority = Priority::kNormal;
+    std::string_view model;
     std::uint64_t id = 0;           // out: for cancel(), when admitted
     std::optional<Error> refused;   // out: why it was refused at once; `done` is then never called
   };

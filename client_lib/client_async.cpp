@@ -17,16 +17,16 @@
 namespace batchd {
 
 std::optional<Error> ClientImpl::submit_async(std::string_view input,
-                                              std::chrono::milliseconds timeout, Priority priority,
+                                              std::chrono::milliseconds timeout, const RequestOptions& options,
                                               Client::Callback done, std::uint64_t* id) {
   if (auto bad = check_input(input)) return bad;
   AsyncRequest request;
   request.deadline_ns = deadline_after(timeout);
-  request.priority = wire_priority(priority);
+  request.priority = wire_priority(options.priority);
   request.done = std::move(done);
   std::lock_guard lock(mu_);
   if (event_fd_wanted_.load(std::memory_order_relaxed)) start_waker_locked();
-  if (auto bad = write_locked(input, Use::kAsync, request)) return bad;
+  if (auto bad = write_locked(input, options.model, Use::kAsync, request)) return bad;
   current_->publish();
   request.id = ++next_async_id_;
   if (id != nullptr) *id = request.id;
@@ -70,7 +70,7 @@ std::size_t ClientImpl::submit_async_batch(std::span<Client::AsyncSubmission> su
     AsyncRequest request;
     request.deadline_ns = deadline_ns;
     request.priority = wire_priority(s.priority);
-    if ((s.refused = write_locked(s.input, Use::kAsync, request))) continue;
+    if ((s.refused = write_locked(s.input, s.model, Use::kAsync, request))) continue;
     request.done = std::move(s.done);
     request.id = ++next_async_id_;
     s.id = request.id;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "client_lib/client.hpp"
+#include "client_lib/attempt.hpp"
 #include "client_lib/client_segment.hpp"
 #include "shm/fd.hpp"
 
@@ -39,6 +40,8 @@ constexpr std::uint32_t kPollWaiterBit = 1U << 1;
 // through the daemon's finished list): a deadline is in milliseconds, and a scan costs a look at
 // every request in flight.
 constexpr std::int64_t kDeadlineScanNs = 1'000'000;
+// Distinct model names one client may use (the daemon serves at most shm::kStatusModels).
+constexpr std::size_t kMaxModelNames = 256;
 
 }  // namespace client_detail
 
@@ -50,11 +53,11 @@ class ClientImpl {
              std::string socket_path);
   ~ClientImpl();
 
-  Result submit(std::string_view input, std::chrono::milliseconds timeout, Priority priority);
+  Result submit(std::string_view input, std::chrono::milliseconds timeout, const RequestOptions& options);
   std::vector<Result> submit_many(std::span<const std::string_view> inputs, std::chrono::milliseconds timeout,
-                                  Priority priority);
+                                  const RequestOptions& options);
   std::optional<Error> submit_async(std::string_view input, std::chrono::milliseconds timeout,
-                                    Priority priority, Client::Callback done, std::uint64_t* id);
+                                    const RequestOptions& options, Client::Callback done, std::uint64_t* id);
   // submit_many_async, and with `all_or_none` submit_all_async. Returns how many were admitted.
   std::size_t submit_async_batch(std::span<Client::AsyncSubmission> submissions,
                                  std::chrono::milliseconds timeout, bool all_or_none);
@@ -73,9 +76,13 @@ class ClientImpl {
  private:
   std::optional<Error> check_input(std::string_view input) const;
   // Claims a slot in the current segment, writes the request (with request.deadline_ns and
-  // request.priority) and stages it in the ring; the caller then publishes the current segment
-  // once for all it wrote. Fills `request.at`.
-  std::optional<Error> write_locked(std::string_view input, Use use, Request& request);
+  // request.priority, for `model`) and stages it in the ring; the caller then publishes the
+  // current segment once for all it wrote. Fills `request.at` and its model.
+  std::optional<Error> write_locked(std::string_view input, std::string_view model, Use use, Request& request);
+  // The client's index for a model name (0: the default model), added on first use.
+  Attempt<std::uint16_t> intern_model_locked(std::string_view name);
+  // Sets request.model to the id `seg`'s daemon gives request.model_name, or says it serves none.
+  std::optional<Error> resolve_model_locked(Segment& seg, Request& request);
   // Gives the slot a request holds back: free at once if no daemon can still write it, else
   // withdrawn and reused once the daemon answers it.
   void release_locked(const Location& at) noexcept;
@@ -130,6 +137,9 @@ class ClientImpl {
   std::vector<shm::RingEntry> finished_entries_;  // poll()'s scratch, guarded by mu_
   std::int64_t next_scan_ns_ = 0;                 // poll()'s next deadline scan, guarded by mu_
   std::uint64_t next_async_id_ = 0;  // guarded by mu_
+  // The model names requests used, by the client's index (Request::model_name); [0] is the
+  // default model. Guarded by mu_; at most kMaxModelNames.
+  std::vector<std::string> model_names_{std::string()};
   std::uint64_t epoch_ = 1;  // the monitor's alone
 
   std::vector<std::pair<Client::Callback, Result>> finished_;  // poll()'s scratch

@@ -131,6 +131,10 @@ void ClientImpl::move_one_locked(Request& request, Use use, const std::shared_pt
                                         "input's {} bytes", fresh->max_input_bytes(), bytes)};
     return;
   }
+  if (auto unknown = resolve_model_locked(*fresh, request)) {
+    request.failure = std::move(unknown);
+    return;
+  }
   if (fresh->free.empty()) {
     request.failure = Error{ErrorCode::kOverloaded,
                             fmt::format("the restarted daemon gives this client only {} request slots, "

@@ -30,6 +30,7 @@ enum class Use : std::uint8_t { kFree, kSync, kAsync, kAbandoned };
 struct Request;
 
 inline constexpr std::uint32_t kNoAsync = 0xFFFFFFFFU;
+inline constexpr std::uint32_t kModelUnresolved = 0xFFFFFFFFU;
 
 // The client's bookkeeping for one slot of one segment.
 struct SlotState {
@@ -60,6 +61,9 @@ struct Segment {
   std::uint64_t finished_head = 0;  // how far poll() has read the daemon's finished list
   std::vector<SlotState> slots;
   std::vector<std::uint32_t> free, abandoned;
+  // This daemon's id for each model name the client used, by the client's index (see
+  // ClientImpl::model_names_): kModelUnresolved until a request needs it.
+  std::vector<std::uint32_t> model_ids;
 
   [[nodiscard]] std::uint32_t max_input_bytes() const noexcept {
     return view.geometry().params.max_input_bytes;
@@ -105,7 +109,10 @@ struct Request {
   // Its name on the wire, the same in every daemon it is moved to (shm::RequestSlotHeader): set
   // when first written (next_request_id()).
   std::uint64_t request_id = 0;
-  std::uint32_t model = 0;  // its model's id (shm::RequestSlotHeader): 0, the default model
+  std::uint32_t model = 0;  // its model's id in its segment's daemon (shm::RequestSlotHeader)
+  // Its model's name, by the client's index (ClientImpl::model_names_; 0: the default model):
+  // a move to a restarted daemon looks the id up again there.
+  std::uint16_t model_name = 0;
   std::optional<Error> failure;  // set when a reattach could not move it
 };
 

@@ -11,6 +11,17 @@ namespace batchd {
 
 namespace {
 
+// Text the daemon wrote as NUL-padded words (shm/status_page.hpp).
+template <std::size_t N>
+std::string read_words(const std::atomic<std::uint64_t> (&words)[N]) {
+  char text[N * 8 + 1] = {};
+  for (std::size_t w = 0; w < N; ++w) {
+    const std::uint64_t word = words[w].load(std::memory_order_relaxed);
+    std::memcpy(text + w * 8, &word, 8);
+  }
+  return text;
+}
+
 // The histograms after the page, or nullptr when this daemon publishes none (its file is one page)
 // or their header is not this build's: the numbers would mean something else.
 const shm::StatusLatency* latency_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
@@ -54,15 +65,6 @@ const shm::StatusWorkers* workers_section(const shm::DaemonStatusPage& page, std
   return ours ? workers : nullptr;
 }
 
-std::string read_text(const std::atomic<std::uint64_t> (&words)[shm::kStatusTextWords]) {
-  char text[shm::kStatusTextWords * 8 + 1] = {};
-  for (std::size_t w = 0; w < shm::kStatusTextWords; ++w) {
-    const std::uint64_t word = words[w].load(std::memory_order_relaxed);
-    std::memcpy(text + w * 8, &word, 8);
-  }
-  return text;
-}
-
 void read_workers(const shm::StatusWorkers& in, DaemonStatus& out) {
   for (std::size_t d = 0; d < out.devices.size(); ++d) {
     const shm::StatusWorker& worker = in.worker[d];
@@ -72,12 +74,75 @@ void read_workers(const shm::StatusWorkers& in, DaemonStatus& out) {
     if (device.worker_pid == 0) continue;
     device.worker_lanes = worker.lanes.load(std::memory_order_relaxed);
     device.worker_batches = worker.batches.load(std::memory_order_relaxed);
-    device.worker_name = read_text(worker.name);
-    device.worker_version = read_text(worker.version);
+    device.worker_name = read_words(worker.name);
+    device.worker_version = read_words(worker.version);
+  }
+}
+
+// The models the daemon serves, or nullptr when it publishes no table (one from before models).
+const shm::StatusModels* models_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
+  if (file_bytes < shm::kStatusModelsOffset + sizeof(shm::StatusModels)) return nullptr;
+  const auto* models = reinterpret_cast<const shm::StatusModels*>(
+      reinterpret_cast<const char*>(&page) + shm::kStatusModelsOffset);
+  const bool ours = models->magic == shm::kStatusModelsMagic && models->version == shm::kStatusModelsVersion &&
+                    models->capacity == shm::kStatusModels;
+  return ours ? models : nullptr;
+}
+
+// The daemon's page is shared memory: its count is bounded by the table, never trusted.
+std::uint32_t model_count(const shm::StatusModels& models) noexcept {
+  return std::min<std::uint32_t>(models.count.load(std::memory_order_acquire), shm::kStatusModels);
+}
+
+void read_models(const shm::StatusModels& in, DaemonStatus& out) {
+  static constexpr const char* kStates[] = {"absent", "ready", "unavailable"};
+  const std::uint32_t count = model_count(in);
+  out.models.reserve(count);
+  for (std::uint32_t m = 0; m < count; ++m) {
+    const shm::StatusModel& model = in.model[m];
+    const std::uint32_t state = model.state.load(std::memory_order_relaxed);
+    out.models.push_back({read_words(model.name), read_words(model.version), read_words(model.backend),
+                          state < std::size(kStates) ? kStates[state] : "unknown",
+                          model.lanes.load(std::memory_order_relaxed),
+                          model.requests_taken.load(std::memory_order_relaxed)});
   }
 }
 
 }  // namespace
+
+std::optional<std::uint32_t> find_model_id(const shm::DaemonStatusPage& page, std::size_t file_bytes,
+                                           std::string_view name) {
+  const shm::StatusModels* models = models_section(page, file_bytes);
+  if (models == nullptr) {
+    return name == shm::kDefaultModelName ? std::optional<std::uint32_t>(0) : std::nullopt;
+  }
+  if (name.empty() || name.size() >= shm::kStatusModelNameWords * 8) return std::nullopt;
+  const std::uint32_t count = model_count(*models);
+  for (std::uint32_t m = 0; m < count; ++m) {
+    const shm::StatusModel& model = models->model[m];
+    if (model.state.load(std::memory_order_relaxed) == static_cast<std::uint32_t>(shm::StatusModelState::kAbsent)) {
+      continue;
+    }
+    if (read_words(model.name) == name) return m;
+  }
+  return std::nullopt;
+}
+
+std::string served_model_names(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
+  const shm::StatusModels* models = models_section(page, file_bytes);
+  if (models == nullptr) return shm::kDefaultModelName;
+  std::string names;
+  const std::uint32_t count = model_count(*models);
+  for (std::uint32_t m = 0; m < count; ++m) {
+    const shm::StatusModel& model = models->model[m];
+    if (model.state.load(std::memory_order_relaxed) == static_cast<std::uint32_t>(shm::StatusModelState::kAbsent)) {
+      continue;
+    }
+    if (!names.empty()) names += ", ";
+    names += read_words(model.name);
+  }
+  return names;
+}
 
 std::uint64_t DaemonStatus::Histogram::count() const noexcept {
   std::uint64_t total = 0;
@@ -155,6 +220,7 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
   }
   if (const shm::StatusLatency* latency = latency_section(page, file_bytes)) read_latency(*latency, out);
   if (const shm::StatusWorkers* workers = workers_section(page, file_bytes)) read_workers(*workers, out);
+  if (const shm::StatusModels* models = models_section(page, file_bytes)) read_models(*models, out);
   return out;
 }
 

@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::string_view kPluginPrefix = "plugin:";
 
-Expected<std::unique_ptr<Backend>> make_cuda(const DaemonConfig& config) {
+Expected<std::unique_ptr<Backend>> make_cuda(const ModelSettings& config) {
 #if BATCHD_HAVE_CUDA
   CudaBackendOptions options;
   options.devices = config.cuda_devices;
@@ -41,7 +41,7 @@ Expected<int> visible_gpus() {
 }
 
 // cuda where it starts, else cpu, saying which and why.
-std::unique_ptr<Backend> make_auto(const DaemonConfig& config) {
+std::unique_ptr<Backend> make_auto(const ModelSettings& config) {
   const Expected<int> gpus = visible_gpus();
   if (!gpus) {
     spdlog::info("backend: cpu, because no GPU is usable ({})", gpus.error().message);
@@ -58,7 +58,7 @@ std::unique_ptr<Backend> make_auto(const DaemonConfig& config) {
 
 }  // namespace
 
-Expected<std::unique_ptr<Backend>> make_backend(const DaemonConfig& config) {
+Expected<std::unique_ptr<Backend>> make_backend(const ModelSettings& config) {
   const std::string& name = config.backend;
   if (name == "auto") return make_auto(config);
   if (name == "cpu") {

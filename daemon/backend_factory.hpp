@@ -13,6 +13,6 @@ namespace batchd {
 
 // The backend, or a failure with a message for the operator (start-up turns it into an
 // exception). Logs which backend was chosen and why.
-Expected<std::unique_ptr<Backend>> make_backend(const DaemonConfig& config);
+Expected<std::unique_ptr<Backend>> make_backend(const ModelSettings& config);
 
 }  // namespace batchd

@@ -25,6 +25,11 @@ class Completer {
   // Completes one request outside a batch (rejected at admission). Signals its eventfd at once.
   void complete_one(const RequestRef& request, shm::WireStatus status,
                     std::string_view payload) noexcept;
+  // complete_one for a request refused before it ran, counted as rejected.
+  void reject(const RequestRef& request, shm::WireStatus status, std::string_view why) noexcept {
+    stats_.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+    complete_one(request, status, why);
+  }
 
  private:
   // Returns whether the caller asked for an eventfd signal.

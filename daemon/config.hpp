@@ -13,6 +13,7 @@
 #include "daemon/router_options.hpp"
 #include "daemon/sim_backend.hpp"
 #include "shm/layout.hpp"
+#include "shm/status_page.hpp"
 
 namespace batchd {
 
@@ -28,9 +29,10 @@ struct WorkerConfig {
   std::vector<gid_t> allowed_gids;
 };
 
-struct DaemonConfig {
-  std::string socket_path;            // empty: default_socket_path()
-  shm::SegmentParams segment;         // per-client slots and payload limits
+// How one model runs and how its requests are batched: the keys a [models.NAME] table of the
+// config file (or --model NAME:KEY=VALUE) may set. DaemonConfig's own are the defaults, and the
+// default model's (batchstring).
+struct ModelSettings {
   BatchLimits batch;                  // the wait-or-full policy
   std::string backend = "cpu";
   unsigned cost = 1;                  // SHA-256 rounds per input (cpu backend)
@@ -40,6 +42,36 @@ struct DaemonConfig {
   std::string plugin_config;          // passed to a plug-in's init
   SimOptions sim;                     // sim backend
   RouterOptions routing;
+  // While two or more tenants (users) or priority classes are active, a batch closes before its
+  // predicted run would pass this (or twice the device's fixed cost, if more), so a tenant of
+  // large inputs cannot hold the lanes for long while another's request waits. 0: batches are
+  // cut by the policy only.
+  std::uint32_t fair_slice_us = 250;
+  // The floor share of what is served (by cost) that normal and low keep while they have waiting
+  // requests, in percent: a flood at a granted class slows them, never starves them.
+  std::uint32_t normal_floor_percent = 10;
+  std::uint32_t low_floor_percent = 10;
+  WorkerConfig workers;
+};
+
+// The name every daemon serves unless configured otherwise: the reference batchstring, with the
+// top-level settings.
+inline constexpr const char* kDefaultModelName = shm::kDefaultModelName;
+
+// Models per daemon (batchstring included), and a name's longest: the status file's table.
+inline constexpr std::size_t kMaxModels = shm::kStatusModels;
+inline constexpr std::size_t kMaxModelNameBytes = shm::kStatusModelNameWords * 8 - 1;
+
+// A model the daemon serves besides the default one, by name (docs/MODELS.md).
+struct ModelConfig {
+  std::string name;
+  std::string version = "1";
+  ModelSettings settings;
+};
+
+struct DaemonConfig : ModelSettings {
+  std::string socket_path;            // empty: default_socket_path()
+  shm::SegmentParams segment;         // per-client slots and payload limits
   unsigned max_clients = 256;          // attached clients; handshakes are bounded apart
   unsigned max_clients_per_uid = 128;  // attached clients of one user
   std::uint32_t attach_timeout_ms = 2000;  // a connection's hello must arrive within this
@@ -54,18 +86,11 @@ struct DaemonConfig {
   // the reaper.
   bool refuse_passed_fds = true;
   std::uint32_t drain_spin_us = 20;   // busy-poll this long before the drain loop sleeps
-  // While two or more tenants (users) or priority classes are active, a batch closes before its
-  // predicted run would pass this (or twice the device's fixed cost, if more), so a tenant of
-  // large inputs cannot hold the lanes for long while another's request waits. 0: batches are
-  // cut by the policy only.
-  std::uint32_t fair_slice_us = 250;
-  // The floor share of what is served (by cost) that normal and low keep while they have waiting
-  // requests, in percent: a flood at a granted class slows them, never starves them.
-  std::uint32_t normal_floor_percent = 10;
-  std::uint32_t low_floor_percent = 10;
   DeadLetterOptions dead_letters;     // requests whose input fails alone: where they are recorded
   std::string metrics_listen;         // ADDR:PORT for GET /metrics (metrics_listener.hpp); empty: none
-  WorkerConfig workers;
+  std::string default_model_version = "1";  // batchstring's version
+  // The models served besides batchstring (model id 0), in id order from 1.
+  std::vector<ModelConfig> models;
 };
 
 // $XDG_RUNTIME_DIR/batchd/batchd.sock, or /run/batchd/batchd.sock as root (or with no

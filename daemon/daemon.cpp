@@ -37,62 +37,67 @@ void publish_histogram(const LatencyHistogram& from, shm::StatusHistogram& to) n
 
 }  // namespace
 
-Daemon::Daemon(DaemonConfig config, std::unique_ptr<Backend> backend)
-    : config_(std::move(config)), backend_(std::move(backend)), batcher_(config_.batch),
-      policy_(config_.batch) {
+namespace {
+
+// NUL-padded text into a status table's words (atomics: a reader in this process races nothing).
+template <std::size_t N>
+void put_text(std::string_view text, std::atomic<std::uint64_t> (&words)[N]) noexcept {
+  char padded[N * 8] = {};
+  std::memcpy(padded, text.data(), std::min(text.size(), sizeof(padded)));
+  for (std::size_t w = 0; w < N; ++w) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, padded + w * 8, 8);
+    words[w].store(word, std::memory_order_relaxed);
+  }
+}
+
+std::vector<std::unique_ptr<Backend>> one(std::unique_ptr<Backend> backend) {
+  std::vector<std::unique_ptr<Backend>> backends;
+  backends.push_back(std::move(backend));
+  return backends;
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonConfig config, std::unique_ptr<Backend> backend) : Daemon(std::move(config), one(std::move(backend))) {}
+
+Daemon::Daemon(DaemonConfig config, std::vector<std::unique_ptr<Backend>> backends) : config_(std::move(config)) {
   if (config_.socket_path.empty()) config_.socket_path = default_socket_path();
-  if (backend_ == nullptr) throw std::invalid_argument("the daemon needs a backend");
-  workers_ = dynamic_cast<WorkerBackend*>(backend_.get());
-  // Workers come and go: a batch waits for one rather than failing while none is attached.
-  if (workers_ != nullptr) config_.routing.wait_for_devices = true;
-  config_.batch = fit_to_backend(config_.batch, "start");
-  fit_timeout_to_backend();
-  batcher_.set_limits(config_.batch);
-  policy_.set_limits(config_.batch);
-  pending_.set_floors({0, config_.normal_floor_percent / 100.0, config_.low_floor_percent / 100.0});
+  if (backends.size() != config_.models.size() + 1) {
+    throw std::invalid_argument("the daemon needs one backend per model (" + std::to_string(config_.models.size() + 1) +
+                                "), got " + std::to_string(backends.size()));
+  }
+  if (backends.size() > kMaxModels) {
+    throw std::invalid_argument("at most " + std::to_string(kMaxModels) + " models in one daemon");
+  }
+  ModelConfig batchstring{kDefaultModelName, config_.default_model_version, config_};
+  for (std::size_t m = 0; m < backends.size(); ++m) {
+    ModelConfig model = m == 0 ? batchstring : config_.models[m - 1];
+    for (std::size_t other = 0; other < models_.size(); ++other) {
+      if (models_[other]->config().name == model.name) {
+        throw std::invalid_argument("two models are named " + model.name);
+      }
+    }
+    models_.push_back(std::make_unique<ModelPipeline>(static_cast<std::uint32_t>(m), std::move(model),
+                                                      std::move(backends[m]), stats_, completer_));
+    if (models_.back()->workers() == nullptr) continue;
+    if (worker_model_ != nullptr) {
+      // Workers do not name their model yet: one model may be served by them.
+      throw std::invalid_argument("models " + worker_model_->config().name + " and " + models_.back()->config().name +
+                                  " both run on workers; one model per daemon may, for now");
+    }
+    worker_model_ = models_.back().get();
+  }
 }
 
-// The hang timeout is raised rather than the start refused: a configuration that is merely costly
-// still serves, and the warning says what to set.
-void Daemon::fit_timeout_to_backend() {
-  const auto worst = std::chrono::ceil<std::chrono::milliseconds>(backend_->worst_batch_time());
-  if (worst <= config_.routing.device_timeout) return;
-  spdlog::warn("start: --device-timeout-ms {} is shorter than the largest batch may take on a "
-               "healthy {} device at this cost and batch size (up to {} ms); using {} ms so that "
-               "it does not look hung",
-               config_.routing.device_timeout.count(), backend_->name(), worst.count(),
-               worst.count());
-  config_.routing.device_timeout = worst;
-}
-
-BatchLimits Daemon::fit_to_backend(BatchLimits limits, const char* when) const {
-  const BatchCapacity capacity = backend_->capacity();
-  if (limits.max_batch_from_backend && capacity.fill_inputs > limits.max_batch) {
-    limits.max_batch = std::min(capacity.fill_inputs, capacity.max_inputs);
-    spdlog::info("{}: max batch {}, what keeps the {} backend's devices full with every lane "
-                 "running a batch (--max-batch sets a fixed ceiling)",
-                 when, limits.max_batch, backend_->name());
-  }
-  if (limits.max_batch > capacity.max_inputs) {
-    spdlog::warn("{}: max batch {} is more than the {} backend can run ({}: it sizes its buffers at "
-                 "start; restart the daemon to change that); using {}",
-                 when, limits.max_batch, backend_->name(), capacity.max_inputs, capacity.max_inputs);
-    limits.max_batch = capacity.max_inputs;
-  }
-  if (limits.max_batch_bytes > capacity.max_bytes) {
-    spdlog::warn("{}: max batch bytes {} is more than the {} backend can run ({}: it sizes its buffers "
-                 "at start; restart the daemon to change that); using {}",
-                 when, limits.max_batch_bytes, backend_->name(), capacity.max_bytes, capacity.max_bytes);
-    limits.max_batch_bytes = capacity.max_bytes;
-  }
-  return limits;
+bool Daemon::all_devices_lost() const noexcept {
+  // One model's devices lost for good is the process's state (CUDA's sticky errors): only a new
+  // process serves them again, so the daemon exits for its service manager to restart it.
+  return std::any_of(models_.begin(), models_.end(), [](const auto& m) { return m->router().all_devices_lost(); });
 }
 
 Daemon::~Daemon() {
-  if (router_) {
-    if (open_ != nullptr) router_->release(open_);
-    router_->stop();
-  }
+  for (auto& model : models_) model->stop();
   if (dead_letters_) dead_letters_->stop();  // writes what the lanes recorded last
   if (ring_ready_) io_uring_queue_exit(&ring_);
   // The ring's polls are gone with it: the connections still parked for them (and those of
@@ -105,17 +110,21 @@ void Daemon::start() {
   if (auto usable = shm::check_params(config_.segment); !usable) {
     throw std::invalid_argument("bad segment parameters: " + usable.error().message);
   }
-  if (config_.batch.max_batch == 0) throw std::invalid_argument("max batch must be at least 1");
-  if (config_.batch.max_batch_bytes > kMaxBatchBytes) {
-    // Backends address a batch's inputs with 32-bit offsets.
-    throw std::invalid_argument("--max-batch-bytes (" + std::to_string(config_.batch.max_batch_bytes) +
-                                ") must not exceed " + std::to_string(kMaxBatchBytes));
-  }
-  if (config_.segment.max_input_bytes > config_.batch.max_batch_bytes) {
-    // A batch holds at least one input, and backends size their buffers by the byte budget.
-    throw std::invalid_argument("--max-input-bytes (" + std::to_string(config_.segment.max_input_bytes) +
-                                ") must not exceed --max-batch-bytes (" +
-                                std::to_string(config_.batch.max_batch_bytes) + ")");
+  for (const auto& model : models_) {
+    const BatchLimits& batch = model->limits();
+    const std::string of = models_.size() > 1 ? " (model " + model->config().name + ")" : "";
+    if (batch.max_batch == 0) throw std::invalid_argument("max batch must be at least 1" + of);
+    if (batch.max_batch_bytes > kMaxBatchBytes) {
+      // Backends address a batch's inputs with 32-bit offsets.
+      throw std::invalid_argument("--max-batch-bytes (" + std::to_string(batch.max_batch_bytes) +
+                                  ") must not exceed " + std::to_string(kMaxBatchBytes) + of);
+    }
+    if (config_.segment.max_input_bytes > batch.max_batch_bytes) {
+      // A batch holds at least one input, and backends size their buffers by the byte budget.
+      throw std::invalid_argument("--max-input-bytes (" + std::to_string(config_.segment.max_input_bytes) +
+                                  ") must not exceed --max-batch-bytes (" + std::to_string(batch.max_batch_bytes) +
+                                  ")" + of);
+    }
   }
   // steady_clock is CLOCK_MONOTONIC on Linux: the clock of every deadline in shared memory.
   static_assert(std::chrono::steady_clock::is_steady);
@@ -139,27 +148,7 @@ void Daemon::start() {
 
   doorbell_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!doorbell_.valid()) throw std::system_error(errno, std::generic_category(), "eventfd");
-  // Start-up: a failure here is the operator's to see, so value() throws it.
-  // The page, then the latency histograms (shm::StatusLatency) in the pages after it.
-  status_fd_ = shm::create_memfd("batchd-status", shm::kStatusFileBytes).value();
-  status_map_ = shm::map_fd(status_fd_.get(), shm::kStatusFileBytes, true).value();
-  shm::seal_memfd(status_fd_.get(), true).value();
-  status_ = new (status_map_.get_address()) shm::DaemonStatusPage{};
-  status_->magic = shm::kStatusMagic;
-  latency_ = new (static_cast<char*>(status_map_.get_address()) + shm::kStatusLatencyOffset) shm::StatusLatency{};
-  latency_->magic = shm::kStatusLatencyMagic;
-  latency_->version = shm::kStatusLatencyVersion;
-  latency_->buckets = shm::kLatencyBuckets;
-  latency_->classes = shm::kWirePriorities;
-  latency_->devices = shm::kStatusDevices;
-  workers_page_ = new (static_cast<char*>(status_map_.get_address()) + shm::kStatusWorkersOffset) shm::StatusWorkers{};
-  workers_page_->magic = shm::kStatusWorkersMagic;
-  workers_page_->version = shm::kStatusWorkersVersion;
-  workers_page_->places = shm::kStatusDevices;
-  status_->daemon_pid = static_cast<std::uint32_t>(::getpid());
-  status_->min_workers.store(workers_ != nullptr ? config_.workers.min_workers : 0, std::memory_order_relaxed);
-  std::snprintf(status_->backend, sizeof(status_->backend), "%.*s",
-                static_cast<int>(backend_->name().size()), backend_->name().data());
+  create_status_file();
 
   // Before the socket: a dead-letter file that cannot be opened stops the start with its reason.
   dead_letters_ = std::make_unique<DeadLetterLog>(config_.dead_letters);
@@ -171,36 +160,100 @@ void Daemon::start() {
     spdlog::info("control socket: descriptors a peer sends are taken and closed on the reaper's "
                  "threads (this kernel cannot refuse them; SO_PASSRIGHTS needs Linux 6.16)");
   }
-  router_ = std::make_unique<Router>(
-      *backend_, completer_, config_.routing,
-      [this] {
-        // After the batch's seq_cst return to the pool (Router::release).
-        if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
-      },
-      [this] {
-        publish_status();
-        if (router_->all_devices_lost()) ring_doorbell();  // the drain loop exits (run())
-      });
-  if (workers_ != nullptr) {
-    create_input_arena();
-    // Every place starts empty: a worker that attaches opens one (daemon_workers.cpp).
-    for (unsigned d = 0; d < backend_->devices(); ++d) router_->close_device(d);
+  for (auto& model : models_) {
+    ModelPipeline* self = model.get();
+    ModelPipeline::Hooks hooks;
+    hooks.on_batch_freed = [this] {
+      // After the batch's seq_cst return to the pool (Router::release).
+      if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
+    };
+    // The default model's watchdog publishes the status of all.
+    hooks.on_tick = [this, self] {
+      if (self->id() == 0) publish_status();
+      if (self->router().all_devices_lost()) ring_doorbell();  // the drain loop exits (run())
+    };
+    hooks.dead_letters = dead_letters_.get();
+    model->prepare(std::move(hooks));
   }
-  router_->set_dead_letters(dead_letters_.get());
-  router_->set_latency(&stats_.latency);
+  publish_model_names();
   publish_policy();
   publish_status();
   start_metrics_listener();
-  router_->start();
+  // Every router exists before any lane or watchdog runs: a tick reads them all.
+  for (auto& model : models_) model->start_lanes();
   arm_poll(control_->fd(), pack(Op::kListen, 0));
   arm_doorbell_read();
-  spdlog::info("batchd listening on {} (backend {}: {} devices x {} streams; policy {}, max batch "
-               "{}, max wait {} us, max batch bytes {}; dead letters {})",
-               config_.socket_path, backend_->name(), backend_->devices(),
-               backend_->streams_per_device(), policy_name(config_.batch.policy), config_.batch.max_batch,
-               std::chrono::duration_cast<std::chrono::microseconds>(config_.batch.max_wait).count(),
-               config_.batch.max_batch_bytes,
+  const auto describe = [](const ModelPipeline& model) {
+    const BatchLimits& batch = model.limits();
+    return fmt::format("backend {}: {} devices x {} streams; policy {}, max batch {}, max wait {} us, max batch "
+                       "bytes {}",
+                       model.backend().name(), model.backend().devices(), model.backend().streams_per_device(),
+                       policy_name(batch.policy), batch.max_batch,
+                       std::chrono::duration_cast<std::chrono::microseconds>(batch.max_wait).count(),
+                       batch.max_batch_bytes);
+  };
+  spdlog::info("batchd listening on {} ({}; dead letters {})", config_.socket_path, describe(*models_.front()),
                config_.dead_letters.path.empty() ? std::string("in memory only") : "to " + config_.dead_letters.path);
+  for (std::size_t m = 1; m < models_.size(); ++m) {
+    spdlog::info("model {} (id {}, version {}): {}", models_[m]->config().name, m, models_[m]->config().version,
+                 describe(*models_[m]));
+  }
+}
+
+void Daemon::create_status_file() {
+  // Start-up: a failure here is the operator's to see, so value() throws it.
+  status_fd_ = shm::create_memfd("batchd-status", shm::kStatusFileBytes).value();
+  status_map_ = shm::map_fd(status_fd_.get(), shm::kStatusFileBytes, true).value();
+  shm::seal_memfd(status_fd_.get(), true).value();
+  char* base = static_cast<char*>(status_map_.get_address());
+  status_ = new (base) shm::DaemonStatusPage{};
+  status_->magic = shm::kStatusMagic;
+  latency_ = new (base + shm::kStatusLatencyOffset) shm::StatusLatency{};
+  latency_->magic = shm::kStatusLatencyMagic;
+  latency_->version = shm::kStatusLatencyVersion;
+  latency_->buckets = shm::kLatencyBuckets;
+  latency_->classes = shm::kWirePriorities;
+  latency_->devices = shm::kStatusDevices;
+  workers_page_ = new (base + shm::kStatusWorkersOffset) shm::StatusWorkers{};
+  workers_page_->magic = shm::kStatusWorkersMagic;
+  workers_page_->version = shm::kStatusWorkersVersion;
+  workers_page_->places = shm::kStatusDevices;
+  models_page_ = new (base + shm::kStatusModelsOffset) shm::StatusModels{};
+  models_page_->version = shm::kStatusModelsVersion;
+  models_page_->capacity = shm::kStatusModels;
+  status_->daemon_pid = static_cast<std::uint32_t>(::getpid());
+  status_->min_workers.store(worker_model_ != nullptr ? worker_model_->config().settings.workers.min_workers : 0,
+                             std::memory_order_relaxed);
+  const std::string_view backend = models_.front()->backend().name();
+  std::snprintf(status_->backend, sizeof(status_->backend), "%.*s", static_cast<int>(backend.size()), backend.data());
+}
+
+void Daemon::publish_model_names() noexcept {
+  for (std::size_t m = 0; m < models_.size(); ++m) {
+    const ModelPipeline& model = *models_[m];
+    shm::StatusModel& out = models_page_->model[m];
+    put_text(model.config().name, out.name);
+    put_text(model.config().version, out.version);
+    put_text(model.backend().name(), out.backend);
+  }
+  models_page_->count.store(static_cast<std::uint32_t>(models_.size()), std::memory_order_release);
+  // Last: a reader that sees the magic sees a table in this layout.
+  models_page_->magic = shm::kStatusModelsMagic;
+}
+
+void Daemon::publish_models() noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const std::int64_t now_ns = shm::monotonic_ns();
+  for (std::size_t m = 0; m < models_.size(); ++m) {
+    const ModelPipeline& model = *models_[m];
+    shm::StatusModel& out = models_page_->model[m];
+    const unsigned lanes = model.router().lane_view(now_ns).lanes;
+    out.lanes.store(lanes, relaxed);
+    out.state.store(static_cast<std::uint32_t>(lanes > 0 ? shm::StatusModelState::kReady
+                                                         : shm::StatusModelState::kUnavailable),
+                    relaxed);
+    out.requests_taken.store(model.taken(), relaxed);
+  }
 }
 
 void Daemon::start_metrics_listener() {
@@ -221,8 +274,10 @@ void Daemon::start_metrics_listener() {
 void Daemon::publish_status() noexcept {
   constexpr auto relaxed = std::memory_order_relaxed;
   shm::DaemonStatusPage& page = *status_;
-  const auto& devices = router_->devices();
-  const std::bitset<64> laggards = router_->laggards(shm::monotonic_ns());
+  // The page's devices are the default model's; each model's state is in the models' table.
+  const Router& router = models_.front()->router();
+  const auto& devices = router.devices();
+  const std::bitset<64> laggards = router.laggards(shm::monotonic_ns());
   std::uint32_t healthy = 0;
   for (std::size_t d = 0; d < devices.size(); ++d) {
     const DeviceHealth& h = *devices[d];
@@ -260,7 +315,7 @@ void Daemon::publish_status() noexcept {
   page.target_batch.store(stats_.target_batch.load(relaxed), relaxed);
   for (std::size_t d = 0; d < std::min(devices.size(), shm::kStatusDevices); ++d) {
     // Until it is trusted the policy uses the prior ("no cost"), so that is what is shown.
-    CostFit fit = router_->cost_fit(static_cast<unsigned>(d));
+    CostFit fit = router.cost_fit(static_cast<unsigned>(d));
     if (!fit.fitted) fit.fixed_ns = fit.per_item_ns = fit.per_byte_ns = 0;
     shm::StatusCost& out = page.cost[d];
     out.fixed_ns.store(static_cast<std::uint64_t>(fit.fixed_ns), relaxed);
@@ -279,24 +334,17 @@ void Daemon::publish_status() noexcept {
   page.connections_shed.store(stats_.connections_shed.load(relaxed), relaxed);
   publish_latency();
   publish_workers();
+  publish_models();
   page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
 }
 
 void Daemon::publish_workers() noexcept {
-  if (workers_ == nullptr) return;
+  if (worker_model_ == nullptr) return;
   constexpr auto relaxed = std::memory_order_relaxed;
-  const auto put_text = [](const std::string& text, std::atomic<std::uint64_t> (&words)[shm::kStatusTextWords]) {
-    char padded[shm::kStatusTextWords * 8] = {};
-    std::memcpy(padded, text.data(), std::min(text.size(), sizeof(padded)));
-    for (std::size_t w = 0; w < shm::kStatusTextWords; ++w) {
-      std::uint64_t word = 0;
-      std::memcpy(&word, padded + w * 8, 8);
-      words[w].store(word, relaxed);
-    }
-  };
-  for (unsigned d = 0; d < std::min<std::size_t>(backend_->devices(), shm::kStatusDevices); ++d) {
+  WorkerBackend& workers = *worker_model_->workers();
+  for (unsigned d = 0; d < std::min<std::size_t>(workers.devices(), shm::kStatusDevices); ++d) {
     shm::StatusWorker& out = workers_page_->worker[d];
-    const std::shared_ptr<WorkerLink> link = workers_->at(d);
+    const std::shared_ptr<WorkerLink> link = workers.at(d);
     if (link == nullptr) {
       out.pid.store(0, relaxed);
       continue;
@@ -310,7 +358,7 @@ void Daemon::publish_workers() noexcept {
   for (std::size_t d = 0; d < shm::kStatusDevices; ++d) {
     publish_histogram(stats_.latency.handoff_by_device[d], workers_page_->worker[d].handoff);
   }
-  status_->workers.store(workers_->attached(), relaxed);
+  status_->workers.store(workers.attached(), relaxed);
 }
 
 void Daemon::publish_latency() noexcept {
@@ -324,7 +372,7 @@ void Daemon::publish_latency() noexcept {
 
 void Daemon::publish_memory(unsigned device, shm::StatusDevice& out) noexcept {
   constexpr auto relaxed = std::memory_order_relaxed;
-  const Router::MemoryView memory = router_->device_memory(device);
+  const Router::MemoryView memory = models_.front()->router().device_memory(device);
   // The batch policy's own limit bounds the budget too (a reload changes it; the page has it).
   const std::uint64_t budget = std::min(memory.byte_budget, status_->max_batch_bytes.load(relaxed));
   out.byte_budget.store(static_cast<std::uint32_t>(std::min<std::uint64_t>(budget, UINT32_MAX)), relaxed);
@@ -334,33 +382,29 @@ void Daemon::publish_memory(unsigned device, shm::StatusDevice& out) noexcept {
 
 void Daemon::publish_policy() noexcept {
   constexpr auto relaxed = std::memory_order_relaxed;
-  status_->max_batch.store(static_cast<std::uint32_t>(config_.batch.max_batch), relaxed);
-  status_->policy.store(static_cast<std::uint32_t>(config_.batch.policy), relaxed);
-  status_->max_wait_ns.store(config_.batch.max_wait.count(), relaxed);
-  status_->max_batch_bytes.store(config_.batch.max_batch_bytes, relaxed);
+  const BatchLimits& batch = models_.front()->limits();
+  status_->max_batch.store(static_cast<std::uint32_t>(batch.max_batch), relaxed);
+  status_->policy.store(static_cast<std::uint32_t>(batch.policy), relaxed);
+  status_->max_wait_ns.store(batch.max_wait.count(), relaxed);
+  status_->max_batch_bytes.store(batch.max_batch_bytes, relaxed);
 }
 
-void Daemon::update_limits(const BatchLimits& limits) {
-  {
-    std::lock_guard lock(limits_mu_);
-    pending_limits_ = fit_to_backend(limits, "reload");
-  }
+void Daemon::update_limits(const BatchLimits& limits) { update_limits(kDefaultModelName, limits); }
+
+bool Daemon::update_limits(const std::string& model, const BatchLimits& limits) {
+  const auto it = std::find_if(models_.begin(), models_.end(), [&](const auto& m) { return m->config().name == model; });
+  if (it == models_.end()) return false;
+  (*it)->update_limits(limits);
   limits_changed_.store(true, std::memory_order_release);
   ring_doorbell();
+  return true;
 }
 
 void Daemon::apply_pending_limits() {
   if (!limits_changed_.exchange(false, std::memory_order_acq_rel)) return;
-  std::lock_guard lock(limits_mu_);
-  config_.batch = pending_limits_;
-  batcher_.set_limits(pending_limits_);
-  policy_.set_limits(pending_limits_);
-  recheck_ns_ = 0;
-  publish_policy();
-  spdlog::info("batching policy now: {}, max batch {}, max wait {} us, max batch bytes {}",
-               policy_name(config_.batch.policy), config_.batch.max_batch,
-               std::chrono::duration_cast<std::chrono::microseconds>(config_.batch.max_wait).count(),
-               config_.batch.max_batch_bytes);
+  for (auto& model : models_) {
+    if (model->apply_pending_limits() && model->id() == 0) publish_policy();
+  }
 }
 
 void Daemon::set_watchdog(std::chrono::nanoseconds interval, std::function<void()> ping) {
@@ -389,10 +433,10 @@ void Daemon::run() {
     expire_attaches(now_ns);
     const bool drained = drain_rings(now_ns);
     const bool progressed = fill_batches(now_ns) || drained;
-    refresh_policy_stats(now_ns);
+    for (auto& model : models_) model->refresh_policy_stats(now_ns);
 
     if (stop_requested_.load(std::memory_order_relaxed) && stopping_done(now_ns, progressed)) break;
-    if (router_->all_devices_lost()) {
+    if (all_devices_lost()) {
       finish_lost();
       return;
     }

@@ -26,20 +26,15 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "daemon/batch_policy.hpp"
-#include "daemon/batch_shares.hpp"
-#include "daemon/batcher.hpp"
 #include "daemon/client_session.hpp"
 #include "daemon/completer.hpp"
 #include "daemon/config.hpp"
 #include "daemon/control_socket.hpp"
 #include "daemon/fd_reaper.hpp"
 #include "daemon/handshake_limiter.hpp"
-#include "daemon/input_arena.hpp"
 #include "daemon/log_limiter.hpp"
 #include "daemon/metrics_listener.hpp"
-#include "daemon/pending_queue.hpp"
-#include "daemon/rate_meter.hpp"
+#include "daemon/model_pipeline.hpp"
 #include "daemon/stats.hpp"
 #include "daemon/worker_backend.hpp"
 #include "shm/attach_protocol.hpp"
@@ -58,10 +53,10 @@ class Daemon {
  public:
   // Connections in the attach handshake at once (see daemon_attach.cpp).
   static constexpr unsigned kMaxAttaching = 128;
-  // The models a request may name by id: the default model (batchstring) alone, until models are
-  // configured by name (issue 34).
-  static constexpr std::uint32_t kModels = 1;
-
+  // backends[0] runs the default model (batchstring, from config's own settings), backends[i] the
+  // model config.models[i - 1]: one each.
+  Daemon(DaemonConfig config, std::vector<std::unique_ptr<Backend>> backends);
+  // The default model alone (config.models must be empty).
   Daemon(DaemonConfig config, std::unique_ptr<Backend> backend);
   ~Daemon();
   Daemon(const Daemon&) = delete;
@@ -78,7 +73,7 @@ class Daemon {
   void run();
   // Every device of the backend is lost for good: the process should exit with
   // kExitAllDevicesLost for its service manager to restart it. Any thread, after start().
-  [[nodiscard]] bool all_devices_lost() const noexcept { return router_->all_devices_lost(); }
+  [[nodiscard]] bool all_devices_lost() const noexcept;
 
   // Any thread, and async-signal-safe.
   void request_stop() noexcept;
@@ -86,9 +81,11 @@ class Daemon {
   // The port --metrics-listen serves on (0: none); after start().
   [[nodiscard]] std::uint16_t metrics_port() const noexcept { return metrics_ ? metrics_->port() : 0; }
 
-  // Any thread: the batching policy's new limits, applied by the drain loop before it next
+  // Any thread: the default model's new batching limits, applied by the drain loop before it next
   // batches (an open batch that is now over its limits is flushed at once; nothing is dropped).
   void update_limits(const BatchLimits& limits);
+  // The same for the model of that name; false when there is none.
+  bool update_limits(const std::string& model, const BatchLimits& limits);
 
   // Before run(): call ping from the drain loop at least every `interval` (the service
   // manager's watchdog), so a loop that hangs stops the pings.
@@ -98,10 +95,12 @@ class Daemon {
   [[nodiscard]] const DaemonStats& stats() const noexcept { return stats_; }
   // The dead-letter log; valid after start().
   [[nodiscard]] const DeadLetterLog& dead_letters() const noexcept { return *dead_letters_; }
-  // Per-device health and counters; valid after start().
+  // The default model's per-device health and counters; valid after start().
   [[nodiscard]] const std::vector<std::unique_ptr<DeviceHealth>>& devices() const noexcept {
-    return router_->devices();
+    return models_.front()->router().devices();
   }
+  // The models served, by id (0: batchstring).
+  [[nodiscard]] std::size_t model_count() const noexcept { return models_.size(); }
 
  private:
   // A connection in the handshake: accepted, its hello not read yet.
@@ -165,53 +164,14 @@ class Daemon {
   void warn_limited(LogKind kind, fmt::format_string<Args...> format, Args&&... args);
 
   bool drain_rings(std::int64_t now_ns);
-  // Rejects what must not wait (withdrawn, expired, or bound to miss its deadline behind the
-  // backlog) and queues the rest; returns whether it was queued.
-  // What admission reads of the router and the arrival rates, once per drain pass.
-  struct AdmissionView {
-    bool taken = false;
-    Router::DelayView delays;
-    std::array<double, PendingQueue::kClasses> passing_per_ns{};  // by rank: higher classes' arrivals
-  };
-  bool admit(std::shared_ptr<ClientSession> session, const TakenRequest& taken, std::int64_t now_ns,
-             AdmissionView& view);
-  // Whether the request's predicted wait would use more than 80% of what its deadline leaves.
-  bool would_miss_deadline(const TakenRequest& taken, std::int64_t now_ns, AdmissionView& view);
-  // The wait of a request of class `rank` served at its class's floor share (normal_floor_percent,
-  // low_floor_percent) however busy the classes above; INT64_MAX without a floor.
-  [[nodiscard]] std::int64_t delay_within_floor_ns(std::size_t rank, std::int64_t now_ns,
-                                                   const AdmissionView& view) const noexcept;
-  void reject(const PendingRequest& request, shm::WireStatus status, const char* why);
-  // Rejects a request its client withdrew, or one past its deadline (saying late_why); returns
-  // whether it did.
-  bool rejected_as_gone(const PendingRequest& request, std::int64_t now_ns, const char* late_why);
+  // Hands a request taken off a ring to its model's pipeline, or fails it alone when it names
+  // a model this daemon does not serve.
+  void admit(std::shared_ptr<ClientSession> session, const TakenRequest& taken, std::int64_t now_ns);
+  // Every model's pipeline fills its batches.
   bool fill_batches(std::int64_t now_ns);
-  // Whether `request` joining the open batch would make a request of another tenant (or class)
-  // already in it wait more than twice its time alone, past the fair slice: then the batch is
-  // cut and `request` opens the next. Never while one group fills the batch, so a lone tenant
-  // (or one behind a front-end) keeps full batches. `cost`: the lanes' fitted cost, read into it
-  // the first time a pass needs it.
-  [[nodiscard]] bool cut_for_fairness(const PendingRequest& request, std::optional<CostFit>& cost,
-                                      std::int64_t now_ns) const noexcept;
-  // The policy's verdict on the open batch now; remembers when to look again while it holds.
-  FlushDecision decide_flush(std::int64_t now_ns);
-  // The adaptive rule holds the open batch until a lane frees (every lane is busy): requests
-  // then wait in pending_ rather than join it.
-  [[nodiscard]] bool holding_for_lane(std::int64_t now_ns) const noexcept;
-  bool move_into_batch(PendingRequest& request, std::int64_t now_ns);
-  void flush_open_batch(FlushReason reason);
-  [[nodiscard]] PolicyView policy_view(std::int64_t now_ns) const noexcept;
-  // How close to its deadline a waiting request of a lower class jumps the queue.
-  [[nodiscard]] std::int64_t urgent_ns_before_deadline(std::int64_t now_ns) const noexcept;
-  // Copies the policy's view (arrival rate, n*) into the stats every kPolicyStatsPeriodNs.
-  void refresh_policy_stats(std::int64_t now_ns) noexcept;
   bool work_waiting();
   void sleep_until_work();
   void apply_pending_limits();
-  // The policy cut to what the backend can run (Backend::capacity), with a warning when it was.
-  BatchLimits fit_to_backend(BatchLimits limits, const char* when) const;
-  // Raises the hang timeout to the backend's worst batch time (Backend::worst_batch_time).
-  void fit_timeout_to_backend();
   // The shutdown path (daemon_shutdown.cpp): one step of stopping, true once nothing is left to
   // answer; then finish_stop lets the clients go.
   bool stopping_done(std::int64_t now_ns, bool progressed);
@@ -228,17 +188,20 @@ class Daemon {
   void publish_status() noexcept;
   // --metrics-listen: binds and starts the listener (start-up: throws the address's trouble).
   void start_metrics_listener();
-  // The workers backend: the arena its batches are assembled in, one slot per pooled batch
-  // (start-up: throws what stops it).
-  void create_input_arena();
+  // The status file: the page, the histograms, the workers and the models (start-up).
+  void create_status_file();
   // The latency histograms into the pages after the status page (watchdog thread).
   void publish_latency() noexcept;
   // A device's memory and byte budget into its status entry (watchdog thread).
   void publish_memory(unsigned device, shm::StatusDevice& out) noexcept;
   // Who each worker is, into the pages after the histograms (watchdog thread).
   void publish_workers() noexcept;
-  // Writes the batching policy in force into the status page (drain loop: it owns config_.batch).
+  // Writes the default model's batching policy into the status page (drain loop: it owns the
+  // pipelines' limits).
   void publish_policy() noexcept;
+  // The models' table: who they are (start-up), and their counters (watchdog thread).
+  void publish_model_names() noexcept;
+  void publish_models() noexcept;
 
   DaemonConfig config_;
   // First, so destroyed last: everything else may hand it descriptors until then.
@@ -246,8 +209,6 @@ class Daemon {
   // Connections waiting for their io_uring poll's completion before the reaper closes them, by
   // that poll's user_data (see release_connection).
   std::unordered_map<std::uint64_t, shm::UniqueFd> parked_;
-  std::unique_ptr<Backend> backend_;
-  WorkerBackend* workers_ = nullptr;  // backend_, when it is the workers backend
   struct AttachedWorker {
     unsigned slot = 0;
     std::shared_ptr<WorkerLink> link;
@@ -255,11 +216,11 @@ class Daemon {
   std::unordered_map<std::uint64_t, AttachedWorker> attached_workers_;  // by connection id
   DaemonStats stats_;
   Completer completer_{stats_};
-  // Before router_: its lanes record into it until they stop.
+  // Before models_: their lanes record into it until they stop.
   std::unique_ptr<DeadLetterLog> dead_letters_;
-  // The workers backend's batches are assembled here (before router_: its batches point into it).
-  InputArena input_arena_;
-  std::unique_ptr<Router> router_;
+  // By model id. Each holds its backend, router, waiting requests and open batch.
+  std::vector<std::unique_ptr<ModelPipeline>> models_;
+  ModelPipeline* worker_model_ = nullptr;  // the model workers attach to, if any
   std::unique_ptr<ControlSocket> control_;
 
   shm::UniqueFd doorbell_;  // eventfd: clients and workers wake the drain loop with it
@@ -268,6 +229,7 @@ class Daemon {
   shm::DaemonStatusPage* status_ = nullptr;
   shm::StatusLatency* latency_ = nullptr;  // in status_map_, after the page
   shm::StatusWorkers* workers_page_ = nullptr;  // in status_map_, after the histograms
+  shm::StatusModels* models_page_ = nullptr;    // in status_map_, after the workers
 
   io_uring ring_{};
   bool ring_ready_ = false;
@@ -286,24 +248,10 @@ class Daemon {
   std::vector<std::shared_ptr<ClientSession>> drain_order_;  // round-robin order of sessions_
   std::size_t drain_cursor_ = 0;
 
-  PendingQueue pending_;  // admitted, waiting for a batch
-  WaitOrFullBatcher batcher_;
-  BatchShares shares_;  // the open batch's requests by tenant and class
-  BatchPolicy policy_;
-  std::array<RateMeter, shm::kWirePriorities> arrivals_;  // taken from the rings, by WirePriority
-  std::int64_t recheck_ns_ = 0;  // when the held open batch must be looked at again; 0: on events
-  bool held_for_lane_ = false;   // the last decision held the open batch because no lane was idle
-  static constexpr std::int64_t kPolicyStatsPeriodNs = 10'000'000;
-  std::int64_t next_policy_stats_ns_ = 0;
-  Batch* open_ = nullptr;  // the batch being filled, from the router's pool
-  std::uint64_t next_batch_id_ = 1;
-
   std::atomic<bool> stop_requested_{false};
   std::int64_t stop_at_ns_ = 0;  // when the drain loop first saw the stop request
 
-  std::mutex limits_mu_;
-  BatchLimits pending_limits_;           // guarded by limits_mu_
-  std::atomic<bool> limits_changed_{false};
+  std::atomic<bool> limits_changed_{false};  // some model has new limits to apply
 
   shm::SpinAdvisor drain_spin_;  // drain loop only: whether its idle spins pay
 

@@ -319,7 +319,7 @@ void Daemon::drop_session(std::uint64_t id, const char* why, bool connection_pol
   }
   // Nobody reads the answers of a client that has gone: its requests still waiting for a batch
   // are dropped instead of run.
-  stats_.requests_abandoned.fetch_add(pending_.forget(id), std::memory_order_relaxed);
+  for (auto& model : models_) stats_.requests_abandoned.fetch_add(model->forget(id), std::memory_order_relaxed);
   if (why != nullptr) {
     stats_.clients_dropped_for_violation.fetch_add(1, std::memory_order_relaxed);
     warn_limited(LogKind::kViolation, "dropping client {} (pid {}): {}", id, session->pid(), why);

@@ -19,8 +19,6 @@ using io_ops::id_of;
 namespace {
 
 constexpr std::int64_t kStopPollNs = 1'000'000;
-// A safety net only: a worker that frees a batch rings the doorbell when the drain loop sleeps.
-constexpr std::int64_t kPoolPollNs = 1'000'000;
 
 }  // namespace
 
@@ -100,14 +98,7 @@ bool Daemon::work_waiting() {
                   [](const auto& s) { return s->has_pending(); })) {
     return true;  // rings are drained whether or not a batch object is free
   }
-  // The open batch was held because every lane was busy, and one has freed since: its worker's
-  // doorbell may have come before this loop said it sleeps, so look rather than wait for it.
-  if (held_for_lane_ && !holding_for_lane(shm::monotonic_ns())) return true;
-  if (pending_.empty()) return false;
-  if (open_ != nullptr && batcher_.count() > 0 && holding_for_lane(shm::monotonic_ns())) {
-    return false;  // a lane's worker rings the doorbell when it frees
-  }
-  return open_ != nullptr || (open_ = router_->try_acquire()) != nullptr;
+  return std::any_of(models_.begin(), models_.end(), [](const auto& model) { return model->work_waiting(); });
 }
 
 void Daemon::sleep_until_work() {
@@ -116,11 +107,10 @@ void Daemon::sleep_until_work() {
   status_->drain_sleeping.store(1, std::memory_order_seq_cst);
   if (!work_waiting()) {
     std::int64_t wait_ns = -1;  // none: until an event
-    if (!pending_.empty() && open_ == nullptr) {
-      wait_ns = kPoolPollNs;  // every batch busy: a worker's doorbell wakes us; this is a net
-    }
-    if (recheck_ns_ != 0) {  // the open batch is held until then (or an event)
-      wait_ns = std::max<std::int64_t>(0, recheck_ns_ - shm::monotonic_ns());
+    const std::int64_t now_ns = shm::monotonic_ns();
+    for (const auto& model : models_) {
+      const std::int64_t bound_ns = model->sleep_bound_ns(now_ns);
+      if (bound_ns >= 0) wait_ns = wait_ns < 0 ? bound_ns : std::min(wait_ns, bound_ns);
     }
     if (!attaching_.empty()) {
       const std::int64_t until_expiry =

@@ -21,28 +21,26 @@ void Daemon::request_stop() noexcept {
 bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {
   if (stop_at_ns_ == 0) {
     stop_at_ns_ = now_ns;
+    for (auto& model : models_) model->begin_stop();
     control_->close_listener();  // new attaches are refused from here on
     listen_deferred_ = false;
     spdlog::info("stopping: finishing in-flight requests");
   }
   // Batches waiting for a worker wait no more once no worker could run them (none attached, or
   // the grace is over): their callers are answered "backend unavailable".
-  if (workers_ != nullptr && (workers_->attached() == 0 || now_ns - stop_at_ns_ > kStopGraceNs)) {
-    router_->abandon_waiting();
+  if (worker_model_ != nullptr &&
+      (worker_model_->workers()->attached() == 0 || now_ns - stop_at_ns_ > kStopGraceNs)) {
+    worker_model_->router().abandon_waiting();
   }
   const bool rings_empty = !work_waiting() || now_ns - stop_at_ns_ > kStopGraceNs;
   if (!rings_empty || progressed) return false;
-  // Whatever is open runs now rather than waiting out its window.
-  flush_open_batch(FlushReason::kStopping);
-  if (open_ != nullptr && open_->requests.empty()) {
-    router_->release(open_);
-    open_ = nullptr;
-  }
-  return router_->idle();
+  bool done = true;
+  for (auto& model : models_) done = model->stopping_done() && done;
+  return done;
 }
 
 void Daemon::finish_stop() {
-  router_->stop();
+  for (auto& model : models_) model->stop();
   drop_all_workers();
   // Every answer is written: tell the clients now rather than when this object goes away.
   while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
@@ -53,16 +51,15 @@ void Daemon::finish_stop() {
 }
 
 void Daemon::finish_lost() {
-  spdlog::critical("every {} device is lost: exiting with status {} so that the service manager "
-                   "restarts batchd ({} requests taken, {} ok, {} failed; the clients send the "
-                   "unanswered ones again)",
-                   backend_->name(), kExitAllDevicesLost, stats_.requests_taken.load(),
-                   stats_.requests_ok.load(), stats_.requests_failed.load());
-  if (open_ != nullptr) {
-    router_->release(open_);
-    open_ = nullptr;
+  for (const auto& model : models_) {
+    if (!model->router().all_devices_lost()) continue;
+    spdlog::critical("every {} device is lost (model {}): exiting with status {} so that the service manager "
+                     "restarts batchd ({} requests taken, {} ok, {} failed; the clients send the "
+                     "unanswered ones again)",
+                     model->backend().name(), model->config().name, kExitAllDevicesLost,
+                     stats_.requests_taken.load(), stats_.requests_ok.load(), stats_.requests_failed.load());
   }
-  router_->stop();
+  for (auto& model : models_) model->stop();
   drop_all_workers();
   // Closing the control connections tells each client at once; they re-attach to the next daemon.
   while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);

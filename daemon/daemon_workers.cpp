@@ -34,13 +34,16 @@ constexpr std::uint64_t kMaxOutputAreaBytes = std::uint64_t{64} << 20;
 
 void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello, std::uint64_t id) {
   const PeerCredentials& peer = pending.peer;
-  if (workers_ == nullptr) {
+  if (worker_model_ == nullptr) {
     refuse(pending, shm::AttachStatus::kBadHello,
-           "this daemon runs the " + std::string(backend_->name()) +
+           "this daemon runs the " + std::string(models_.front()->backend().name()) +
                " backend; workers attach to one started with --backend workers");
     return;
   }
-  if (!peer_allowed(peer, config_.workers.allowed_uids, config_.workers.allowed_gids)) {
+  const ModelSettings& settings = worker_model_->config().settings;
+  WorkerBackend& workers = *worker_model_->workers();
+  Router& router = worker_model_->router();
+  if (!peer_allowed(peer, settings.workers.allowed_uids, settings.workers.allowed_gids)) {
     refuse(pending, shm::AttachStatus::kPermissionDenied,
            "uid " + std::to_string(peer.uid) + " may not attach as a worker (--worker-allow-uid)");
     return;
@@ -50,22 +53,22 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
     refuse(pending, shm::AttachStatus::kBadHello, "worker hello with a concurrency or batch limit out of range");
     return;
   }
-  const std::optional<unsigned> slot = workers_->free_slot();
+  const std::optional<unsigned> slot = workers.free_slot();
   if (!slot) {
     refuse(pending, shm::AttachStatus::kTooManyClients,
-           "the daemon already has its maximum of " + std::to_string(config_.workers.max_workers) + " workers");
+           "the daemon already has its maximum of " + std::to_string(settings.workers.max_workers) + " workers");
     return;
   }
   // The worker's own limits, within what this daemon ever sends.
   WorkerLinkOptions options;
-  options.spin = config_.workers.spin;
-  options.arena = &input_arena_;
+  options.spin = settings.workers.spin;
+  options.arena = &worker_model_->input_arena();
   options.copied = &stats_.worker_pieces_copied;
   if (*slot < shm::kStatusDevices) options.handoff = &stats_.latency.handoff_by_device[*slot];
-  options.region.buffers = std::min(hello.concurrency, config_.workers.lanes_per_worker);
-  options.region.max_inputs = std::min<std::uint32_t>(hello.max_inputs, config_.batch.max_batch);
-  options.region.max_input_bytes =
-      std::max<std::uint64_t>(std::min(hello.max_bytes, config_.batch.max_batch_bytes), config_.segment.max_input_bytes);
+  options.region.buffers = std::min(hello.concurrency, settings.workers.lanes_per_worker);
+  options.region.max_inputs = std::min<std::uint32_t>(hello.max_inputs, worker_model_->limits().max_batch);
+  options.region.max_input_bytes = std::max<std::uint64_t>(
+      std::min(hello.max_bytes, worker_model_->limits().max_batch_bytes), config_.segment.max_input_bytes);
   options.region.max_output_bytes = config_.segment.max_output_bytes;
   options.region.output_capacity = std::max<std::uint64_t>(
       std::min(std::uint64_t{options.region.max_inputs} * config_.segment.max_output_bytes, kMaxOutputAreaBytes),
@@ -81,30 +84,15 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
   const int fd = pending.connection.get();
   int out_fds[shm::kWorkerAttachFds] = {};
   out_fds[shm::kWorkerRegionFd] = link->region_fd();
-  out_fds[shm::kInputArenaFd] = input_arena_.fd();
+  out_fds[shm::kInputArenaFd] = worker_model_->input_arena().fd();
   if (!send_attached(pending, id, out_fds, "its worker region")) return;
   link->set_connection(std::move(pending.connection));
   arm_poll(fd, pack(Op::kWorker, id));
-  workers_->install(*slot, link);
-  router_->open_device(*slot, link->buffers());
+  workers.install(*slot, link);
+  router.open_device(*slot, link->buffers());
   attached_workers_.emplace(id, AttachedWorker{*slot, link});
   spdlog::info("{} attached as device {} (uid {}, {} lanes, batches up to {} inputs / {} bytes)", link->label(),
                *slot, peer.uid, link->buffers(), options.region.max_inputs, options.region.max_input_bytes);
-}
-
-void Daemon::create_input_arena() {
-  // A slot holds a whole batch up to this; a larger one (--max-batch-bytes past it) is assembled on
-  // the heap and copied into the worker's buffer. A worker can make the whole arena resident (read
-  // faults on a memfd allocate), so this bounds what it can pin: slots x 16 MiB at most.
-  constexpr std::uint64_t kMaxSlotBytes = std::uint64_t{16} << 20;
-  auto arena = InputArena::create(router_->pool_size(), config_.batch.max_batch,
-                                  std::min(config_.batch.max_batch_bytes, kMaxSlotBytes));
-  if (!arena) throw std::runtime_error("cannot create the input arena for workers: " + arena.error().message);
-  input_arena_ = std::move(*arena);
-  router_->place_batches_in(input_arena_);
-  spdlog::info("workers read batches in place: an input arena of {} slots ({} MiB, sparse; a worker may make all "
-               "of it resident)",
-               input_arena_.slots(), input_arena_.size_bytes() >> 20);
 }
 
 void Daemon::on_worker_readable(std::uint64_t id) {
@@ -134,7 +122,7 @@ void Daemon::on_worker_readable(std::uint64_t id) {
   // Its running batches finish; new ones go elsewhere from now on. The link hangs up once none
   // runs, and this poll then sees the connection end.
   spdlog::info("{} is stopping: it takes no new batches", link->label());
-  router_->close_device(it->second.slot);
+  worker_model_->router().close_device(it->second.slot);
   link->begin_stopping();
   arm_poll(fd, pack(Op::kWorker, id));
 }
@@ -144,8 +132,8 @@ void Daemon::drop_worker(std::uint64_t id, const char* why, bool connection_poll
   if (it == attached_workers_.end()) return;
   const AttachedWorker worker = std::move(it->second);
   attached_workers_.erase(it);
-  router_->close_device(worker.slot);
-  workers_->remove(worker.slot);
+  worker_model_->router().close_device(worker.slot);
+  worker_model_->workers()->remove(worker.slot);
   const std::string dropped_for = worker.link->drop_reason();
   worker.link->hang_up(why != nullptr ? why : "it hung up");  // its running batches return and run elsewhere
   if (why != nullptr) {

@@ -24,6 +24,12 @@ void reload(const std::vector<std::string>& args, batchd::Daemon& daemon) {
     return;
   }
   daemon.update_limits(fresh.config.batch);  // logs the policy it applies
+  for (const batchd::ModelConfig& model : fresh.config.models) {
+    // Models added or removed take a restart for now; the running ones take their new limits.
+    if (!daemon.update_limits(model.name, model.settings.batch)) {
+      spdlog::warn("reload: model {} is not served by this daemon (adding a model takes a restart)", model.name);
+    }
+  }
 }
 
 // Takes signals on one thread with sigwait, so no handler ever runs inside the drain loop.
@@ -67,7 +73,14 @@ int main(int argc, char** argv) {
 
   try {
     // Start-up: value() throws a backend that cannot be made, with the reason, to the catch below.
-    batchd::Daemon daemon(options.config, batchd::make_backend(options.config).value());
+    std::vector<std::unique_ptr<batchd::Backend>> backends;
+    backends.push_back(batchd::make_backend(options.config).value());
+    for (const batchd::ModelConfig& model : options.config.models) {
+      auto backend = batchd::make_backend(model.settings);
+      if (!backend) throw std::runtime_error("model " + model.name + ": " + backend.error().message);
+      backends.push_back(std::move(*backend));
+    }
+    batchd::Daemon daemon(options.config, std::move(backends));
     daemon.start();
     std::uint64_t watchdog_usec = 0;
     if (sd_watchdog_enabled(0, &watchdog_usec) > 0) {

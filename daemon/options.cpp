@@ -28,6 +28,7 @@ struct RawOptions {
   double dead_letter_max_mib = 16.0;
   std::string dead_letter_inputs = "off";
   std::uint32_t worker_spin_us = 50;
+  std::vector<std::string> models;  // --model NAME[:KEY=VALUE,...]
 };
 
 // "D:V" pairs for the sim fault flags.
@@ -227,6 +228,64 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
       ->capture_default_str()->check(CLI::Range(0U, 50U));
   app.add_option("--drain-spin-us", c.drain_spin_us,
                  "busy-poll this long before the drain loop sleeps")->capture_default_str();
+  app.add_option("--model", raw.models,
+                 "NAME[:KEY=VALUE,...]: serve a model by that name besides batchstring, its keys (those of "
+                 "a [models.NAME] table: backend, version, policy, max_batch, cost, sim_devices, ...) "
+                 "overriding the others for it; repeatable")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+// Flags that set the daemon as a whole: a model's keys may not.
+bool daemon_wide(std::string_view flag) {
+  static constexpr std::string_view kFlags[] = {
+      "--config", "--log-level", "--socket", "--slots-per-client", "--max-input-bytes", "--max-output-bytes",
+      "--max-clients", "--max-clients-per-uid", "--attach-timeout-ms", "--allow-uid", "--allow-gid",
+      "--high-priority-uid", "--high-priority-gid", "--metrics-listen", "--drain-spin-us", "--dead-letter",
+      "--dead-letter-max-mib", "--dead-letter-inputs", "--model"};
+  return std::find(std::begin(kFlags), std::end(kFlags), flag) != std::end(kFlags);
+}
+
+// Model names go into URLs (/v2/models/NAME) and metric labels as they are.
+bool valid_model_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxModelNameBytes || name.front() == '.' || name.front() == '-') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.';
+  });
+}
+
+// --model NAME[:KEY=VALUE[,KEY=VALUE...]], as a [models.NAME] table's flags.
+ModelArgs parse_model_flag(const std::string& text) {
+  ModelArgs model;
+  const std::size_t colon = text.find(':');
+  model.name = text.substr(0, colon);
+  if (colon == std::string::npos) return model;
+  std::string_view rest = std::string_view(text).substr(colon + 1);
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const std::size_t equals = item.find('=');
+    if (equals == std::string_view::npos || equals == 0) {
+      throw CLI::ValidationError("--model", "expects NAME:KEY=VALUE,..., got '" + std::string(item) + "' in '" + text + "'");
+    }
+    std::string key(item.substr(0, equals));
+    const std::string value(item.substr(equals + 1));
+    if (key == "version") {
+      model.version = value;
+      continue;
+    }
+    std::replace(key.begin(), key.end(), '_', '-');
+    model.args.push_back("--" + key);
+    model.args.push_back(value);
+  }
+  return model;
+}
+
+// The defaults that depend on the machine.
+void machine_defaults(DaemonOptions& o) {
+  o.config.backend = "auto";
+  o.config.cpu_threads = std::max(1U, std::thread::hardware_concurrency());
 }
 
 void finish(DaemonOptions& o, const RawOptions& raw) {
@@ -301,6 +360,79 @@ Expected<ConfigArgs> read_checked_config(const std::string& path) {
   return file;
 }
 
+// One model's settings: the daemon's flags (file, then command line), then its own.
+Expected<ModelConfig> model_config(const ModelArgs& model, const std::vector<std::string>& daemon_args) {
+  const std::string where = "model " + model.name;
+  if (!valid_model_name(model.name)) {
+    return make_failure(std::errc::invalid_argument,
+                        where + ": a model name is 1 to " + std::to_string(kMaxModelNameBytes) +
+                            " letters, digits, '_', '-' or '.', not starting with '-' or '.'");
+  }
+  for (std::size_t i = 0; i < model.args.size(); i += 2) {
+    if (daemon_wide(model.args[i])) {
+      const auto line = model.lines.find(model.args[i]);
+      return make_failure(std::errc::invalid_argument,
+                          where + (line != model.lines.end() ? " (line " + std::to_string(line->second) + ")" : "") +
+                              ": " + model.args[i] + " is the daemon's, not a model's: set it at the top level");
+    }
+  }
+  DaemonOptions scratch;
+  machine_defaults(scratch);
+  RawOptions raw;
+  CLI::App app;
+  define_options(app, scratch, raw);
+  std::vector<std::string> all = daemon_args;
+  all.insert(all.end(), model.args.begin(), model.args.end());
+  try {
+    parse_args(app, all);
+    finish(scratch, raw);
+  } catch (const CLI::Error& e) {
+    return make_failure(std::errc::invalid_argument, where + ": " + e.what());
+  }
+  ModelConfig config;
+  config.name = model.name;
+  if (!model.version.empty()) config.version = model.version;
+  config.settings = scratch.config;
+  return config;
+}
+
+// The file's models, then the command line's (--model): a name given twice is one model, the
+// later keys overriding.
+Expected<void> declare_models(const ConfigArgs& file, const RawOptions& raw, const std::vector<std::string>& daemon_args,
+                          DaemonConfig& out) {
+  std::vector<ModelArgs> models = file.models;
+  try {
+    for (const std::string& flag : raw.models) {
+      ModelArgs model = parse_model_flag(flag);
+      auto same = std::find_if(models.begin(), models.end(), [&](const ModelArgs& m) { return m.name == model.name; });
+      if (same == models.end()) {
+        models.push_back(std::move(model));
+        continue;
+      }
+      same->args.insert(same->args.end(), model.args.begin(), model.args.end());
+      if (!model.version.empty()) same->version = model.version;
+    }
+  } catch (const CLI::Error& e) {
+    return make_failure(std::errc::invalid_argument, e.what());
+  }
+  for (const ModelArgs& model : models) {
+    Expected<ModelConfig> config = model_config(model, daemon_args);
+    if (!config) return config.error();
+    if (config->name == kDefaultModelName) {
+      // Its own table overrides the top-level keys for batchstring alone (model id 0).
+      static_cast<ModelSettings&>(out) = config->settings;
+      out.default_model_version = config->version;
+      continue;
+    }
+    out.models.push_back(std::move(*config));
+  }
+  if (out.models.size() + 1 > kMaxModels) {
+    return make_failure(std::errc::invalid_argument, "at most " + std::to_string(kMaxModels) +
+                                                         " models (batchstring included) in one daemon");
+  }
+  return {};
+}
+
 }  // namespace
 
 int parse_daemon_options(const std::vector<std::string>& args, DaemonOptions& out, std::string& message) {
@@ -315,8 +447,7 @@ int parse_daemon_options(const std::vector<std::string>& args, DaemonOptions& ou
   }
   CLI::App app{"batchd: batches single string requests from local processes onto a backend"};
   out = DaemonOptions{};
-  out.config.backend = "auto";
-  out.config.cpu_threads = std::max(1U, std::thread::hardware_concurrency());
+  machine_defaults(out);
   RawOptions raw;
   define_options(app, out, raw);
   std::vector<std::string> all = file.args;
@@ -329,6 +460,10 @@ int parse_daemon_options(const std::vector<std::string>& args, DaemonOptions& ou
     return 0;
   } catch (const CLI::Error& e) {
     message = e.what();
+    return 2;
+  }
+  if (auto added = declare_models(file, raw, all, out.config); !added) {
+    message = added.error().message;
     return 2;
   }
   return -1;

@@ -174,8 +174,45 @@ struct alignas(64) StatusWorkers {
 };
 static_assert(std::is_standard_layout_v<StatusWorkers>);
 
-// The memfd the daemon creates: the page, the histograms, the workers, each in whole pages.
-inline constexpr std::size_t kStatusFileBytes =
+inline constexpr std::size_t kStatusModelsOffset =
     kStatusWorkersOffset + (sizeof(StatusWorkers) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+
+// The models the daemon serves, after the workers (read, like them, only when the file is long
+// enough and the header matches). A request's model id is its model's index here: a client finds
+// it by name once. An entry's name is written before `count` covers it (release) and never
+// changes: an id is its model's for the daemon's life. Text as in StatusWorker. A daemon without
+// the table serves the default model alone, as id 0.
+inline constexpr const char* kDefaultModelName = "batchstring";
+inline constexpr std::uint64_t kStatusModelsMagic = 0x534c45444f4d5f31ULL;  // "1_MODELS"
+inline constexpr std::uint32_t kStatusModelsVersion = 1;
+inline constexpr std::size_t kStatusModels = 64;         // models one daemon serves at most
+inline constexpr std::size_t kStatusModelNameWords = 8;  // a name: up to 63 bytes, NUL-padded
+enum class StatusModelState : std::uint32_t {
+  kAbsent = 0,       // no model has this id
+  kReady = 1,        // takes requests and has a device to run them
+  kUnavailable = 2,  // takes requests, which wait for a device (a workers model with none attached)
+};
+struct alignas(64) StatusModel {
+  std::atomic<std::uint64_t> name[kStatusModelNameWords];
+  std::atomic<std::uint64_t> version[kStatusTextWords];
+  std::atomic<std::uint64_t> backend[kStatusTextWords];
+  std::atomic<std::uint32_t> state;    // StatusModelState
+  std::atomic<std::uint32_t> lanes;  // that can run its batches now
+  std::atomic<std::uint64_t> requests_taken;
+};
+struct alignas(64) StatusModels {
+  std::uint64_t magic;    // kStatusModelsMagic, written once the names are
+  std::uint32_t version;  // kStatusModelsVersion
+  std::uint32_t capacity; // kStatusModels
+  std::atomic<std::uint32_t> count;  // ids 0 .. count - 1 are in use
+  StatusModel model[kStatusModels];
+};
+static_assert(std::is_standard_layout_v<StatusModels>);
+static_assert(kStatusModelsOffset % alignof(StatusModels) == 0);
+
+// The memfd the daemon creates: the page, the histograms, the workers, the models, each in whole
+// pages.
+inline constexpr std::size_t kStatusFileBytes =
+    kStatusModelsOffset + (sizeof(StatusModels) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
 
 }  // namespace batchd::shm

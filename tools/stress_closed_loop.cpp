@@ -45,7 +45,7 @@ void closed_worker(RunContext& ctx, const Transport& transport, Caller& caller,
     const Priority priority = o.priority_mix.pick(o.seed, id);
     recorder.sent(priority);
     const std::int64_t sent_ns = now_ns();
-    const Outcome outcome = caller.call(input, priority);
+    const Outcome outcome = caller.call(input, RequestOptions{priority, o.model_for(id)});
     const std::int64_t done_ns = now_ns();
     if (outcome.answered) {
       recorder.answered(priority, input, outcome.output, done_ns - sent_ns);

@@ -122,7 +122,7 @@ class GrpcCaller final : public Caller {
         builder_(options.timeout), deadline_(grpc_call_deadline(options)) {}
 
   // batchd-grpc takes no priority classes (the options refuse any but normal).
-  Outcome call(std::string_view input, Priority) override {
+  Outcome call(std::string_view input, const RequestOptions&) override {
     grpc::ClientContext context;  // one per call: gRPC does not reuse them
     context.set_deadline(system_clock::now() + deadline_);
     response_.Clear();

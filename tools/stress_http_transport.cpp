@@ -27,9 +27,10 @@ class HttpCaller final : public Caller {
     for (const int fd : fds) connections_.emplace_back(target.endpoint, fd);
   }
 
-  Outcome call(std::string_view input, Priority priority) override {
+  // The model is always the default one (the options refuse --model over HTTP).
+  Outcome call(std::string_view input, const RequestOptions& options) override {
     request_.clear();
-    encoder_.append(request_, input, priority);
+    encoder_.append(request_, input, options.priority);
     // The connections take turns, so each carries its share of the load.
     http::SyncConnection& connection = connections_[turn_++ % connections_.size()];
     const http::Exchange ex = connection.exchange(request_, now_ns() + deadline_ns_);

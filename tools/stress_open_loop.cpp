@@ -181,7 +181,7 @@ void LaneDriver::pace() {
     for (; burst_.size() < kMaxBurst && sending(next_id_); next_id_ += stride_) {
       const std::int64_t due = schedule_->intended_ns(next_id_);
       if (due > now) break;
-      burst_.push_back(DueRequest{next_id_, due, priority_of(next_id_)});
+      burst_.push_back(DueRequest{next_id_, due, priority_of(next_id_), ctx_.options.model_for(next_id_)});
     }
     send_burst();
   }
@@ -205,7 +205,7 @@ void LaneDriver::pace_and_pump() {
     for (; more && (more = sending(next_id_)); next_id_ += stride_) {
       const std::int64_t due = schedule_->intended_ns(next_id_);
       if (due > now) break;
-      burst_.push_back(DueRequest{next_id_, due, priority_of(next_id_)});
+      burst_.push_back(DueRequest{next_id_, due, priority_of(next_id_), ctx_.options.model_for(next_id_)});
       if (burst_.size() == kMaxBurst) send_burst();
     }
     send_burst();

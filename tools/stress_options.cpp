@@ -113,6 +113,10 @@ void add_options(CLI::App& app, Options& o, std::string& input_bytes, std::int64
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}));
   app.add_option("--connect-timeout-ms", connect_ms, "how long to wait for the daemon")
       ->capture_default_str()->check(CLI::Range(std::int64_t{0}, std::int64_t{86'400'000}));
+  app.add_option("--model", o.models,
+                 "send to this model by name (repeat it: requests go to each in turn); default: the "
+                 "daemon's default model. Shared memory only")
+      ->type_name("NAME");
   app.add_option("--seed", o.seed, "seed for the inputs (default: random, printed in the summary)");
   app.add_flag("--json", o.json, "also print the summary as one JSON object on the last stdout line");
   app.add_flag("--quiet", o.quiet, "no live progress line on stderr");
@@ -276,6 +280,10 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     if (auto chosen = finish_protocol(app, o, protocol); !chosen) throw CLI::ValidationError(chosen.error().message);
     const Expected<void> front = o.transport == TransportKind::kGrpc ? finish_grpc(app, o) : finish_http(app, o);
     if (!front) throw CLI::ValidationError(front.error().message);
+    if (!o.models.empty() && o.transport != TransportKind::kShm) {
+      throw CLI::ValidationError("--model", "is sent over shared memory only: batchd-http and batchd-grpc pick "
+                                            "the model from the request's path or message");
+    }
     // Found out now rather than after connecting ("a": the run truncates it when it starts).
     if (!o.csv_path.empty()) {
       std::FILE* probe = std::fopen(o.csv_path.c_str(), "a");

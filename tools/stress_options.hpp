@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -44,6 +45,13 @@ struct Options {
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds http_timeout{5000};  // sent as X-Timeout-Ms (default: timeout)
   PriorityMix priority_mix;         // --priority or --priority-mix: each request's class
+  // --model (repeatable): the models requests go to in turn (empty: the daemon's default model).
+  // Every model must answer as --cost and --expect-sim say.
+  std::vector<std::string> models;
+  // Request `id`'s model: like its class, a pure function of the id.
+  [[nodiscard]] std::string_view model_for(std::uint64_t id) const noexcept {
+    return models.empty() ? std::string_view() : std::string_view(models[id % models.size()]);
+  }
   std::uint64_t seed = 0;
   bool json = false;
   bool quiet = false;

@@ -1,6 +1,7 @@
 #include "tools/stress_report.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -158,6 +159,7 @@ void print_text(std::FILE* out, const Summary& s, const Options& options) {
   fmt::print(out, "batchd-stress: {}, {:.3f} s, cost {}, inputs {}..{} bytes, seed {}\n",
              load_description(options), s.wall_s, options.cost, options.min_input_bytes,
              options.max_input_bytes, options.seed);
+  if (!options.models.empty()) fmt::print(out, "  models, in turn: {}\n", fmt::join(options.models, ", "));
   fmt::print(out, "  sent {}  ok {}  wrong {}  errors {}  throughput {:.1f} req/s\n", s.sent, s.ok,
              s.wrong, s.errors, s.rps);
   for (std::size_t i = 0; i < kErrorKinds; ++i) {

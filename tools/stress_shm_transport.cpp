@@ -19,8 +19,8 @@ Outcome outcome_of(const Result& result) noexcept {
 class ShmCaller final : public Caller {
  public:
   ShmCaller(Client& client, std::chrono::milliseconds timeout) : client_(client), timeout_(timeout) {}
-  Outcome call(std::string_view input, Priority priority) override {
-    result_ = client_.submit(input, timeout_, priority);
+  Outcome call(std::string_view input, const RequestOptions& options) override {
+    result_ = client_.submit(input, timeout_, options);
     return outcome_of(result_);  // result_ keeps the output until the next call
   }
 
@@ -43,7 +43,8 @@ class ShmLane final : public OpenLane {
     const std::uint64_t id = request.id;
     inputs_.build(id, input_);
     // [this, id] fits std::function's small buffer, so the callback allocates nothing.
-    auto error = client_.submit_async(input_, timeout_, request.priority, [this, id](Result&& r) {
+    const RequestOptions options{request.priority, request.model};
+    auto error = client_.submit_async(input_, timeout_, options, [this, id](Result&& r) {
       finished_.push_back(Finished{id, now_ns(), std::move(r)});
     });
     if (error) return error_kind(error->code);
@@ -60,6 +61,7 @@ class ShmLane final : public OpenLane {
       inputs_.build(id, inputs_burst_[i]);
       submissions_[i].input = inputs_burst_[i];
       submissions_[i].priority = due[i].priority;
+      submissions_[i].model = due[i].model;
       submissions_[i].done = [this, id](Result&& r) {
         finished_.push_back(Finished{id, now_ns(), std::move(r)});
       };

@@ -28,9 +28,9 @@ struct Outcome {
 class Caller {
  public:
   virtual ~Caller() = default;
-  // Sends input in class `priority` and waits until it is answered, fails or times out. The
-  // output stays valid until the next call.
-  virtual Outcome call(std::string_view input, Priority priority) = 0;
+  // Sends input to the model and in the class `options` name and waits until it is answered,
+  // fails or times out. The output stays valid until the next call.
+  virtual Outcome call(std::string_view input, const RequestOptions& options) = 0;
 };
 
 // Where an open lane reports finished requests: implemented by the open loop.
@@ -49,6 +49,7 @@ struct DueRequest {
   std::uint64_t id;
   std::int64_t intended_ns;
   Priority priority;
+  std::string_view model;  // empty: the default model
 };
 
 // Open loop: one share of the schedule's requests, many in flight at once.

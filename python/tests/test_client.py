@@ -134,3 +134,30 @@ def test_eight_threads_share_one_client(cpu_socket: str) -> None:
         for t in threads:
             t.join()
     assert not errors and not wrong
+
+
+def test_models_by_name_sync_and_asyncio(start_daemon: Callable[..., str]) -> None:
+    import asyncio
+
+    socket = start_daemon("--backend", "cpu", "--cpu-threads", "1",
+                          "--model", "reversed:backend=sim,sim_devices=1,sim_fixed_us=100")
+    with batchd.Client(socket) as client:
+        assert client.submit("abc") == sha256_hex("abc")
+        assert client.submit("abc", model="batchstring") == sha256_hex("abc")
+        assert client.submit("abc", model="reversed") == sim_answer("abc")
+        assert client.submit_many(["ab", "cd"], model="reversed") == ["ba", "dc"]
+        with pytest.raises(batchd.UnknownModel, match="batchstring, reversed"):
+            client.submit("abc", model="nope")
+        with pytest.raises(TypeError):
+            client.submit("abc", model=3)  # type: ignore[arg-type]
+
+        async def both() -> list[str]:
+            one = client.submit_async("xyz", model="reversed")
+            many = await client.submit_many_async(["uv", "w"], model="reversed")
+            return [await one, *many]
+
+        assert asyncio.run(both()) == ["zyx", "vu", "w"]
+        models = client.status()["models"]
+        assert [m["name"] for m in models] == ["batchstring", "reversed"]
+        assert [m["backend"] for m in models] == ["cpu", "sim"]
+        assert all(m["state"] == "ready" for m in models)

@@ -50,8 +50,10 @@ class Client(_batchd.NativeClient):
     that is not there yet; after that, DaemonUnavailable. If the daemon restarts, pending requests
     wait for the new one. Usable as a context manager (close() detaches).
 
-    submit(text, timeout=10.0, priority=None) -> str comes from the native class: it sends one
-    request and waits (without the GIL) up to `timeout` seconds for its answer.
+    submit(text, timeout=10.0, priority=None, model=None) -> str comes from the native class: it
+    sends one request and waits (without the GIL) up to `timeout` seconds for its answer. `model`
+    names the model (None: the daemon's default, batchstring) in every submit method; a name the
+    daemon does not serve raises UnknownModel at once.
     """
 
     def __init__(self, socket: str | os.PathLike[str] | None = None, connect_timeout: float = 2.0) -> None:
@@ -60,35 +62,36 @@ class Client(_batchd.NativeClient):
 
     @overload
     def submit_many(self, texts: Sequence[Text], timeout: float = ..., priority: Priority | None = ...,
-                    return_exceptions: Literal[False] = ...) -> list[str]: ...
+                    return_exceptions: Literal[False] = ..., model: str | None = ...) -> list[str]: ...
 
     @overload
     def submit_many(self, texts: Sequence[Text], timeout: float = ..., priority: Priority | None = ...,
-                    *, return_exceptions: Literal[True]) -> list[str | Error]: ...
+                    *, return_exceptions: Literal[True], model: str | None = ...) -> list[str | Error]: ...
 
     def submit_many(self, texts: Sequence[Text], timeout: float = DEFAULT_TIMEOUT,
-                    priority: Priority | None = None, return_exceptions: bool = False) -> Any:
+                    priority: Priority | None = None, return_exceptions: bool = False,
+                    model: str | None = None) -> Any:
         """Sends the texts as one submission and waits for every answer, in order.
 
         With return_exceptions, a failed request's Error stands in its place; without, the first
         failure (by position) is raised once all are settled.
         """
-        return _settled(self._submit_many(_sequence(texts), timeout, priority), return_exceptions)
+        return _settled(self._submit_many(_sequence(texts), timeout, priority, model), return_exceptions)
 
     def submit_async(self, text: Text, timeout: float = DEFAULT_TIMEOUT,
-                     priority: Priority | None = None) -> asyncio.Future[str]:
+                     priority: Priority | None = None, model: str | None = None) -> asyncio.Future[str]:
         """Sends one request now; the future (of the running loop) resolves to its answer.
 
         A refusal (TooLarge, InvalidUtf8, Overloaded, ...) is raised at once. Cancelling the
         future withdraws the request if the daemon has not taken it yet.
         """
-        return self._aio.submit(text, timeout, priority)
+        return self._aio.submit(text, timeout, priority, model)
 
     async def submit_many_async(self, texts: Sequence[Text], timeout: float = DEFAULT_TIMEOUT,
                                 priority: Priority | None = None,
-                                return_exceptions: bool = False) -> list[Any]:
+                                return_exceptions: bool = False, model: str | None = None) -> list[Any]:
         """submit_many for asyncio: one submission, answers in order, errors as submit_many's."""
-        futures = self._aio.submit_many(_sequence(texts), timeout, priority)
+        futures = self._aio.submit_many(_sequence(texts), timeout, priority, model)
         outcomes = await asyncio.gather(*futures, return_exceptions=True)
         return _settled(outcomes, return_exceptions)
 

@@ -33,22 +33,23 @@ class AsyncDriver:
         self._pending: dict[int, asyncio.Future[Any]] = {}  # by token
         self._next_token = 0
 
-    def submit(self, text: Union[str, bytes], timeout: float, priority: str | None) -> asyncio.Future[str]:
+    def submit(self, text: Union[str, bytes], timeout: float, priority: str | None,
+               model: str | None = None) -> asyncio.Future[str]:
         loop = self._bind()
         token = self._take_tokens(1)
         try:
-            request_id = self._client._submit_async(text, timeout, priority, token)
+            request_id = self._client._submit_async(text, timeout, priority, token, model)
         except BaseException:
             self._unbind_if_idle()
             raise
         return self._track(loop, token, request_id)
 
     def submit_many(self, texts: Sequence[Union[str, bytes]], timeout: float,
-                    priority: str | None) -> list[asyncio.Future[Any]]:
+                    priority: str | None, model: str | None = None) -> list[asyncio.Future[Any]]:
         loop = self._bind()
         first = self._take_tokens(len(texts))
         try:
-            admitted = self._client._submit_many_async(texts, timeout, priority, first)
+            admitted = self._client._submit_many_async(texts, timeout, priority, first, model)
         except BaseException:
             self._unbind_if_idle()
             raise

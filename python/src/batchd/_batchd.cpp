@@ -34,6 +34,13 @@ std::chrono::milliseconds to_timeout(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000)));
 }
 
+// The model a call names: None is the daemon's default model (an empty name).
+std::string to_model(nb::handle name) {
+  if (name.is_none()) return {};
+  if (!nb::isinstance<nb::str>(name)) throw nb::type_error("model must be a str or None");
+  return nb::borrow<nb::str>(name).c_str();
+}
+
 batchd::Priority to_priority(nb::handle name) {
   if (name.is_none()) return batchd::Priority::kNormal;
   if (!nb::isinstance<nb::str>(name)) throw nb::type_error("priority must be 'high', 'normal', 'low' or None");
@@ -160,6 +167,18 @@ nb::dict daemon_status(const batchd::DaemonStatus& s) {
   nb::list devices;
   for (const auto& d : s.devices) devices.append(device_status(d));
   out["devices"] = devices;
+  nb::list models;
+  for (const auto& m : s.models) {
+    nb::dict model;
+    model["name"] = m.name;
+    model["version"] = m.version;
+    model["backend"] = m.backend;
+    model["state"] = m.state;
+    model["lanes"] = m.lanes;
+    model["requests_taken"] = m.requests_taken;
+    models.append(model);
+  }
+  out["models"] = models;
   out["dead_letters"] = s.dead_letters;
   out["dead_letters_dropped"] = s.dead_letters_dropped;
   out["priority_downgrades"] = s.priority_downgrades;
@@ -188,15 +207,16 @@ class NativeClient {
     if (!client_) raise(make_error(error.code, error.message));
   }
 
-  nb::object submit(nb::handle text, double timeout_s, nb::handle priority) {
+  nb::object submit(nb::handle text, double timeout_s, nb::handle priority, nb::handle model) {
     const std::string input = to_input(text);
     const auto timeout = to_timeout(timeout_s);
     const batchd::Priority cls = to_priority(priority);
+    const std::string name = to_model(model);
     const std::shared_ptr<batchd::Client> client = get();
     batchd::Result result = batchd::Result::failure(batchd::ErrorCode::kProtocolError, "");
     {
       nb::gil_scoped_release unlocked;
-      result = client->submit(input, timeout, cls);
+      result = client->submit(input, timeout, batchd::RequestOptions{cls, name});
     }
     nb::object answer = to_python(result);
     if (!result.ok() || !nb::isinstance<nb::str>(answer)) raise(answer);
@@ -204,16 +224,17 @@ class NativeClient {
   }
 
   // Each answer as a str, or an Error instance in its place.
-  nb::list submit_many(nb::handle texts, double timeout_s, nb::handle priority) {
+  nb::list submit_many(nb::handle texts, double timeout_s, nb::handle priority, nb::handle model) {
     const std::vector<std::string> inputs = to_inputs(texts);
     const std::vector<std::string_view> views(inputs.begin(), inputs.end());
     const auto timeout = to_timeout(timeout_s);
     const batchd::Priority cls = to_priority(priority);
+    const std::string name = to_model(model);
     const std::shared_ptr<batchd::Client> client = get();
     std::vector<batchd::Result> results;
     {
       nb::gil_scoped_release unlocked;
-      results = client->submit_many(views, timeout, cls);
+      results = client->submit_many(views, timeout, batchd::RequestOptions{cls, name});
     }
     nb::list out;
     for (const batchd::Result& result : results) out.append(to_python(result));
@@ -222,11 +243,14 @@ class NativeClient {
 
   // Sends without waiting; poll() later returns (token, answer or Error). Returns the request's
   // id (for cancel()), or raises the refusal, in which case poll() never names `token`.
-  std::uint64_t submit_async(nb::handle text, double timeout_s, nb::handle priority, std::uint64_t token) {
+  std::uint64_t submit_async(nb::handle text, double timeout_s, nb::handle priority, std::uint64_t token,
+                             nb::handle model) {
     const std::string input = to_input(text);
+    const std::string name = to_model(model);
     std::uint64_t id = 0;
-    if (auto refused = get()->submit_async(input, to_timeout(timeout_s), to_priority(priority),
-                                           collector(token), &id)) {
+    if (auto refused = get()->submit_async(input, to_timeout(timeout_s),
+                                           batchd::RequestOptions{to_priority(priority), name}, collector(token),
+                                           &id)) {
       raise(make_error(refused->code, refused->message));
     }
     return id;
@@ -235,15 +259,17 @@ class NativeClient {
   // submit_async for each text, with tokens first_token, first_token + 1, ...: a list of ids, an
   // Error instance in place of each refused one.
   nb::list submit_many_async(nb::handle texts, double timeout_s, nb::handle priority,
-                             std::uint64_t first_token) {
+                             std::uint64_t first_token, nb::handle model) {
     const std::vector<std::string> inputs = to_inputs(texts);
     const auto timeout = to_timeout(timeout_s);
     const batchd::Priority cls = to_priority(priority);
+    const std::string name = to_model(model);
     std::vector<batchd::Client::AsyncSubmission> submissions(inputs.size());
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       submissions[i].input = inputs[i];
       submissions[i].done = collector(first_token + i);
       submissions[i].priority = cls;
+      submissions[i].model = name;
     }
     get()->submit_many_async(submissions, timeout);
     nb::list out;
@@ -322,13 +348,13 @@ NB_MODULE(_batchd, m) {
   nb::class_<NativeClient>(m, "NativeClient")
       .def(nb::init<nb::handle, double>(), nb::arg("socket").none(), nb::arg("connect_timeout"))
       .def("submit", &NativeClient::submit, nb::arg("text"), nb::arg("timeout") = kDefaultTimeoutS,
-           nb::arg("priority").none() = nb::none())
+           nb::arg("priority").none() = nb::none(), nb::arg("model").none() = nb::none())
       .def("_submit_many", &NativeClient::submit_many, nb::arg("texts"), nb::arg("timeout"),
-           nb::arg("priority").none())
+           nb::arg("priority").none(), nb::arg("model").none() = nb::none())
       .def("_submit_async", &NativeClient::submit_async, nb::arg("text"), nb::arg("timeout"),
-           nb::arg("priority").none(), nb::arg("token"))
+           nb::arg("priority").none(), nb::arg("token"), nb::arg("model").none() = nb::none())
       .def("_submit_many_async", &NativeClient::submit_many_async, nb::arg("texts"), nb::arg("timeout"),
-           nb::arg("priority").none(), nb::arg("first_token"))
+           nb::arg("priority").none(), nb::arg("first_token"), nb::arg("model").none() = nb::none())
       .def("_poll", &NativeClient::poll)
       .def("_cancel", &NativeClient::cancel)
       .def("_event_fd", &NativeClient::event_fd)

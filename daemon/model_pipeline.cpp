@@ -1,0 +1,409 @@
+// One model's drain-and-batch path: admit each request the drain loop took for it or reject it at
+// once (withdrawn, expired, or bound to miss its deadline behind the backlog), copy the admitted
+// into the open batch, and hand full or due batches to its router.
+#include "daemon/model_pipeline.hpp"
+
+#include <simdjson.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <stdexcept>
+
+#include "shm/clock.hpp"
+
+namespace batchd {
+
+namespace {
+
+// A safety net only: a worker that frees a batch rings the doorbell when the drain loop sleeps.
+constexpr std::int64_t kPoolPollNs = 1'000'000;
+
+}  // namespace
+
+ModelPipeline::ModelPipeline(std::uint32_t id, ModelConfig config, std::unique_ptr<Backend> backend,
+                             DaemonStats& stats, Completer& completer)
+    : id_(id), config_(std::move(config)), backend_(std::move(backend)), stats_(stats), completer_(completer),
+      batcher_(config_.settings.batch), policy_(config_.settings.batch) {
+  if (backend_ == nullptr) throw std::invalid_argument("model " + config_.name + " needs a backend");
+  ModelSettings& settings = config_.settings;
+  workers_ = dynamic_cast<WorkerBackend*>(backend_.get());
+  // Workers come and go: a batch waits for one rather than failing while none is attached.
+  if (workers_ != nullptr) settings.routing.wait_for_devices = true;
+  settings.batch = fit_to_backend(settings.batch, "start");
+  fit_timeout_to_backend();
+  batcher_.set_limits(settings.batch);
+  policy_.set_limits(settings.batch);
+  pending_.set_floors({0, settings.normal_floor_percent / 100.0, settings.low_floor_percent / 100.0});
+}
+
+ModelPipeline::~ModelPipeline() { stop(); }
+
+void ModelPipeline::stop() noexcept {
+  if (!router_) return;
+  if (open_ != nullptr) router_->release(open_);
+  open_ = nullptr;
+  router_->stop();
+}
+
+// The hang timeout is raised rather than the start refused: a configuration that is merely costly
+// still serves, and the warning says what to set.
+void ModelPipeline::fit_timeout_to_backend() {
+  RouterOptions& routing = config_.settings.routing;
+  const auto worst = std::chrono::ceil<std::chrono::milliseconds>(backend_->worst_batch_time());
+  if (worst <= routing.device_timeout) return;
+  spdlog::warn("start: --device-timeout-ms {} is shorter than the largest batch may take on a "
+               "healthy {} device at this cost and batch size (up to {} ms); using {} ms so that "
+               "it does not look hung",
+               routing.device_timeout.count(), backend_->name(), worst.count(), worst.count());
+  routing.device_timeout = worst;
+}
+
+BatchLimits ModelPipeline::fit_to_backend(BatchLimits limits, const char* when) const {
+  const BatchCapacity capacity = backend_->capacity();
+  if (limits.max_batch_from_backend && capacity.fill_inputs > limits.max_batch) {
+    limits.max_batch = std::min(capacity.fill_inputs, capacity.max_inputs);
+    spdlog::info("{}: max batch {}, what keeps the {} backend's devices full with every lane "
+                 "running a batch (--max-batch sets a fixed ceiling)",
+                 when, limits.max_batch, backend_->name());
+  }
+  if (limits.max_batch > capacity.max_inputs) {
+    spdlog::warn("{}: max batch {} is more than the {} backend can run ({}: it sizes its buffers at "
+                 "start; restart the daemon to change that); using {}",
+                 when, limits.max_batch, backend_->name(), capacity.max_inputs, capacity.max_inputs);
+    limits.max_batch = capacity.max_inputs;
+  }
+  if (limits.max_batch_bytes > capacity.max_bytes) {
+    spdlog::warn("{}: max batch bytes {} is more than the {} backend can run ({}: it sizes its buffers "
+                 "at start; restart the daemon to change that); using {}",
+                 when, limits.max_batch_bytes, backend_->name(), capacity.max_bytes, capacity.max_bytes);
+    limits.max_batch_bytes = capacity.max_bytes;
+  }
+  return limits;
+}
+
+void ModelPipeline::prepare(Hooks hooks) {
+  router_ = std::make_unique<Router>(*backend_, completer_, config_.settings.routing, std::move(hooks.on_batch_freed),
+                                     std::move(hooks.on_tick));
+  if (workers_ != nullptr) {
+    create_input_arena();
+    // Every place starts empty: a worker that attaches opens one (daemon_workers.cpp).
+    for (unsigned d = 0; d < backend_->devices(); ++d) router_->close_device(d);
+  }
+  router_->set_dead_letters(hooks.dead_letters);
+  router_->set_latency(&stats_.latency);
+}
+
+void ModelPipeline::create_input_arena() {
+  const BatchLimits& batch = config_.settings.batch;
+  // A slot holds a whole batch up to this; a larger one (--max-batch-bytes past it) is assembled on
+  // the heap and copied into the worker's buffer. A worker can make the whole arena resident (read
+  // faults on a memfd allocate), so this bounds what it can pin: slots x 16 MiB at most.
+  constexpr std::uint64_t kMaxSlotBytes = std::uint64_t{16} << 20;
+  auto arena = InputArena::create(router_->pool_size(), batch.max_batch, std::min(batch.max_batch_bytes, kMaxSlotBytes));
+  if (!arena) throw std::runtime_error("cannot create the input arena for workers: " + arena.error().message);
+  input_arena_ = std::move(*arena);
+  router_->place_batches_in(input_arena_);
+  spdlog::info("workers read batches in place: an input arena of {} slots ({} MiB, sparse; a worker may make all "
+               "of it resident)",
+               input_arena_.slots(), input_arena_.size_bytes() >> 20);
+}
+
+void ModelPipeline::reject(const PendingRequest& request, shm::WireStatus status, const char* why) {
+  completer_.reject(RequestRef{request.session, request.taken.slot, request.taken.generation,
+                               request.taken.deadline_mono_ns},
+                    status, why);
+}
+
+bool ModelPipeline::rejected_as_gone(const PendingRequest& request, std::int64_t now_ns, const char* late_why) {
+  const TakenRequest& taken = request.taken;
+  const shm::RequestSlotHeader& header = *request.session->view().request_slot(taken.slot);
+  if (header.cancel_generation.load(std::memory_order_relaxed) == taken.generation) {
+    reject(request, shm::WireStatus::kCancelled, "request withdrawn by the client");
+    return true;
+  }
+  if (taken.deadline_mono_ns != 0 && taken.deadline_mono_ns <= now_ns) {
+    reject(request, shm::WireStatus::kTimeout, late_why);
+    return true;
+  }
+  return false;
+}
+
+bool ModelPipeline::admit(PendingRequest request, std::int64_t now_ns) {
+  if (rejected_as_gone(request, now_ns, "deadline passed before the daemon took the request")) return false;
+  const TakenRequest& taken = request.taken;
+  if (taken.deadline_mono_ns != 0 && would_miss_deadline(taken, now_ns)) {
+    stats_.requests_shed_by_class[static_cast<std::size_t>(taken.priority)].fetch_add(1, std::memory_order_relaxed);
+    reject(request, shm::WireStatus::kOverloaded,
+           "overloaded: the daemon's backlog would outlast this request's deadline; retry later");
+    return false;
+  }
+  pending_.push_back(std::move(request));
+  return true;
+}
+
+void ModelPipeline::note_taken(shm::WirePriority priority, std::uint64_t bytes) noexcept {
+  taken_.fetch_add(1, std::memory_order_relaxed);
+  ++pass_taken_[static_cast<std::size_t>(priority)];
+  pass_bytes_[static_cast<std::size_t>(priority)] += bytes;
+}
+
+void ModelPipeline::end_pass(std::int64_t now_ns) noexcept {
+  for (std::size_t c = 0; c < arrivals_.size(); ++c) {
+    if (pass_taken_[c] > 0) arrivals_[c].add(pass_taken_[c], pass_bytes_[c], now_ns);
+  }
+  pass_taken_.fill(0);
+  pass_bytes_.fill(0);
+  admission_.taken = false;
+}
+
+bool ModelPipeline::would_miss_deadline(const TakenRequest& taken, std::int64_t now_ns) {
+  AdmissionView& view = admission_;
+  if (!view.taken) {
+    view.delays = router_->delay_view(now_ns);
+    view.passing_per_ns.fill(0);
+    for (std::size_t c = 0; c < arrivals_.size(); ++c) {
+      const double per_ns = arrivals_[c].per_second(now_ns) / 1e9;
+      // Classes served before rank r pass a request of rank r.
+      for (std::size_t r = rank_of(static_cast<shm::WirePriority>(c)) + 1; r < PendingQueue::kClasses; ++r) {
+        view.passing_per_ns[r] += per_ns;
+      }
+    }
+    view.taken = true;
+  }
+  // Everything taken and not yet answered is ahead of this request, but for the waiting requests
+  // of lower classes, which it will pass. Rejecting now, when it cannot make its deadline anyway,
+  // keeps the backlog (and memory) bounded by what can be served in time, and tells the caller at
+  // once instead of at its deadline. Under overload the lowest class sees the longest queue, so
+  // it is refused first, then normal; high sees only its own. Only this model's own backlog
+  // counts: it has its own lanes.
+  const std::size_t rank = rank_of(taken.priority);
+  std::uint64_t behind = 0;
+  for (std::size_t r = rank + 1; r < PendingQueue::kClasses; ++r) behind += pending_.size_of_rank(r);
+  const std::uint64_t not_waiting = behind + view.delays.dispatched;
+  // This model's requests taken and not answered: waiting, in the open batch, on the lanes, and
+  // this one.
+  const std::uint64_t in_flight = pending_.size() + batcher_.count() + view.delays.dispatched + 1;
+  const std::uint64_t waiting_ahead = in_flight > not_waiting ? in_flight - not_waiting : 0;
+  const std::uint32_t max_batch = config_.settings.batch.max_batch;
+  // No exception for an estimate that went wrong: a device's fit counts only while it keeps
+  // running batches (Router::lane_view), so refusing everything sets it aside within a second.
+  std::int64_t delay_ns = Router::estimate_delay_ns(view.delays, waiting_ahead, max_batch);
+  // Requests of higher classes that arrive while this one waits will pass it too.
+  if (view.passing_per_ns[rank] > 0) {
+    const auto passing = static_cast<std::uint64_t>(view.passing_per_ns[rank] * static_cast<double>(delay_ns));
+    delay_ns = Router::estimate_delay_ns(view.delays, waiting_ahead + passing, max_batch);
+  }
+  // A fifth of the budget is kept back for what the estimate cannot see: batch-time jitter, and
+  // the completion reaching the caller. deadline > now here, so budget_ns cannot overflow, and
+  // taking the fifth off by division keeps a far deadline from overflowing.
+  const std::int64_t budget_ns = taken.deadline_mono_ns - now_ns;
+  const std::int64_t allowed_ns = budget_ns - budget_ns / 5;
+  if (delay_ns <= allowed_ns) return false;
+  return delay_within_floor_ns(rank) > allowed_ns;
+}
+
+std::int64_t ModelPipeline::delay_within_floor_ns(std::size_t rank) const noexcept {
+  const ModelSettings& settings = config_.settings;
+  const std::uint32_t percent = rank == 1 ? settings.normal_floor_percent
+                                          : rank == 2 ? settings.low_floor_percent : 0;
+  if (percent == 0) return INT64_MAX;
+  // Its class's floor (PendingQueue) serves it however much the classes above send: the lanes
+  // free, the next batch takes it once its class's requests ahead have gone, and those leave at
+  // the floor's share of the lanes' pace.
+  const Router::DelayView& delays = admission_.delays;
+  const std::uint64_t own_ahead = pending_.size_of_rank(rank);
+  const std::int64_t own_ns = std::max<std::int64_t>(
+      0, Router::estimate_delay_ns(delays, own_ahead, settings.batch.max_batch) - delays.first_free_ns);
+  const auto next_batch_ns = static_cast<std::int64_t>(delays.measured_batch_ns);
+  return delays.first_free_ns + next_batch_ns + own_ns * 100 / percent;
+}
+
+bool ModelPipeline::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
+  Batch& batch = *open_;
+  const TakenRequest& taken = request.taken;
+  // Still withdrawable while it waited: only a batch makes a request claimed.
+  if (rejected_as_gone(request, now_ns, "deadline passed before the request was batched")) return false;
+  // Copy first, check the copy: the client may still be scribbling on its slot. The copy is the
+  // batch's input itself (a worker process reads it in place, daemon/input_arena.hpp).
+  char* to = batch.input_bytes.grow_by(taken.input_bytes);
+  if (taken.input_bytes > 0) std::memcpy(to, taken.input, taken.input_bytes);
+  if (!simdjson::validate_utf8(to, taken.input_bytes)) {
+    batch.input_bytes.truncate(batch.input_bytes.size() - taken.input_bytes);
+    reject(request, shm::WireStatus::kInvalidUtf8, "input is not valid UTF-8");
+    return false;
+  }
+  if (batch.requests.empty()) batch.opened_ns = request.arrival_ns;
+  batch.input_offsets.push_back(static_cast<std::uint32_t>(batch.input_bytes.size()));
+  shares_.add(request.session->uid(), rank_of(taken.priority), taken.input_bytes);
+  batch.requests.push_back(RequestRef{std::move(request.session), taken.slot, taken.generation,
+                                      taken.deadline_mono_ns, taken.request_id, request.arrival_ns,
+                                      taken.priority});
+  batcher_.add(taken.input_bytes, WaitOrFullBatcher::at_ns(request.arrival_ns), taken.deadline_mono_ns);
+  return true;
+}
+
+bool ModelPipeline::cut_for_fairness(const PendingRequest& request, std::optional<CostFit>& cost,
+                                     std::int64_t now_ns) const noexcept {
+  const uid_t tenant = request.session->uid();
+  const std::size_t cls = rank_of(request.taken.priority);
+  const std::uint32_t slice_us = config_.settings.fair_slice_us;
+  if (slice_us == 0 || !shares_.holds_other_than(tenant, cls)) return false;
+  if (!cost) cost = router_->lane_view(now_ns).cost;  // once a pass, and only for a mixed batch
+  if (!cost->fitted) return false;
+  // A device whose every batch costs more than the slice still batches: the least run a cut
+  // leaves is then twice its fixed cost, so at least half of each run is the requests' own work.
+  const double least_ns = std::max(static_cast<double>(slice_us) * 1e3, 2 * cost->fixed_ns);
+  return shares_.would_double_anothers(tenant, cls, request.taken.input_bytes, *cost, least_ns);
+}
+
+bool ModelPipeline::fill_batches(std::int64_t now_ns) {
+  bool progressed = false;
+  const std::int64_t urgent_ns = pending_.empty() ? 0 : urgent_ns_before_deadline(now_ns);
+  batcher_.cap_bytes(router_->byte_budget(now_ns));  // device memory (router_memory.cpp)
+  std::optional<CostFit> cost;  // the lanes' fitted cost, read when the fairness cut first needs it
+  while (!pending_.empty()) {
+    if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) break;
+    // While the open batch is held for a lane, the rest wait here, in class order, until a lane
+    // frees: a batch filled now would fix its members in arrival order, and a high-priority
+    // request arriving meanwhile would wait behind them.
+    if (batcher_.count() > 0 && holding_for_lane(now_ns)) break;
+    PendingRequest& request = pending_.front(now_ns, urgent_ns);
+    if (!batcher_.fits(request.taken.input_bytes) || cut_for_fairness(request, cost, now_ns)) {
+      batcher_.mark_full();
+      flush_open_batch(FlushReason::kFull);
+      continue;  // the same request goes into the next batch
+    }
+    move_into_batch(request, now_ns);
+    pending_.pop_front();
+    progressed = true;
+    if (batcher_.count() >= batcher_.limits().max_batch) flush_open_batch(FlushReason::kFull);
+  }
+  // Checked once the batch holds all it can: a request that waited for a batch object does not
+  // make a batch of one.
+  if (const FlushDecision decision = decide_flush(now_ns); decision.flush()) flush_open_batch(decision.reason);
+  return progressed;
+}
+
+std::int64_t ModelPipeline::urgent_ns_before_deadline(std::int64_t now_ns) const noexcept {
+  // A request this close to its deadline must join the next batch: that batch's run (at most a
+  // full one) and a margin. Admission already counted the higher classes that would pass it, so
+  // this is the exception (the estimate was wrong), not the way lower classes get served.
+  const Router::LaneView lanes = router_->lane_view(now_ns);
+  const double full_batch_ns =
+      lanes.cost.fitted ? lanes.cost.predict_ns(config_.settings.batch.max_batch, 0) : 0;
+  return static_cast<std::int64_t>(full_batch_ns) + BatchPolicy::kDeadlineMarginNs;
+}
+
+PolicyView ModelPipeline::policy_view(std::int64_t now_ns) const noexcept {
+  const Router::LaneView lanes = router_->lane_view(now_ns);
+  PolicyView view;
+  view.lanes = lanes.lanes;
+  view.idle_lanes = lanes.idle_lanes;
+  view.cost = lanes.cost;
+  view.arrivals_per_s = 0;
+  double bytes_per_s = 0;
+  for (const RateMeter& meter : arrivals_) {
+    view.arrivals_per_s += meter.per_second(now_ns);
+    bytes_per_s += meter.bytes_per_second(now_ns);
+  }
+  view.mean_input_bytes = view.arrivals_per_s > 0 ? bytes_per_s / view.arrivals_per_s : 0;
+  return view;
+}
+
+void ModelPipeline::refresh_policy_stats(std::int64_t now_ns) noexcept {
+  // The status page's policy figures are the default model's.
+  if (id_ != 0 || now_ns < next_policy_stats_ns_) return;
+  next_policy_stats_ns_ = now_ns + kPolicyStatsPeriodNs;
+  const PolicyView view = policy_view(now_ns);
+  stats_.arrivals_per_s.store(static_cast<std::uint64_t>(view.arrivals_per_s), std::memory_order_relaxed);
+  for (std::size_t c = 0; c < arrivals_.size(); ++c) {
+    stats_.arrivals_per_s_by_class[c].store(static_cast<std::uint64_t>(arrivals_[c].per_second(now_ns)),
+                                            std::memory_order_relaxed);
+  }
+  const BatchLimits& batch = config_.settings.batch;
+  stats_.target_batch.store(batch.policy == PolicyKind::kAdaptive ? policy_.target_batch(view) : batch.max_batch,
+                            std::memory_order_relaxed);
+}
+
+bool ModelPipeline::holding_for_lane(std::int64_t now_ns) const noexcept {
+  if (config_.settings.batch.policy != PolicyKind::kAdaptive || stopping_) return false;
+  const Router::LaneView lanes = router_->lane_view(now_ns);
+  return lanes.lanes > 0 && lanes.idle_lanes == 0;
+}
+
+FlushDecision ModelPipeline::decide_flush(std::int64_t now_ns) {
+  recheck_ns_ = 0;
+  held_for_lane_ = false;
+  if (batcher_.count() == 0) return {};
+  const OpenBatchState state{batcher_.count(), batcher_.bytes(), batcher_.full(), batcher_.oldest_ns(),
+                             batcher_.earliest_deadline_ns()};
+  const PolicyView view =
+      config_.settings.batch.policy == PolicyKind::kAdaptive ? policy_view(now_ns) : PolicyView{};
+  const FlushDecision decision = policy_.decide(state, view, now_ns);
+  if (!decision.flush()) recheck_ns_ = decision.recheck_ns;
+  held_for_lane_ = !decision.flush() && view.lanes > 0 && view.idle_lanes == 0;
+  return decision;
+}
+
+void ModelPipeline::flush_open_batch(FlushReason reason) {
+  if (open_ == nullptr || open_->requests.empty()) return;
+  stats_.flushes[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+  open_->id = next_batch_id_++;
+  router_->run_or_dispatch(open_);
+  open_ = nullptr;
+  batcher_.reset();
+  shares_.clear();
+}
+
+bool ModelPipeline::work_waiting() {
+  // The open batch was held because every lane was busy, and one has freed since: its worker's
+  // doorbell may have come before the drain loop said it sleeps, so look rather than wait for it.
+  if (held_for_lane_ && !holding_for_lane(shm::monotonic_ns())) return true;
+  if (pending_.empty()) return false;
+  if (open_ != nullptr && batcher_.count() > 0 && holding_for_lane(shm::monotonic_ns())) {
+    return false;  // a lane's worker rings the doorbell when it frees
+  }
+  return open_ != nullptr || (open_ = router_->try_acquire()) != nullptr;
+}
+
+std::int64_t ModelPipeline::sleep_bound_ns(std::int64_t now_ns) const noexcept {
+  if (recheck_ns_ != 0) return std::max<std::int64_t>(0, recheck_ns_ - now_ns);  // the open batch is held until then
+  if (!pending_.empty() && open_ == nullptr) return kPoolPollNs;  // every batch busy: a net under the doorbell
+  return -1;
+}
+
+void ModelPipeline::update_limits(const BatchLimits& limits) {
+  {
+    std::lock_guard lock(limits_mu_);
+    pending_limits_ = fit_to_backend(limits, "reload");
+  }
+  limits_changed_.store(true, std::memory_order_release);
+}
+
+bool ModelPipeline::apply_pending_limits() {
+  if (!limits_changed_.exchange(false, std::memory_order_acq_rel)) return false;
+  std::lock_guard lock(limits_mu_);
+  BatchLimits& batch = config_.settings.batch;
+  batch = pending_limits_;
+  batcher_.set_limits(pending_limits_);
+  policy_.set_limits(pending_limits_);
+  recheck_ns_ = 0;
+  spdlog::info("model {}: batching policy now {}, max batch {}, max wait {} us, max batch bytes {}", config_.name,
+               policy_name(batch.policy), batch.max_batch,
+               std::chrono::duration_cast<std::chrono::microseconds>(batch.max_wait).count(), batch.max_batch_bytes);
+  return true;
+}
+
+bool ModelPipeline::stopping_done() {
+  // Whatever is open runs now rather than waiting out its window.
+  flush_open_batch(FlushReason::kStopping);
+  if (open_ != nullptr && open_->requests.empty()) {
+    router_->release(open_);
+    open_ = nullptr;
+  }
+  return pending_.empty() && router_->idle();
+}
+
+}  // namespace batchd

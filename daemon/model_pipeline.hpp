@@ -1,0 +1,176 @@
+// One model the daemon serves: its backend and the router over that backend's devices, the
+// requests admitted for it and waiting, the batch being filled and the policy that decides when
+// it goes. A batch never mixes models: each pipeline fills its own. The drain loop (Daemon) takes
+// requests off the clients' rings and hands each to its model's pipeline; everything here runs on
+// the drain thread unless a method says otherwise.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "backend/backend.hpp"
+#include "daemon/batch_policy.hpp"
+#include "daemon/batch_shares.hpp"
+#include "daemon/batcher.hpp"
+#include "daemon/completer.hpp"
+#include "daemon/config.hpp"
+#include "daemon/input_arena.hpp"
+#include "daemon/pending_queue.hpp"
+#include "daemon/rate_meter.hpp"
+#include "daemon/router.hpp"
+#include "daemon/stats.hpp"
+#include "daemon/worker_backend.hpp"
+#include "shm/layout.hpp"
+
+namespace batchd {
+
+class ModelPipeline {
+ public:
+  // What the pipeline is told of the daemon around it at start().
+  struct Hooks {
+    std::function<void()> on_batch_freed;  // a batch object returned to the pool (any thread)
+    std::function<void()> on_tick;         // the router's watchdog pass (its thread)
+    DeadLetterLog* dead_letters = nullptr;
+  };
+
+  // `id`: the model id requests name it by (0: the default model). Throws std::invalid_argument
+  // without a backend. The batching limits are fitted to the backend here (logged).
+  ModelPipeline(std::uint32_t id, ModelConfig config, std::unique_ptr<Backend> backend, DaemonStats& stats,
+                Completer& completer);
+  ~ModelPipeline();
+  ModelPipeline(const ModelPipeline&) = delete;
+  ModelPipeline& operator=(const ModelPipeline&) = delete;
+
+  // Makes the router (and, for workers, the arena they read batches from); throws what stops
+  // the start. Then start_lanes() starts its lanes and watchdog.
+  void prepare(Hooks hooks);
+  void start_lanes() { router_->start(); }
+
+  [[nodiscard]] std::uint32_t id() const noexcept { return id_; }
+  [[nodiscard]] const ModelConfig& config() const noexcept { return config_; }
+  [[nodiscard]] const BatchLimits& limits() const noexcept { return config_.settings.batch; }
+  [[nodiscard]] Backend& backend() const noexcept { return *backend_; }
+  [[nodiscard]] Router& router() const noexcept { return *router_; }
+  // The workers backend, when this model runs in worker processes; else nullptr.
+  [[nodiscard]] WorkerBackend* workers() const noexcept { return workers_; }
+  [[nodiscard]] const InputArena& input_arena() const noexcept { return input_arena_; }
+
+  // One drain pass: a request taken off a ring for this model. Rejects what must not wait
+  // (withdrawn, expired, or bound to miss its deadline behind the backlog) and queues the rest;
+  // returns whether it was queued.
+  bool admit(PendingRequest request, std::int64_t now_ns);
+  // The pass took these for this model (the arrival rates the policy and admission read).
+  void note_taken(shm::WirePriority priority, std::uint64_t bytes) noexcept;
+  // The pass is over: its arrivals are counted, and the next pass reads the lanes afresh.
+  void end_pass(std::int64_t now_ns) noexcept;
+  // Moves waiting requests into batches and hands full or due ones to the router.
+  bool fill_batches(std::int64_t now_ns);
+  // Copies the policy's view (arrival rate, n*) into the stats every kPolicyStatsPeriodNs.
+  void refresh_policy_stats(std::int64_t now_ns) noexcept;
+
+  // Whether a pass would make progress now (the drain loop sleeps only when none would).
+  [[nodiscard]] bool work_waiting();
+  // How long the drain loop may sleep for this model: -1 until an event.
+  [[nodiscard]] std::int64_t sleep_bound_ns(std::int64_t now_ns) const noexcept;
+  // Requests taken off the rings for this model, admitted or not. Any thread.
+  [[nodiscard]] std::uint64_t taken() const noexcept { return taken_.load(std::memory_order_relaxed); }
+  // Requests waiting for a batch, of every class.
+  [[nodiscard]] std::size_t waiting() const noexcept { return pending_.size(); }
+  // A client has gone: its waiting requests are dropped; returns how many.
+  std::size_t forget(std::uint64_t session_id) { return pending_.forget(session_id); }
+
+  // Any thread: new batching limits, applied by apply_pending_limits on the drain thread before
+  // it next batches (an open batch now over them is flushed at once; nothing is dropped).
+  void update_limits(const BatchLimits& limits);
+  // Returns true when limits were applied (the caller republishes them).
+  bool apply_pending_limits();
+
+  // Stopping: lanes are no longer held for (the open batch goes as soon as it can).
+  void begin_stop() noexcept { stopping_ = true; }
+  // One step of stopping, once nothing is left on the rings: the open batch runs now; true once
+  // nothing this model took is left to answer.
+  bool stopping_done();
+  // Returns the open batch unused and stops the lanes.
+  void stop() noexcept;
+
+ private:
+  // What admission reads of the router and the arrival rates, once per drain pass.
+  struct AdmissionView {
+    bool taken = false;
+    Router::DelayView delays;
+    std::array<double, PendingQueue::kClasses> passing_per_ns{};  // by rank: higher classes' arrivals
+  };
+
+  void reject(const PendingRequest& request, shm::WireStatus status, const char* why);
+  // Rejects a request its client withdrew, or one past its deadline (saying late_why); returns
+  // whether it did.
+  bool rejected_as_gone(const PendingRequest& request, std::int64_t now_ns, const char* late_why);
+  // Whether the request's predicted wait would use more than 80% of what its deadline leaves.
+  bool would_miss_deadline(const TakenRequest& taken, std::int64_t now_ns);
+  // The wait of a request of class `rank` served at its class's floor share (normal_floor_percent,
+  // low_floor_percent) however busy the classes above; INT64_MAX without a floor.
+  [[nodiscard]] std::int64_t delay_within_floor_ns(std::size_t rank) const noexcept;
+  // Whether `request` joining the open batch would make a request of another tenant (or class)
+  // already in it wait more than twice its time alone, past the fair slice: then the batch is
+  // cut and `request` opens the next. Never while one group fills the batch, so a lone tenant
+  // (or one behind a front-end) keeps full batches. `cost`: the lanes' fitted cost, read into it
+  // the first time a pass needs it.
+  [[nodiscard]] bool cut_for_fairness(const PendingRequest& request, std::optional<CostFit>& cost,
+                                      std::int64_t now_ns) const noexcept;
+  // The policy's verdict on the open batch now; remembers when to look again while it holds.
+  FlushDecision decide_flush(std::int64_t now_ns);
+  // The adaptive rule holds the open batch until a lane frees (every lane is busy): requests
+  // then wait in pending_ rather than join it.
+  [[nodiscard]] bool holding_for_lane(std::int64_t now_ns) const noexcept;
+  bool move_into_batch(PendingRequest& request, std::int64_t now_ns);
+  void flush_open_batch(FlushReason reason);
+  [[nodiscard]] PolicyView policy_view(std::int64_t now_ns) const noexcept;
+  // How close to its deadline a waiting request of a lower class jumps the queue.
+  [[nodiscard]] std::int64_t urgent_ns_before_deadline(std::int64_t now_ns) const noexcept;
+  // The policy cut to what the backend can run (Backend::capacity), with a warning when it was.
+  [[nodiscard]] BatchLimits fit_to_backend(BatchLimits limits, const char* when) const;
+  // Raises the hang timeout to the backend's worst batch time (Backend::worst_batch_time).
+  void fit_timeout_to_backend();
+  // The workers backend: the arena its batches are assembled in, one slot per pooled batch
+  // (start-up: throws what stops it).
+  void create_input_arena();
+
+  const std::uint32_t id_;
+  ModelConfig config_;
+  std::unique_ptr<Backend> backend_;
+  WorkerBackend* workers_ = nullptr;  // backend_, when it is the workers backend
+  DaemonStats& stats_;
+  Completer& completer_;
+  // The workers backend's batches are assembled here (before router_: its batches point into it).
+  InputArena input_arena_;
+  std::unique_ptr<Router> router_;
+
+  PendingQueue pending_;  // admitted, waiting for a batch
+  WaitOrFullBatcher batcher_;
+  BatchShares shares_;  // the open batch's requests by tenant and class
+  BatchPolicy policy_;
+  std::array<RateMeter, shm::kWirePriorities> arrivals_;  // taken from the rings, by WirePriority
+  std::array<std::uint64_t, shm::kWirePriorities> pass_taken_{};  // this pass's, by WirePriority
+  std::array<std::uint64_t, shm::kWirePriorities> pass_bytes_{};
+  AdmissionView admission_;      // this pass's
+  std::int64_t recheck_ns_ = 0;  // when the held open batch must be looked at again; 0: on events
+  bool held_for_lane_ = false;   // the last decision held the open batch because no lane was idle
+  static constexpr std::int64_t kPolicyStatsPeriodNs = 10'000'000;
+  std::int64_t next_policy_stats_ns_ = 0;
+  Batch* open_ = nullptr;  // the batch being filled, from the router's pool
+  std::uint64_t next_batch_id_ = 1;
+  bool stopping_ = false;
+  std::atomic<std::uint64_t> taken_{0};
+
+  std::mutex limits_mu_;
+  BatchLimits pending_limits_;           // guarded by limits_mu_
+  std::atomic<bool> limits_changed_{false};
+};
+
+}  // namespace batchd

@@ -1,0 +1,238 @@
+// Many models in one daemon: [models.NAME] tables and --model flags, each model answering by name
+// from the C++ client, batchd-send and batchd-stress with its own settings, the models table the
+// daemon publishes, and an unknown name refused at once without costing any other request.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "backend/reference_batchstring.hpp"
+#include "client_lib/client.hpp"
+#include "daemon/options.hpp"
+#include "tests/helpers.hpp"
+
+using namespace batchd;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = test::temp_socket_path(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+const ModelConfig* find(const DaemonConfig& config, const std::string& name) {
+  for (const ModelConfig& model : config.models) {
+    if (model.name == name) return &model;
+  }
+  return nullptr;
+}
+
+// The status page's entry for `name`, once the daemon has published it.
+DaemonStatus::Model published(const Client& client, const std::string& name) {
+  DaemonStatus::Model found;
+  REQUIRE(test::eventually([&] {
+    for (const DaemonStatus::Model& model : client.daemon_status().models) {
+      if (model.name == name) {
+        found = model;
+        return true;
+      }
+    }
+    return false;
+  }, 10s));
+  return found;
+}
+
+test::ProcessOutput send(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{test::built_binary("BATCHD_SEND_BIN")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return test::run_captured(argv, 30s);
+}
+
+}  // namespace
+
+TEST_CASE("[models.NAME] tables and --model flags declare models over the top-level defaults") {
+  const std::string path = write_file("models.toml",
+                                      "backend = \"cpu\"\ncost = 3\nmax_batch = 32\n"
+                                      "[models.langid]\nbackend = \"workers\"\nversion = \"7\"\n"
+                                      "[models.fast]\ncost = 1\npolicy = \"fixed\"\nmax_wait_ms = 2\n"
+                                      "[models.fast.sim]\ndevices = 2\n");
+  DaemonOptions options;
+  std::string message;
+  REQUIRE(parse_daemon_options({"--config", path, "--model", "quick:cost=2,max_batch=8", "--model", "fast:cost=5"},
+                               options, message) == -1);
+  const DaemonConfig& config = options.config;
+  CHECK(config.cost == 3);  // the default model keeps the top level
+  REQUIRE(config.models.size() == 3);
+  const ModelConfig* langid = find(config, "langid");
+  REQUIRE(langid != nullptr);
+  CHECK(langid->settings.backend == "workers");
+  CHECK(langid->version == "7");
+  CHECK(langid->settings.batch.max_batch == 32);  // inherited
+  const ModelConfig* fast = find(config, "fast");
+  REQUIRE(fast != nullptr);
+  CHECK(fast->settings.cost == 5);  // the flag after the table
+  CHECK(fast->settings.batch.policy == PolicyKind::kFixed);
+  CHECK(fast->settings.batch.max_wait == 2ms);
+  CHECK(fast->settings.sim.devices == 2);
+  CHECK(fast->version == "1");
+  const ModelConfig* quick = find(config, "quick");
+  REQUIRE(quick != nullptr);
+  CHECK(quick->settings.cost == 2);
+  CHECK(quick->settings.batch.max_batch == 8);
+  CHECK(quick->settings.backend == "cpu");
+
+  // batchstring's own table overrides the top level for it alone.
+  options = {};
+  REQUIRE(parse_daemon_options({"--cost", "2", "--model", "batchstring:cost=4,version=9", "--model", "other"},
+                               options, message) == -1);
+  CHECK(options.config.cost == 4);
+  CHECK(options.config.default_model_version == "9");
+  REQUIRE(options.config.models.size() == 1);
+  CHECK(options.config.models[0].settings.cost == 2);
+}
+
+TEST_CASE("a bad model declaration is refused with the model and the reason") {
+  DaemonOptions options;
+  std::string message;
+  CHECK(parse_daemon_options({"--model", "no/slash"}, options, message) == 2);
+  CHECK(message.find("no/slash") != std::string::npos);
+  CHECK(parse_daemon_options({"--model", "-dash"}, options, message) == 2);
+  CHECK(parse_daemon_options({"--model", std::string(64, 'm')}, options, message) == 2);
+  CHECK(parse_daemon_options({"--model", "m:socket=/tmp/x"}, options, message) == 2);
+  CHECK(message.find("daemon's, not a model's") != std::string::npos);
+  CHECK(parse_daemon_options({"--model", "m:cost"}, options, message) == 2);
+  CHECK(message.find("NAME:KEY=VALUE") != std::string::npos);
+  CHECK(parse_daemon_options({"--model", "m:no_such_key=1"}, options, message) == 2);
+  CHECK(message.find("model m") != std::string::npos);
+  CHECK(parse_daemon_options({"--model", "m:max_batch=0"}, options, message) == 2);
+
+  const std::string path = write_file("bad_model.toml", "[models.m]\nmax_batch = 4\nmetrics_listen = \"x\"\n");
+  CHECK(parse_daemon_options({"--config", path}, options, message) == 2);
+  CHECK(message.find("model m") != std::string::npos);
+
+  std::vector<std::string> many;
+  for (int m = 0; m < 64; ++m) {
+    many.push_back("--model");
+    many.push_back("m" + std::to_string(m));
+  }
+  CHECK(parse_daemon_options(many, options, message) == 2);
+  CHECK(message.find("at most 64 models") != std::string::npos);
+}
+
+TEST_CASE("two models in one daemon answer by name with their own settings; an unknown name is refused") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--cpu-threads", "1", "--max-wait-ms", "1",
+                                      "--model", "twice:cost=2,version=3"});
+  std::unique_ptr<Client> client = test::connect(socket);
+
+  const std::vector<DaemonStatus::Model> models = [&] {
+    (void)published(*client, "twice");
+    return client->daemon_status().models;
+  }();
+  REQUIRE(models.size() == 2);
+  CHECK(models[0].name == "batchstring");
+  CHECK(models[0].version == "1");
+  CHECK(models[0].backend == "cpu");
+  CHECK(models[1].name == "twice");
+  CHECK(models[1].version == "3");
+  CHECK(models[0].state == "ready");
+  CHECK(models[1].state == "ready");
+  CHECK(models[1].lanes == 1);
+
+  constexpr int kEach = 20;
+  for (int i = 0; i < kEach; ++i) {
+    const std::string input = "input " + std::to_string(i);
+    Result plain = client->submit(input, 10s);
+    Result named = client->submit(input, 10s, RequestOptions{Priority::kNormal, "batchstring"});
+    Result twice = client->submit(input, 10s, RequestOptions{Priority::kHigh, "twice"});
+    REQUIRE(plain.ok());
+    REQUIRE(named.ok());
+    REQUIRE(twice.ok());
+    CHECK(plain.output() == reference_batchstring(input, 1));
+    CHECK(named.output() == reference_batchstring(input, 1));
+    CHECK(twice.output() == reference_batchstring(input, 2));
+  }
+
+  // Many at once, and asynchronously, each to its model.
+  std::vector<std::string> inputs;
+  for (int i = 0; i < 16; ++i) inputs.push_back("many " + std::to_string(i));
+  const std::vector<std::string_view> views(inputs.begin(), inputs.end());
+  const std::vector<Result> many = client->submit_many(views, 10s, RequestOptions{Priority::kLow, "twice"});
+  for (std::size_t i = 0; i < many.size(); ++i) {
+    REQUIRE(many[i].ok());
+    CHECK(many[i].output() == reference_batchstring(inputs[i], 2));
+  }
+  std::vector<Client::AsyncSubmission> submissions(inputs.size());
+  std::vector<std::optional<Result>> answers(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    submissions[i].input = inputs[i];
+    submissions[i].model = i % 2 == 0 ? "twice" : "";
+    submissions[i].done = [&answers, i](Result&& r) { answers[i] = std::move(r); };
+  }
+  REQUIRE(client->submit_many_async(submissions, 10s) == inputs.size());
+  REQUIRE(test::eventually([&] {
+    client->poll();
+    return std::all_of(answers.begin(), answers.end(), [](const auto& a) { return a.has_value(); });
+  }, 10s));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    REQUIRE(answers[i]->ok());
+    CHECK(answers[i]->output() == reference_batchstring(inputs[i], i % 2 == 0 ? 2 : 1));
+  }
+
+  // An unknown name: refused at once, naming what the daemon serves; nothing else is lost.
+  const Result unknown = client->submit("x", 10s, RequestOptions{Priority::kNormal, "nope"});
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().code == ErrorCode::kUnknownModel);
+  CHECK(unknown.error().message.find("'nope'") != std::string::npos);
+  CHECK(unknown.error().message.find("batchstring, twice") != std::string::npos);
+  const std::optional<Error> refused =
+      client->submit_async("x", 10s, RequestOptions{Priority::kNormal, "nope"}, [](Result&&) { FAIL("called"); });
+  REQUIRE(refused.has_value());
+  CHECK(refused->code == ErrorCode::kUnknownModel);
+  Result after = client->submit("after", 10s, RequestOptions{Priority::kNormal, "twice"});
+  REQUIRE(after.ok());
+  CHECK(after.output() == reference_batchstring("after", 2));
+
+  // Each model counts what it took: kEach + 16 + 8 + 1 for twice.
+  CHECK(test::eventually([&] { return published(*client, "twice").requests_taken == kEach + 16 + 8 + 1; }, 10s));
+  CHECK(test::eventually(
+      [&] { return published(*client, "batchstring").requests_taken == 2 * kEach + 8; }, 10s));
+
+  // batchd-send --model.
+  const test::ProcessOutput sent = send({"--socket", socket, "--model", "twice", "hello"});
+  CHECK(sent.exit_code() == 0);
+  CHECK(sent.out == reference_batchstring("hello", 2) + "\n");
+  const test::ProcessOutput missing = send({"--socket", socket, "--model", "nope", "hello"});
+  CHECK(missing.exit_code() == 1);
+  CHECK(missing.err.find("unknown_model") != std::string::npos);
+  daemon.stop();
+}
+
+TEST_CASE("batchd-stress sends a mix of models in one run, every answer checked") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--cpu-threads", "1", "--max-wait-ms", "1",
+                                      "--model", "second", "--model", "third"});
+  std::unique_ptr<Client> client = test::connect(socket);
+  (void)published(*client, "third");
+  const std::uint64_t requests = test::scaled(600, 60);
+  const test::StressRun run = test::run_stress({"--socket", socket, "--requests", std::to_string(requests),
+                                                "--threads", "3", "--model", "batchstring", "--model", "second",
+                                                "--model", "third"});
+  INFO("stdout: ", run.process.out, "\nstderr: ", run.process.err);
+  REQUIRE(run.process.exit_code() == 0);
+  CHECK(run.field("ok") == static_cast<double>(requests));
+  CHECK(run.field("wrong") == 0);
+  CHECK(run.field("errors") == 0);
+  for (const char* name : {"batchstring", "second", "third"}) {
+    CHECK_MESSAGE(test::eventually([&] { return published(*client, name).requests_taken == requests / 3; }, 10s),
+                  name);
+  }
+
+  const test::StressRun unknown = test::run_stress({"--socket", socket, "--requests", "10", "--model", "nope"});
+  CHECK(unknown.field("sent") == 10);
+  CHECK(unknown.field("/errors_by_kind/unknown_model") == 10);
+  daemon.stop();
+}
