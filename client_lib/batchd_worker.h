@@ -24,7 +24,7 @@ extern "C" {
 typedef struct batchd_worker_options {
   uint32_t struct_size;     /* sizeof(batchd_worker_options); set by batchd_worker_options_init */
   const char* socket_path;  /* NULL: the client's default (BATCHD_SOCKET, then the daemon's) */
-  const char* name;         /* NULL: "worker" */
+  const char* name;         /* the model it serves, by name (docs/MODELS.md); NULL: "worker" */
   const char* version;      /* NULL: "0" */
   uint32_t concurrency;     /* batches run at once, one thread each (1 .. 16) */
   uint32_t max_inputs;      /* the largest batch this worker takes: inputs */

@@ -25,7 +25,10 @@ namespace batchd {
 
 struct WorkerOptions {
   std::string socket_path;       // empty: the client's default (BATCHD_SOCKET, then the daemon's)
-  std::string name = "worker";   // for the daemon's logs and status (up to 31 bytes shown)
+  // The model it serves, by name (up to 31 bytes), shown in the daemon's logs and status. A
+  // daemon whose default model runs in workers takes any name; one whose workers serve a named
+  // model refuses other names, and any daemon refuses a model it runs in process.
+  std::string name = "worker";
   std::string version = "0";
   unsigned concurrency = 1;      // batches run at once, one thread each (the daemon may grant fewer)
   std::uint32_t max_inputs = 4096;       // the largest batch this worker takes: inputs

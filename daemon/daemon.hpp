@@ -146,6 +146,10 @@ class Daemon {
   // Worker processes (daemon_workers.cpp): the worker role of the handshake, its connection's
   // one notice (stopping) or hang-up, and its end.
   void attach_worker(PendingAttach& pending, const shm::WorkerHello& hello, std::uint64_t id);
+  // Whether a worker whose hello names model `name` may serve here; refuses it (saying which
+  // models workers serve) when not: a model run in process, or a name no model has while workers
+  // serve a named model.
+  bool worker_may_serve(PendingAttach& pending, const std::string& name);
   void on_worker_readable(std::uint64_t id);
   // `connection_polled`: as for drop_session. `why` nullptr: it left (or stopped) cleanly.
   void drop_worker(std::uint64_t id, const char* why, bool connection_polled = true);

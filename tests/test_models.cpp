@@ -3,7 +3,12 @@
 // daemon publishes, and an unknown name refused at once without costing any other request.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -234,5 +239,54 @@ TEST_CASE("batchd-stress sends a mix of models in one run, every answer checked"
   const test::StressRun unknown = test::run_stress({"--socket", socket, "--requests", "10", "--model", "nope"});
   CHECK(unknown.field("sent") == 10);
   CHECK(unknown.field("/errors_by_kind/unknown_model") == 10);
+  daemon.stop();
+}
+
+TEST_CASE("a workers model takes workers that name it, and refuses those of other models") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--cpu-threads", "1", "--max-wait-ms", "1", "--model",
+                                      "served:backend=workers,version=2"});
+  std::unique_ptr<Client> client = test::connect(socket);
+  CHECK(published(*client, "served").state == "unavailable");  // no worker yet
+  const auto worker = [&](const std::string& model) {
+    return std::vector<std::string>{test::built_binary("BATCHD_WORKER_BIN"), "--socket", socket, "--backend", "cpu",
+                                    "--cost", "3", "--model", model, "--once", "--log-level", "warn"};
+  };
+
+  const test::ProcessOutput in_process = test::run_captured(worker("batchstring"), 30s);
+  const std::string in_process_said = in_process.out + in_process.err;  // its log goes to stdout
+  INFO("in process: ", in_process_said);
+  CHECK(in_process.exit_code() == 1);
+  CHECK(in_process_said.find("model batchstring runs the cpu backend inside the daemon") != std::string::npos);
+  CHECK(in_process_said.find("workers serve model served") != std::string::npos);
+  const test::ProcessOutput unknown = test::run_captured(worker("nope"), 30s);
+  const std::string unknown_said = unknown.out + unknown.err;
+  INFO("unknown: ", unknown_said);
+  CHECK(unknown.exit_code() == 1);
+  CHECK(unknown_said.find("no model named nope here") != std::string::npos);
+
+  // A request waits for its model's first worker, within its deadline.
+  std::optional<Result> early;
+  REQUIRE_FALSE(client->submit_async("early", 30s, RequestOptions{Priority::kNormal, "served"},
+                                     [&](Result&& r) { early = std::move(r); }));
+  const pid_t pid = test::spawn(worker("served"));
+  REQUIRE(test::eventually([&] {
+    client->poll();
+    return early.has_value();
+  }, 20s));
+  REQUIRE(early->ok());
+  CHECK(early->output() == reference_batchstring("early", 3));
+  CHECK(test::eventually([&] { return published(*client, "served").state == "ready"; }, 10s));
+  const Result direct = client->submit("direct", 10s, RequestOptions{Priority::kNormal, "served"});
+  REQUIRE(direct.ok());
+  CHECK(direct.output() == reference_batchstring("direct", 3));
+  const Result in_daemon = client->submit("direct", 10s);
+  REQUIRE(in_daemon.ok());
+  CHECK(in_daemon.output() == reference_batchstring("direct", 1));
+
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(test::eventually([&] { return published(*client, "served").state == "unavailable"; }, 10s));
   daemon.stop();
 }

@@ -79,7 +79,10 @@ int main(int argc, char** argv) {
   app.add_option("--sim-per-item-us", config.sim.per_item_us, "sim: cost per input")->capture_default_str();
   app.add_option("--concurrency", options.concurrency, "batches run at once")
       ->capture_default_str()->check(CLI::Range(1U, 16U));
-  app.add_option("--name", options.name, "name shown in the daemon's logs and status (default: the backend's)");
+  auto* name = app.add_option("--name", options.name,
+                              "the model served, by name, shown in the daemon's logs and status (default: the "
+                              "backend's; a daemon whose default model runs in workers takes any name)");
+  app.add_option("--model", options.name, "the same as --name: the model this worker serves")->excludes(name);
   app.add_option("--version", options.version, "version shown with the name")->capture_default_str();
   app.add_option("--max-inputs", options.max_inputs, "largest batch taken: inputs")->capture_default_str();
   app.add_option("--max-bytes", options.max_bytes, "largest batch taken: input bytes")->capture_default_str();
@@ -100,7 +103,7 @@ int main(int argc, char** argv) {
     spdlog::error("batchd-worker: {}", backend.error().message);
     return 1;
   }
-  if (app.count("--name") == 0) options.name = std::string((*backend)->name());
+  if (app.count("--name") + app.count("--model") == 0) options.name = std::string((*backend)->name());
   sigset_t signals;
   sigemptyset(&signals);
   for (int sig : {SIGTERM, SIGINT}) sigaddset(&signals, sig);

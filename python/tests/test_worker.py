@@ -165,3 +165,21 @@ def test_sigterm_stops_a_worker_process_gracefully(workers_socket: str) -> None:
         assert process.wait(timeout=20) == 0
         caller.join(timeout=20)
         assert answer == [sha256_hex("held")]
+
+
+def test_a_worker_serves_the_model_it_names(start_daemon: Callable[..., str]) -> None:
+    socket = start_daemon("--backend", "cpu", "--cpu-threads", "1", "--model", "upper:backend=workers")
+    with pytest.raises(batchd.Error, match="model batchstring runs the cpu backend inside the daemon"):
+        batchd.Worker(socket, model="batchstring", attach_timeout=2)
+    with pytest.raises(batchd.Error, match="no model named lower here; workers serve model upper"):
+        batchd.Worker(socket, model="lower", attach_timeout=2)
+    worker = batchd.Worker(socket, model="upper")
+    serving = Serving(worker, lambda: worker.serve(lambda texts: [t.upper() for t in texts]))
+    with batchd.Client(socket) as client:
+        assert client.submit("abc", model="upper") == "ABC"
+        assert client.submit("abc") == sha256_hex("abc")
+        deadline = time.monotonic() + 10
+        while [m["state"] for m in client.status()["models"]] != ["ready", "ready"]:
+            assert time.monotonic() < deadline, client.status()["models"]
+            time.sleep(0.02)
+    assert serving.stop()

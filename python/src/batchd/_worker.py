@@ -40,7 +40,11 @@ class Worker(_batchd.NativeWorker):
 
     def __init__(self, socket: str | os.PathLike[str] | None = None, *, name: str = "python",
                  version: str = "0", concurrency: int = 1, max_inputs: int = 4096,
-                 max_bytes: int = 64 << 20, attach_timeout: float = 5.0, spin_us: float = 50.0) -> None:
+                 max_bytes: int = 64 << 20, attach_timeout: float = 5.0, spin_us: float = 50.0,
+                 model: str | None = None) -> None:
+        # model: the model served, by name (docs/MODELS.md); the name the daemon knows it by.
+        if model is not None:
+            name = model
         super().__init__(None if socket is None else os.fspath(socket), name, version, concurrency,
                          max_inputs, max_bytes, attach_timeout, spin_us)
 
