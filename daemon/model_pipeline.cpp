@@ -144,15 +144,19 @@ bool ModelPipeline::admit(PendingRequest request, std::int64_t now_ns) {
 }
 
 void ModelPipeline::note_taken(shm::WirePriority priority, std::uint64_t bytes) noexcept {
-  taken_.fetch_add(1, std::memory_order_relaxed);
   ++pass_taken_[static_cast<std::size_t>(priority)];
   pass_bytes_[static_cast<std::size_t>(priority)] += bytes;
 }
 
 void ModelPipeline::end_pass(std::int64_t now_ns) noexcept {
+  std::uint64_t taken = 0;
   for (std::size_t c = 0; c < arrivals_.size(); ++c) {
-    if (pass_taken_[c] > 0) arrivals_[c].add(pass_taken_[c], pass_bytes_[c], now_ns);
+    if (pass_taken_[c] == 0) continue;
+    arrivals_[c].add(pass_taken_[c], pass_bytes_[c], now_ns);
+    taken += pass_taken_[c];
   }
+  // Once a pass, not once a request; only this thread writes it.
+  if (taken > 0) taken_.store(taken_.load(std::memory_order_relaxed) + taken, std::memory_order_relaxed);
   pass_taken_.fill(0);
   pass_bytes_.fill(0);
   admission_.taken = false;
