@@ -5,13 +5,13 @@
 namespace batchd {
 
 std::shared_ptr<FanOut> FanOut::start(Client& client, std::span<const std::string_view> inputs,
-                                      std::chrono::milliseconds timeout, Priority priority, Done done) {
+                                      std::chrono::milliseconds timeout, const RequestOptions& options, Done done) {
   auto fan = std::make_shared<FanOut>(Passkey{}, client);
   if (inputs.empty()) {
     done(Outcome{});
     return fan;
   }
-  std::vector<Client::AsyncSubmission> submissions = fan->prepare(inputs, priority, std::move(done));
+  std::vector<Client::AsyncSubmission> submissions = fan->prepare(inputs, options, std::move(done));
   if (client.submit_all_async(submissions, timeout)) {
     fan->admitted(submissions);
   } else {
@@ -22,7 +22,7 @@ std::shared_ptr<FanOut> FanOut::start(Client& client, std::span<const std::strin
 }
 
 std::vector<Client::AsyncSubmission> FanOut::prepare(std::span<const std::string_view> inputs,
-                                                     Priority priority, Done done) {
+                                                     const RequestOptions& options, Done done) {
   {
     std::lock_guard lock(mu_);
     results_.resize(inputs.size());
@@ -35,7 +35,8 @@ std::vector<Client::AsyncSubmission> FanOut::prepare(std::span<const std::string
   std::vector<Client::AsyncSubmission> submissions(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     submissions[i].input = inputs[i];
-    submissions[i].priority = priority;
+    submissions[i].priority = options.priority;
+    submissions[i].model = options.model;
     // A raw `this`: the capture fits std::function's inline storage, and self_ keeps it alive.
     submissions[i].done = [this, i](Result&& result) { on_answer(i, std::move(result)); };
   }

@@ -33,7 +33,12 @@ class FanOut : public std::enable_shared_from_this<FanOut> {
   // none was sent) or there are none, else from client.poll(). The FanOut lives until its last
   // request's callback.
   static std::shared_ptr<FanOut> start(Client& client, std::span<const std::string_view> inputs,
-                                       std::chrono::milliseconds timeout, Priority priority, Done done);
+                                       std::chrono::milliseconds timeout, const RequestOptions& options, Done done);
+  // To the default model.
+  static std::shared_ptr<FanOut> start(Client& client, std::span<const std::string_view> inputs,
+                                       std::chrono::milliseconds timeout, Priority priority, Done done) {
+    return start(client, inputs, timeout, RequestOptions{priority, {}}, std::move(done));
+  }
 
   // The caller no longer wants the answer (it hung up or cancelled): the requests the daemon has
   // not taken are withdrawn, and `done` comes with the cancellation (or whatever came first).
@@ -54,8 +59,8 @@ class FanOut : public std::enable_shared_from_this<FanOut> {
 
  private:
   // Readies the state the callbacks use, before any can run, and returns the submissions.
-  std::vector<Client::AsyncSubmission> prepare(std::span<const std::string_view> inputs, Priority priority,
-                                               Done done);
+  std::vector<Client::AsyncSubmission> prepare(std::span<const std::string_view> inputs,
+                                               const RequestOptions& options, Done done);
   // After admission: records the ids, and withdraws the rest if a failure came before they were known.
   void admitted(std::span<const Client::AsyncSubmission> submissions);
   // After a refusal (no callback will come): answers with `error`.

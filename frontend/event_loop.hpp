@@ -125,9 +125,12 @@ class EventLoop final : private ApiContext {
   std::string metrics_text() override;
   std::uint32_t max_input_bytes() override;
   InferStatistics infer_statistics() override;
-  // The default model alone, until the daemon says which it serves (issue 34).
-  const oip::ModelCatalog& models() override { return oip::default_catalog(); }
+  // The models the daemon serves (its status page's table), read again at most once a second;
+  // the default model alone until a daemon is attached.
+  const oip::ModelCatalog& models() override;
 
+  std::shared_ptr<const oip::ModelCatalog> catalog_;  // models()'s, once a daemon said
+  std::int64_t catalog_read_ns_ = 0;
   LoopContext context_;
   const FrontendOptions& options_;
   WorkerMetrics& metrics_;

@@ -49,6 +49,14 @@ Action Api::route(const Request& request) {
     if (request.method() != beast_http::verb::post) return method_not_allowed("POST");
     return batchstring(request);
   }
+  if (constexpr std::string_view kModels = "/v1/models/"; path.starts_with(kModels)) {
+    if (request.method() != beast_http::verb::post) return method_not_allowed("POST");
+    const oip::ModelCatalog::Lookup found = context_.models().find(path.substr(kModels.size()), {});
+    if (!found.model) return error_response(404, "unknown_model", found.error);
+    Action action = batchstring(request);
+    if (auto* submit = std::get_if<SubmitAction>(&action)) submit->model = found.model->name;
+    return action;
+  }
   if (path == "/healthz" || path == "/readyz" || path == "/metrics" || path == "/openapi.json") {
     if (!is_get(request)) return method_not_allowed("GET, HEAD");
     if (path == "/healthz") return json_ok(R"({"status":"ok"})");

@@ -32,6 +32,7 @@ struct SubmitAction {
   std::chrono::milliseconds timeout;
   BodyFormat format;
   Priority priority = Priority::kNormal;  // X-Priority, or the JSON body's "priority"
+  std::string model;                      // /v1/models/{model}; empty: the default model
 };
 
 using Action = std::variant<Response, SubmitAction>;

@@ -54,7 +54,7 @@ void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
   const Answer target{this, conn.index, conn.generation, seq, now_ns_, submit.format};
   std::uint64_t id = 0;
   std::optional<Error> refused = client->submit_async(
-      submit.input, submit.timeout, admit(submit.priority, granted),
+      submit.input, submit.timeout, RequestOptions{admit(submit.priority, granted), submit.model},
       [target](Result&& result) { target.loop->on_answer(target, std::move(result)); }, &id);
   if (refused) {
     answer(conn, seq, response_for_error(*refused), now_ns_);

@@ -4,8 +4,26 @@
 // the client, so the answer comes on the loop's thread.
 #include "client_lib/fan_out.hpp"
 #include "frontend/loop_internal.hpp"
+#include "oip/served_models.hpp"
 
 namespace batchd::http {
+
+namespace {
+
+constexpr std::int64_t kCatalogReadNs = 1'000'000'000;
+
+}  // namespace
+
+const oip::ModelCatalog& EventLoop::models() {
+  // A daemon that publishes no table (one from before models) is asked again a second later too.
+  if (catalog_read_ns_ == 0 || now_ns_ - catalog_read_ns_ >= kCatalogReadNs) {
+    if (Client* client = link_.client()) {
+      catalog_read_ns_ = now_ns_;
+      catalog_ = oip::served_catalog(client->daemon_status());
+    }
+  }
+  return catalog_ != nullptr ? *catalog_ : oip::default_catalog();
+}
 
 void EventLoop::on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, Priority granted) {
   V2Action action = v2_api_->route(request);
@@ -25,8 +43,9 @@ void EventLoop::on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, 
   ++answers_owed_;
   metrics_.add_in_flight(strings);
   auto reply = std::make_shared<V2Reply>(std::move(infer.reply));
+  // The description lives in `reply` (held below) while start reads its name.
   std::shared_ptr<FanOut> fan = FanOut::start(
-      *client, infer.inputs, infer.timeout, admit(infer.priority, granted),
+      *client, infer.inputs, infer.timeout, RequestOptions{admit(infer.priority, granted), reply->model->name},
       [this, caller, reply, strings](FanOut::Outcome&& outcome) { on_v2_answer(caller, *reply, strings, std::move(outcome)); });
   // Kept with the connection until answered, so a caller that goes withdraws its strings. (A
   // refusal was answered inside start; other answers come from this thread's poll, later.)

@@ -7,6 +7,7 @@
 #include "client_lib/fan_out.hpp"
 #include "grpc_frontend/call_grant.hpp"
 #include "oip/model.hpp"
+#include "oip/served_models.hpp"
 #include "shm/clock.hpp"
 
 namespace batchd::grpcfront {
@@ -23,9 +24,9 @@ grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* call, const grpc::
 }
 
 // The model a call names, or NOT_FOUND saying why there is none.
-grpc::Status find_model(const ServiceContext& context, const std::string& name, const std::string& version,
+grpc::Status find_model(ServiceContext& context, const std::string& name, const std::string& version,
                         oip::ModelCatalog::Model& model) {
-  oip::ModelCatalog::Lookup found = context.models->find(name, version);
+  oip::ModelCatalog::Lookup found = context.models()->find(name, version);
   if (!found.model) return grpc::Status(grpc::StatusCode::NOT_FOUND, std::move(found.error));
   model = std::move(found.model);
   return grpc::Status::OK;
@@ -78,7 +79,8 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
     reply_ = std::move(prepared.parsed.reply);
     strings_ = prepared.parsed.inputs.size();
     std::shared_ptr<FanOut> fan =
-        FanOut::start(*prepared.client, prepared.parsed.inputs, prepared.timeout, prepared.priority,
+        FanOut::start(*prepared.client, prepared.parsed.inputs, prepared.timeout,
+                      RequestOptions{prepared.priority, reply_.model->name},
                       [this](FanOut::Outcome&& outcome) { on_answer(std::move(outcome)); });
     std::lock_guard lock(mu_);
     fan_ = std::move(fan);
@@ -111,10 +113,26 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
+std::shared_ptr<const oip::ModelCatalog> ServiceContext::models() {
+  constexpr std::int64_t kCatalogReadNs = 1'000'000'000;
+  std::lock_guard lock(catalog_mu);
+  const std::int64_t now_ns = shm::monotonic_ns();
+  if (catalog_read_ns == 0 || now_ns - catalog_read_ns >= kCatalogReadNs) {
+    if (Client* client = pool != nullptr ? pool->pick() : nullptr) {
+      catalog_read_ns = now_ns;
+      if (auto served = oip::served_catalog(client->daemon_status())) catalog = std::move(served);
+    }
+  }
+  if (catalog != nullptr) return catalog;
+  // The default catalog lives forever: an aliasing pointer that owns nothing.
+  return std::shared_ptr<const oip::ModelCatalog>(std::shared_ptr<const void>(), &oip::default_catalog());
+}
+
 grpc::Status prepare_infer(const grpc::CallbackServerContext& call, const inference::ModelInferRequest& request,
                            ServiceContext& context, PreparedInfer& out) {
   out.client = context.pool->pick();
-  grpc::Status status = parse_infer_request(request, *context.models, context.limits,
+  const std::shared_ptr<const oip::ModelCatalog> models = context.models();
+  grpc::Status status = parse_infer_request(request, *models, context.limits,
                                             out.client != nullptr ? out.client->max_input_bytes() : 0, out.parsed);
   if (!status.ok()) return status;
   if (out.client == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not attached to the batchd daemon");
@@ -175,7 +193,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
                                                        inference::ModelReadyResponse* response) {
   // As Triton answers: a model or version it does not serve is not ready, not an error, so client
   // code that asks before it sends (tritonclient's is_model_ready) works unchanged.
-  const bool known = context_.models->find(request->name(), request->version()).model != nullptr;
+  const bool known = context_.models()->find(request->name(), request->version()).model != nullptr;
   response->set_ready(known && !not_ready());
   return finish(call, grpc::Status::OK);
 }
@@ -238,7 +256,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(grpc::CallbackServerContext* call,
                                                             const inference::ModelStatisticsRequest* request,
                                                             inference::ModelStatisticsResponse* response) {
-  std::span<const oip::ModelCatalog::Model> models = context_.models->models();
+  const std::shared_ptr<const oip::ModelCatalog> catalog = context_.models();
+  std::span<const oip::ModelCatalog::Model> models = catalog->models();
   oip::ModelCatalog::Model named;
   if (!request->name().empty()) {
     grpc::Status status = find_model(context_, request->name(), request->version(), named);
@@ -270,7 +289,8 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServer
                                                             const inference::RepositoryIndexRequest*,
                                                             inference::RepositoryIndexResponse* response) {
   const std::optional<NotReady> why = not_ready();
-  for (const oip::ModelCatalog::Model& served : context_.models->models()) {
+  const std::shared_ptr<const oip::ModelCatalog> catalog = context_.models();
+  for (const oip::ModelCatalog::Model& served : catalog->models()) {
     auto& model = *response->add_models();
     model.set_name(served->name);
     model.set_version(served->version);

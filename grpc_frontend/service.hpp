@@ -6,6 +6,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
 
 #include "frontend/grant_counters.hpp"
 #include "frontend/priority_grants.hpp"
@@ -29,7 +32,13 @@ struct ServiceContext {
   DaemonPool* pool = nullptr;
   StreamWatchdog* watchdog = nullptr;
   oip::InferCounters counters;
-  const oip::ModelCatalog* models = &oip::default_catalog();  // the models requests may name
+  // The models requests may name: those the daemon publishes, read again at most once a second
+  // (the default model alone until a daemon is attached). Any thread; the catalog returned stays
+  // whole while held, whatever a later read makes of it.
+  std::shared_ptr<const oip::ModelCatalog> models();
+  std::mutex catalog_mu;
+  std::shared_ptr<const oip::ModelCatalog> catalog;  // guarded by catalog_mu; null: the default
+  std::int64_t catalog_read_ns = 0;                  // guarded by catalog_mu
   grants::GrantPolicy grants;                   // who may use which priority class (default: normal)
   grants::GrantCounters grant_counters;         // claims above a caller's grant (--metrics-listen)
   std::atomic<std::uint32_t> calls{0};  // inference calls and streams open now

@@ -124,7 +124,8 @@ class StreamInfer final : public grpc::ServerBidiReactor<inference::ModelInferRe
     auto reply = std::make_shared<InferReply>(std::move(prepared.parsed.reply));
     const std::size_t strings = prepared.parsed.inputs.size();
     std::shared_ptr<FanOut> fan = FanOut::start(
-        *prepared.client, prepared.parsed.inputs, prepared.timeout, prepared.priority,
+        *prepared.client, prepared.parsed.inputs, prepared.timeout,
+        RequestOptions{prepared.priority, reply->model->name},
         [this, serial, reply, strings, started_ns](FanOut::Outcome&& outcome) {
           on_answer(serial, *reply, strings, started_ns, std::move(outcome));
         });

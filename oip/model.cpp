@@ -33,6 +33,10 @@ const ModelCatalog& default_catalog() {
   return catalog;
 }
 
+ModelDescription served_model(std::string name, std::string version) {
+  return ModelDescription{std::move(name), std::move(version), default_model().input, default_model().output};
+}
+
 ModelCatalog::ModelCatalog(std::vector<ModelDescription> models) {
   models_.reserve(models.size());
   for (ModelDescription& model : models) models_.push_back(std::make_shared<const ModelDescription>(std::move(model)));

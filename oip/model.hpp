@@ -36,6 +36,9 @@ struct ModelDescription {
 
 // The default model, the fixed function batchstring: version 1, INPUT to OUTPUT.
 [[nodiscard]] const ModelDescription& default_model();
+// A model the daemon serves, by the name and version it publishes: one string in, one out, with
+// the default model's tensor names.
+[[nodiscard]] ModelDescription served_model(std::string name, std::string version);
 
 // The models a front-end serves, found by the name (and version) a request gives. A request in
 // flight keeps its model's description (shared), whatever becomes of the catalog meanwhile.

@@ -677,6 +677,17 @@ def _cuda_runtime_lib() -> str:
 
 @pytest.mark.parametrize("mode", [[], ["--async"], ["--streaming"]], ids=["sync", "async", "streaming"])
 def test_perf_analyzer_measures_without_errors(address: str, mode: list[str]) -> None:
+    _perf_analyzer(address, MODEL, mode)
+
+
+def test_perf_analyzer_picks_the_model_by_name(start_daemon: Callable[..., str],
+                                               start_grpc: Callable[..., str]) -> None:
+    daemon = start_daemon("--backend", "cpu", "--cpu-threads", "1",
+                          "--model", "reversed:backend=sim,sim_devices=1,sim_fixed_us=100,version=4")
+    _perf_analyzer(start_grpc(daemon), "reversed", ["--async"])
+
+
+def _perf_analyzer(address: str, model: str, mode: list[str]) -> None:
     # Beside the interpreter, not resolved: the venv's python is a link to the system's.
     binary = Path(sys.executable).parent / "perf_analyzer"
     if not binary.is_file():
@@ -688,7 +699,7 @@ def test_perf_analyzer_measures_without_errors(address: str, mode: list[str]) ->
     # this asserts correctness, not speed: -s 1000 takes any three windows whose throughput and
     # latency lie within a factor of 11, so the run ends after three (-r 3 bounds it either way).
     with tempfile.TemporaryFile() as out:
-        run = subprocess.run([str(binary), "-m", MODEL, "-u", address, "-i", "grpc", *mode,
+        run = subprocess.run([str(binary), "-m", model, "-u", address, "-i", "grpc", *mode,
                               "--concurrency-range", "16", "--measurement-interval", "5000",
                               "--max-trials", "3", "-s", "1000"],
                              stdout=out, stderr=subprocess.STDOUT, env=env, timeout=120)
@@ -704,3 +715,38 @@ def test_perf_analyzer_measures_without_errors(address: str, mode: list[str]) ->
     server_count = int(re.search(r"Server:\s+Inference count: (\d+)", report).group(1))
     assert client_count > 0 and abs(server_count - client_count) <= max(64, client_count // 50), report
     print(f"perf_analyzer -i grpc {' '.join(mode) or '(sync)'}: {throughput.group(1)} infer/sec")
+
+
+def test_every_model_by_name(start_daemon: Callable[..., str], start_grpc: Callable[..., str]) -> None:
+    daemon = start_daemon("--backend", "cpu", "--cpu-threads", "1",
+                          "--model", "reversed:backend=sim,sim_devices=1,sim_fixed_us=100,version=4")
+    address = start_grpc(daemon)
+    strings = _strings(7)
+    with triton.InferenceServerClient(address) as client:
+        assert client.is_model_ready("reversed") and client.is_model_ready("reversed", "4")
+        assert [(m.name, m.version) for m in client.get_model_repository_index().models] == \
+            [("batchstring", "1"), ("reversed", "4")]
+        reversed_result = client.infer("reversed", [_input(strings)])
+        assert (reversed_result.get_response().model_name, reversed_result.get_response().model_version) == \
+            ("reversed", "4")
+        assert [x.decode() for x in reversed_result.as_numpy("OUTPUT").flatten()] == [sim_answer(s) for s in strings]
+        _check_answers(client.infer(MODEL, [_input(strings)]), strings, sha256_hex)
+        with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
+            client.infer("nope", [_input(strings)])
+        # One stream may mix models.
+        answers: list = []
+        client.start_stream(callback=lambda result, error: answers.append(error or result))
+        try:
+            for name in ("reversed", MODEL, "reversed"):
+                client.async_stream_infer(name, [_input(strings)])
+            deadline = time.monotonic() + 20
+            while len(answers) < 3:
+                assert time.monotonic() < deadline, answers
+                time.sleep(0.01)
+        finally:
+            client.stop_stream()
+        by_model = sorted((a.get_response().model_name, [x.decode() for x in a.as_numpy("OUTPUT").flatten()])
+                          for a in answers)
+        assert by_model == [(MODEL, [sha256_hex(s) for s in strings]),
+                            ("reversed", [sim_answer(s) for s in strings]),
+                            ("reversed", [sim_answer(s) for s in strings])]

@@ -458,3 +458,28 @@ def test_perf_analyzer_measures_without_errors(url: str) -> None:
     server_count = int(re.search(r"Server:\s+Inference count: (\d+)", report).group(1))
     assert client_count > 0 and abs(server_count - client_count) <= max(64, client_count // 50), report
     print(f"perf_analyzer: {throughput.group(1)} infer/sec")
+
+
+def test_every_model_by_name_over_v1_and_v2(start_daemon: Callable[..., str],
+                                             start_http: Callable[..., str]) -> None:
+    daemon = start_daemon("--backend", "cpu", "--cpu-threads", "1",
+                          "--model", "reversed:backend=sim,sim_devices=1,sim_fixed_us=100,version=4")
+    address = start_http(daemon)
+    headers = {"Content-Type": "application/json"}
+    assert _raw_post(address, "/v1/models/reversed", b'{"input": "abc"}', headers) == (200, {"output": "cba"})
+    assert _raw_post(address, "/v1/models/batchstring", b'{"input": "abc"}', headers) == \
+        (200, {"output": sha256_hex("abc")})
+    status, body = _raw_post(address, "/v1/models/nope", b'{"input": "abc"}', headers)
+    assert status == 404 and body["error"]["code"] == "unknown_model", body
+    assert "'batchstring', 'reversed'" in body["error"]["message"], body
+
+    strings = _strings(9)
+    with triton.InferenceServerClient(address) as client:
+        assert client.is_model_ready("reversed") and client.is_model_ready("reversed", "4")
+        assert client.get_model_metadata("reversed")["versions"] == ["4"]
+        _check_answers(client.infer("reversed", [_input(strings, False)], outputs=_outputs(False)), strings,
+                       sim_answer, False)
+        _check_answers(client.infer(MODEL, [_input(strings, True)]), strings, sha256_hex, True)
+        with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
+            client.infer("nope", [_input(strings, False)])
+        assert not client.is_model_ready("nope")

@@ -1,0 +1,26 @@
+// The catalog a front-end serves: the models its daemon publishes (DaemonStatus::models), each
+// described as oip::served_model does. Header-only: the protocol-neutral library does not link
+// the client library, which the front-ends do.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "client_lib/client.hpp"
+#include "oip/model.hpp"
+
+namespace batchd::oip {
+
+// nullptr for a daemon that publishes no models table: it serves the default model alone.
+inline std::shared_ptr<const ModelCatalog> served_catalog(const DaemonStatus& status) {
+  if (status.models.empty()) return nullptr;
+  std::vector<ModelDescription> models;
+  models.reserve(status.models.size());
+  for (const DaemonStatus::Model& model : status.models) {
+    if (model.state != "absent") models.push_back(served_model(model.name, model.version));
+  }
+  return std::make_shared<const ModelCatalog>(std::move(models));
+}
+
+}  // namespace batchd::oip
