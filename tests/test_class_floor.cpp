@@ -17,6 +17,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// SHA-256 rounds per input: 64 KiB inputs at this cost run at well under the flood's rate on two
+// cores, so the flood keeps its ring full even when other work shares the machine (as a CI run's
+// sanitizer compiles do); at cost 1 a slowed flood may not, and strict priority then shows nothing.
+constexpr const char* kCost = "3";
+
 struct Light {
   double ok = 0, errors = 0, timeouts = 0, overloaded = 0, p99_us = 0;
 };
@@ -26,11 +31,11 @@ Light light_beside_high_flood(const std::string& socket) {
   const std::vector<std::string> flood{test::built_binary("BATCHD_STRESS_BIN"), "--socket", socket, "--rate",
                                        "20000", "--input-file", test::large_inputs_file(socket), "--duration",
                                        std::to_string(4 * test::scale() + 3), "--timeout-ms", "5000",
-                                       "--priority", "high", "--quiet"};
+                                       "--priority", "high", "--cost", kCost, "--quiet"};
   test::BackgroundRun flooder(flood);
   std::this_thread::sleep_for(1s);  // its ring fills
   const test::StressRun run = test::run_stress(
-      {"--socket", socket, "--rate", "200", "--duration", std::to_string(2 * test::scale() + 1)});
+      {"--socket", socket, "--rate", "200", "--duration", std::to_string(2 * test::scale() + 1), "--cost", kCost});
   INFO("light client: ", run.process.err);
   CHECK(run.process.exit_code() == 0);
   const test::ProcessOutput ended = flooder.wait(test::grace(60s));
@@ -45,7 +50,7 @@ TEST_CASE("a granted high flood with every slot in flight slows a light normal c
   Light with_floor;
   {
     const std::string socket = test::temp_socket_path();
-    test::DaemonProcess daemon(socket, {"--backend", "cpu"});
+    test::DaemonProcess daemon(socket, {"--backend", "cpu", "--cost", kCost});
     with_floor = light_beside_high_flood(socket);
     auto observer = test::connect(socket);
     const DaemonStatus status = observer->daemon_status();
@@ -56,7 +61,7 @@ TEST_CASE("a granted high flood with every slot in flight slows a light normal c
   Light strict;
   {
     const std::string socket = test::temp_socket_path();
-    test::DaemonProcess daemon(socket, {"--backend", "cpu", "--normal-floor-percent", "0"});
+    test::DaemonProcess daemon(socket, {"--backend", "cpu", "--cost", kCost, "--normal-floor-percent", "0"});
     strict = light_beside_high_flood(socket);
   }
   MESSAGE("light normal client beside a high flood of 64 KiB inputs: ", with_floor.ok, " ok, ", with_floor.errors,
