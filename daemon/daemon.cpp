@@ -73,16 +73,13 @@ Daemon::Daemon(DaemonConfig config, std::vector<std::unique_ptr<Backend>> backen
   ModelConfig batchstring{kDefaultModelName, config_.default_model_version, config_};
   for (std::size_t m = 0; m < backends.size(); ++m) {
     ModelConfig model = m == 0 ? batchstring : config_.models[m - 1];
-    for (std::size_t other = 0; other < models_.size(); ++other) {
-      if (models_[other]->config().name == model.name) {
-        throw std::invalid_argument("two models are named " + model.name);
-      }
-    }
+    if (model_named(model.name) != nullptr) throw std::invalid_argument("two models are named " + model.name);
     models_.push_back(std::make_unique<ModelPipeline>(static_cast<std::uint32_t>(m), std::move(model),
                                                       std::move(backends[m]), stats_, completer_));
     if (models_.back()->workers() == nullptr) continue;
     if (worker_model_ != nullptr) {
-      // Workers do not name their model yet: one model may be served by them.
+      // The workers' places and hand-off figures on the status page are one model's: one model
+      // may be served by workers, for now.
       throw std::invalid_argument("models " + worker_model_->config().name + " and " + models_.back()->config().name +
                                   " both run on workers; one model per daemon may, for now");
     }
@@ -391,10 +388,15 @@ void Daemon::publish_policy() noexcept {
 
 void Daemon::update_limits(const BatchLimits& limits) { update_limits(kDefaultModelName, limits); }
 
+ModelPipeline* Daemon::model_named(std::string_view name) const noexcept {
+  const auto it = std::find_if(models_.begin(), models_.end(), [&](const auto& m) { return m->config().name == name; });
+  return it != models_.end() ? it->get() : nullptr;
+}
+
 bool Daemon::update_limits(const std::string& model, const BatchLimits& limits) {
-  const auto it = std::find_if(models_.begin(), models_.end(), [&](const auto& m) { return m->config().name == model; });
-  if (it == models_.end()) return false;
-  (*it)->update_limits(limits);
+  ModelPipeline* named = model_named(model);
+  if (named == nullptr) return false;
+  named->update_limits(limits);
   limits_changed_.store(true, std::memory_order_release);
   ring_doorbell();
   return true;

@@ -150,6 +150,8 @@ class Daemon {
   // models workers serve) when not: a model run in process, or a name no model has while workers
   // serve a named model.
   bool worker_may_serve(PendingAttach& pending, const std::string& name);
+  // The model of that name, or nullptr.
+  [[nodiscard]] ModelPipeline* model_named(std::string_view name) const noexcept;
   void on_worker_readable(std::uint64_t id);
   // `connection_polled`: as for drop_session. `why` nullptr: it left (or stopped) cleanly.
   void drop_worker(std::uint64_t id, const char* why, bool connection_polled = true);

@@ -33,23 +33,22 @@ constexpr std::uint64_t kMaxOutputAreaBytes = std::uint64_t{64} << 20;
 }  // namespace
 
 bool Daemon::worker_may_serve(PendingAttach& pending, const std::string& name) {
-  const auto same = std::find_if(models_.begin(), models_.end(),
-                                 [&](const auto& model) { return model->config().name == name; });
-  const ModelPipeline* named = same != models_.end() ? same->get() : nullptr;
-  const std::string served_by_workers =
-      worker_model_ != nullptr ? "workers serve model " + worker_model_->config().name
-                               : "no model here is served by workers (backend = \"workers\")";
+  const ModelPipeline* named = model_named(name);
+  const auto served_by_workers = [this] {
+    return worker_model_ != nullptr ? "workers serve model " + worker_model_->config().name
+                                    : std::string("no model here is served by workers (backend = \"workers\")");
+  };
   if (named != nullptr && named->workers() == nullptr) {
     refuse(pending, shm::AttachStatus::kBadHello,
            "model " + name + " runs the " + std::string(named->backend().name()) +
-               " backend inside the daemon, not in worker processes; " + served_by_workers);
+               " backend inside the daemon, not in worker processes; " + served_by_workers());
     return false;
   }
   // A worker of another name goes to the default model when workers serve it: the daemon of one
   // model takes workers of any name, as before models had names.
   if (named == nullptr && worker_model_ != nullptr && worker_model_->id() != 0) {
     refuse(pending, shm::AttachStatus::kBadHello,
-           "no model named " + name + " here; " + served_by_workers +
+           "no model named " + name + " here; " + served_by_workers() +
                " (batchd-worker --model NAME, batchd.Worker(model=NAME))");
     return false;
   }

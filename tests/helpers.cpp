@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 extern char** environ;
@@ -76,6 +77,12 @@ std::string temp_socket_path(const std::string& name) {
   static TempDir dir;
   static std::atomic<int> counter{0};
   return (dir.path / (std::to_string(counter++) + "-" + name)).string();
+}
+
+std::string write_temp_file(const std::string& name, const std::string& text) {
+  const std::string path = temp_socket_path(name);
+  std::ofstream(path) << text;
+  return path;
 }
 
 std::string random_utf8(std::mt19937_64& rng, std::size_t bytes) {

@@ -42,6 +42,8 @@ std::chrono::milliseconds grace(std::chrono::milliseconds allowance);
 
 // A fresh directory under /tmp for this test process, removed at exit; returns a socket path in it.
 std::string temp_socket_path(const std::string& name = "batchd.sock");
+// Writes `text` to a file of that name in the tests' private directory; returns its path.
+std::string write_temp_file(const std::string& name, const std::string& text);
 
 // Random valid UTF-8 of exactly `bytes` bytes, mixing 1- to 4-byte code points.
 std::string random_utf8(std::mt19937_64& rng, std::size_t bytes);

@@ -7,7 +7,6 @@
 #include <sys/wait.h>
 
 #include <algorithm>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,12 +20,6 @@ using namespace batchd;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string write_file(const std::string& name, const std::string& text) {
-  const std::string path = test::temp_socket_path(name);
-  std::ofstream(path) << text;
-  return path;
-}
 
 const ModelConfig* find(const DaemonConfig& config, const std::string& name) {
   for (const ModelConfig& model : config.models) {
@@ -59,7 +52,7 @@ test::ProcessOutput send(const std::vector<std::string>& args) {
 }  // namespace
 
 TEST_CASE("[models.NAME] tables and --model flags declare models over the top-level defaults") {
-  const std::string path = write_file("models.toml",
+  const std::string path = test::write_temp_file("models.toml",
                                       "backend = \"cpu\"\ncost = 3\nmax_batch = 32\n"
                                       "[models.langid]\nbackend = \"workers\"\nversion = \"7\"\n"
                                       "[models.fast]\ncost = 1\npolicy = \"fixed\"\nmax_wait_ms = 2\n"
@@ -114,7 +107,7 @@ TEST_CASE("a bad model declaration is refused with the model and the reason") {
   CHECK(message.find("model m") != std::string::npos);
   CHECK(parse_daemon_options({"--model", "m:max_batch=0"}, options, message) == 2);
 
-  const std::string path = write_file("bad_model.toml", "[models.m]\nmax_batch = 4\nmetrics_listen = \"x\"\n");
+  const std::string path = test::write_temp_file("bad_model.toml", "[models.m]\nmax_batch = 4\nmetrics_listen = \"x\"\n");
   CHECK(parse_daemon_options({"--config", path}, options, message) == 2);
   CHECK(message.find("model m") != std::string::npos);
 

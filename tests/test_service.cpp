@@ -23,12 +23,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string write_file(const std::string& name, const std::string& text) {
-  const std::string path = test::temp_socket_path(name);
-  std::ofstream(path) << text;
-  return path;
-}
-
 int parse(const std::vector<std::string>& args, DaemonOptions& out, std::string& message) {
   return parse_daemon_options(args, out, message);
 }
@@ -44,7 +38,7 @@ std::chrono::milliseconds time_one(Client& client, const std::string& input) {
 }  // namespace
 
 TEST_CASE("the config file sets options and flags override it") {
-  const std::string path = write_file("ok.toml",
+  const std::string path = test::write_temp_file("ok.toml",
                                       "max_batch = 32\nmax_wait_ms = 2.5\nbackend = \"sim\"\n"
                                       "[sim]\ndevices = 3\nfail_every = [\"1:5\", \"2:7\"]\n");
   DaemonOptions options;
@@ -70,7 +64,7 @@ TEST_CASE("the batch ceiling is left to the backend only when no batch size was 
   REQUIRE(parse({"--max-batch", "256"}, options, message) == -1);
   CHECK_FALSE(options.config.batch.max_batch_from_backend);
   options = {};
-  REQUIRE(parse({"--config", write_file("size.toml", "max_batch = 300\n")}, options, message) == -1);
+  REQUIRE(parse({"--config", test::write_temp_file("size.toml", "max_batch = 300\n")}, options, message) == -1);
   CHECK(options.config.batch.max_batch == 300);
   CHECK_FALSE(options.config.batch.max_batch_from_backend);
   options = {};
@@ -82,17 +76,17 @@ TEST_CASE("the batch ceiling is left to the backend only when no batch size was 
 TEST_CASE("a bad config file is refused with its line and the reason") {
   DaemonOptions options;
   std::string message;
-  const std::string unknown = write_file("unknown.toml", "max_batch = 8\n\nno_such_key = 1\n");
+  const std::string unknown = test::write_temp_file("unknown.toml", "max_batch = 8\n\nno_such_key = 1\n");
   CHECK(parse({"--config", unknown}, options, message) == 2);
   CHECK(message.find("line 3") != std::string::npos);
   CHECK(message.find("no-such-key") != std::string::npos);
 
-  const std::string bad_value = write_file("value.toml", "max_wait_ms = 1\nmax_batch = 0\n");
+  const std::string bad_value = test::write_temp_file("value.toml", "max_wait_ms = 1\nmax_batch = 0\n");
   CHECK(parse({"--config", bad_value}, options, message) == 2);
   CHECK(message.find("line 2") != std::string::npos);
   CHECK(message.find("--max-batch") != std::string::npos);
 
-  const std::string syntax = write_file("syntax.toml", "max_batch = 8\nmax_wait_ms = = 3\n");
+  const std::string syntax = test::write_temp_file("syntax.toml", "max_batch = 8\nmax_wait_ms = = 3\n");
   CHECK(parse({"--config", syntax}, options, message) == 2);
   CHECK(message.find("line 2") != std::string::npos);
 
@@ -111,15 +105,15 @@ TEST_CASE("batchd with a bad config file exits 2, naming the file, the line and 
     CHECK_FALSE(std::filesystem::exists(socket));  // it never started serving
     return run.err;
   };
-  const std::string unknown = write_file("unknown.toml", "max_batch = 8\n\nno_such_key = 1\n");
+  const std::string unknown = test::write_temp_file("unknown.toml", "max_batch = 8\n\nno_such_key = 1\n");
   CHECK(start(unknown) == unknown + " line 3: unknown key for option --no-such-key\n");
 
-  const std::string bad_value = write_file("value.toml", "max_wait_ms = 1\nmax_batch = 0\n");
+  const std::string bad_value = test::write_temp_file("value.toml", "max_wait_ms = 1\nmax_batch = 0\n");
   const std::string value_error = start(bad_value);
   CHECK(value_error.starts_with(bad_value + " line 2: --max-batch: "));
   CHECK(value_error.find("0 not in range") != std::string::npos);
 
-  const std::string syntax = write_file("syntax.toml", "max_batch = 8\nmax_wait_ms = = 3\n");
+  const std::string syntax = test::write_temp_file("syntax.toml", "max_batch = 8\nmax_wait_ms = = 3\n");
   const std::string syntax_error = start(syntax);
   CHECK(syntax_error.starts_with(syntax + " line 2: "));
   CHECK(syntax_error.size() > syntax.size() + 10);  // and a reason after the line
@@ -132,7 +126,7 @@ TEST_CASE("batchd with a bad config file exits 2, naming the file, the line and 
 }
 
 TEST_CASE("SIGHUP reloads the batching policy without dropping a request; a broken file changes nothing") {
-  const std::string config = write_file("reload.toml", "policy = \"fixed\"\nmax_wait_ms = 3000\nmax_batch = 40\n");
+  const std::string config = test::write_temp_file("reload.toml", "policy = \"fixed\"\nmax_wait_ms = 3000\nmax_batch = 40\n");
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--config", config, "--backend", "cpu"});
   auto client = test::connect(socket);
