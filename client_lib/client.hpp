@@ -112,8 +112,9 @@ struct DaemonStatus {
     std::uint64_t memory_free_bytes = 0, memory_total_bytes = 0, byte_budget = 0;
     // Each successful batch run's time on this device (README.md, "Metrics").
     Histogram compute_time;
-    // A workers daemon's device: the worker process in its place (worker_pid 0: none), its name
-    // and version as it gave them, the batches it runs at once and the batches it answered.
+    // Where the default model runs on workers (--backend workers): the worker process that is
+    // this device (worker_pid 0: none), its name and version as it gave them, the batches it runs
+    // at once and the batches it answered (attached_workers lists every model's).
     std::uint32_t worker_pid = 0, worker_lanes = 0;
     std::string worker_name, worker_version;
     std::uint64_t worker_batches = 0;
@@ -124,9 +125,24 @@ struct DaemonStatus {
   std::uint32_t daemon_pid = 0;
   std::int64_t age_ns = 0;  // since the daemon last published
   std::uint32_t healthy_devices = 0;
-  // A workers daemon (--backend workers): workers attached now, and how many it needs to be ready
-  // (min_workers 0: any other daemon).
+  // Workers attached now, of every model, and how many the daemon needs to be ready: the sum of
+  // its workers models' minimums (0: no model runs on workers).
   std::uint32_t workers = 0, min_workers = 0;
+  // Each worker process attached, by its place on the status page: the model it serves (its
+  // name; its id where the table of models is absent) and its device in that model, its name and
+  // version as it gave them, the batches it runs at once and those it answered, and each batch's
+  // hand-off to it and back (its run less the model's time, kept across the workers that held
+  // the place).
+  struct Worker {
+    std::uint32_t place = 0;
+    std::string model;
+    std::uint32_t device = 0;
+    std::uint32_t pid = 0, lanes = 0;
+    std::string name, version;
+    std::uint64_t batches = 0;
+    Histogram handoff;
+  };
+  std::vector<Worker> attached_workers;
   std::uint64_t clients = 0;
   std::uint64_t requests_taken = 0, requests_ok = 0, requests_failed = 0, requests_rejected = 0;
   std::uint64_t in_flight = 0;  // taken by the daemon and not yet answered

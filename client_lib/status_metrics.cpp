@@ -140,34 +140,32 @@ std::string label_value(std::string_view text) {
   return out;
 }
 
-// A workers daemon's worker processes: how many, how many it needs, and who is in each place.
+// The worker processes: how many, how many the daemon needs, and who each is (by the model it
+// serves and its device there).
 void render_workers(const DaemonStatus& status, std::string& out) {
   family(out, "batchd_daemon_workers", "gauge", "Worker processes attached to the daemon.");
   fmt::format_to(std::back_inserter(out), "batchd_daemon_workers {}\n", status.workers);
   family(out, "batchd_daemon_min_workers", "gauge", "Workers the daemon needs attached before it is ready.");
   fmt::format_to(std::back_inserter(out), "batchd_daemon_min_workers {}\n", status.min_workers);
-  family(out, "batchd_worker_info", "gauge", "1 for the worker process in each device's place.");
-  for (std::size_t d = 0; d < status.devices.size(); ++d) {
-    const auto& dev = status.devices[d];
-    if (dev.worker_pid == 0) continue;
-    fmt::format_to(std::back_inserter(out),
-                   "batchd_worker_info{{device=\"{}\",name=\"{}\",version=\"{}\",pid=\"{}\",lanes=\"{}\"}} 1\n", d,
-                   label_value(dev.worker_name), label_value(dev.worker_version), dev.worker_pid, dev.worker_lanes);
+  const auto labels = [](const DaemonStatus::Worker& worker) {
+    return fmt::format("device=\"{}\",model=\"{}\"", worker.device, label_value(worker.model));
+  };
+  family(out, "batchd_worker_info", "gauge", "1 for the worker process that is each device of a model.");
+  for (const DaemonStatus::Worker& worker : status.attached_workers) {
+    fmt::format_to(std::back_inserter(out), "batchd_worker_info{{{},name=\"{}\",version=\"{}\",pid=\"{}\",lanes=\"{}\"}} 1\n",
+                   labels(worker), label_value(worker.name), label_value(worker.version), worker.pid, worker.lanes);
   }
   if (!status.latency_bounds_ns.empty()) {
     family(out, "batchd_worker_handoff_seconds", "histogram",
-           "Each batch's hand-off to the worker in each device's place and back: its run less the model's "
-           "own time.");
-    for (std::size_t d = 0; d < status.devices.size(); ++d) {
-      render_histogram(out, "batchd_worker_handoff_seconds", fmt::format("device=\"{}\"", d),
-                       status.devices[d].worker_handoff, status.latency_bounds_ns);
+           "Each batch's hand-off to the worker that is each device of a model and back: its run less the "
+           "model's own time.");
+    for (const DaemonStatus::Worker& worker : status.attached_workers) {
+      render_histogram(out, "batchd_worker_handoff_seconds", labels(worker), worker.handoff, status.latency_bounds_ns);
     }
   }
-  family(out, "batchd_worker_batches_total", "counter", "Batches the worker in each device's place answered.");
-  for (std::size_t d = 0; d < status.devices.size(); ++d) {
-    if (status.devices[d].worker_pid == 0) continue;
-    fmt::format_to(std::back_inserter(out), "batchd_worker_batches_total{{device=\"{}\"}} {}\n", d,
-                   status.devices[d].worker_batches);
+  family(out, "batchd_worker_batches_total", "counter", "Batches the worker that is each device of a model answered.");
+  for (const DaemonStatus::Worker& worker : status.attached_workers) {
+    fmt::format_to(std::back_inserter(out), "batchd_worker_batches_total{{{}}} {}\n", labels(worker), worker.batches);
   }
 }
 

@@ -65,17 +65,37 @@ const shm::StatusWorkers* workers_section(const shm::DaemonStatusPage& page, std
   return ours ? workers : nullptr;
 }
 
+// After the models: a worker's model is named from that table.
 void read_workers(const shm::StatusWorkers& in, DaemonStatus& out) {
-  for (std::size_t d = 0; d < out.devices.size(); ++d) {
-    const shm::StatusWorker& worker = in.worker[d];
-    DaemonStatus::Device& device = out.devices[d];
-    device.worker_handoff = read_histogram(worker.handoff);
-    device.worker_pid = worker.pid.load(std::memory_order_relaxed);
-    if (device.worker_pid == 0) continue;
-    device.worker_lanes = worker.lanes.load(std::memory_order_relaxed);
-    device.worker_batches = worker.batches.load(std::memory_order_relaxed);
-    device.worker_name = read_words(worker.name);
-    device.worker_version = read_words(worker.version);
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const bool default_on_workers = (out.models.empty() ? out.backend : out.models.front().backend) == "workers";
+  for (std::uint32_t place = 0; place < shm::kStatusDevices; ++place) {
+    const shm::StatusWorker& page = in.worker[place];
+    DaemonStatus::Worker worker;
+    worker.place = place;
+    worker.handoff = read_histogram(page.handoff);
+    worker.pid = page.pid.load(relaxed);
+    const std::uint32_t model = page.model.load(relaxed);
+    worker.device = page.device.load(relaxed);
+    // Where the default model runs on workers, its devices carry their worker, as before other
+    // models could.
+    const bool default_device = default_on_workers && model == 0 && worker.device == place && place < out.devices.size();
+    if (default_on_workers && place < out.devices.size()) out.devices[place].worker_handoff = worker.handoff;
+    if (worker.pid == 0) continue;
+    worker.model = model < out.models.size() ? out.models[model].name : std::to_string(model);
+    worker.lanes = page.lanes.load(relaxed);
+    worker.batches = page.batches.load(relaxed);
+    worker.name = read_words(page.name);
+    worker.version = read_words(page.version);
+    if (default_device) {
+      DaemonStatus::Device& device = out.devices[place];
+      device.worker_pid = worker.pid;
+      device.worker_lanes = worker.lanes;
+      device.worker_batches = worker.batches;
+      device.worker_name = worker.name;
+      device.worker_version = worker.version;
+    }
+    out.attached_workers.push_back(std::move(worker));
   }
 }
 
@@ -219,8 +239,8 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
     if (added.byte_budget == 0 && added.memory_total_bytes == 0) added.byte_budget = out.max_batch_bytes;
   }
   if (const shm::StatusLatency* latency = latency_section(page, file_bytes)) read_latency(*latency, out);
-  if (const shm::StatusWorkers* workers = workers_section(page, file_bytes)) read_workers(*workers, out);
   if (const shm::StatusModels* models = models_section(page, file_bytes)) read_models(*models, out);
+  if (const shm::StatusWorkers* workers = workers_section(page, file_bytes)) read_workers(*workers, out);
   return out;
 }
 

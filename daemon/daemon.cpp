@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <bitset>
 #include <cstring>
 #include <stdexcept>
@@ -76,14 +77,7 @@ Daemon::Daemon(DaemonConfig config, std::vector<std::unique_ptr<Backend>> backen
     if (model_named(model.name) != nullptr) throw std::invalid_argument("two models are named " + model.name);
     models_.push_back(std::make_unique<ModelPipeline>(static_cast<std::uint32_t>(m), std::move(model),
                                                       std::move(backends[m]), stats_, completer_));
-    if (models_.back()->workers() == nullptr) continue;
-    if (worker_model_ != nullptr) {
-      // The workers' places and hand-off figures on the status page are one model's: one model
-      // may be served by workers, for now.
-      throw std::invalid_argument("models " + worker_model_->config().name + " and " + models_.back()->config().name +
-                                  " both run on workers; one model per daemon may, for now");
-    }
-    worker_model_ = models_.back().get();
+    if (models_.back()->workers() != nullptr) workers_models_.push_back(models_.back().get());
   }
 }
 
@@ -219,8 +213,11 @@ void Daemon::create_status_file() {
   models_page_->version = shm::kStatusModelsVersion;
   models_page_->capacity = shm::kStatusModels;
   status_->daemon_pid = static_cast<std::uint32_t>(::getpid());
-  status_->min_workers.store(worker_model_ != nullptr ? worker_model_->config().settings.workers.min_workers : 0,
-                             std::memory_order_relaxed);
+  // Daemon-wide, each workers model's minimum counts: a model's own readiness is its state in
+  // the models table.
+  unsigned min_workers = 0;
+  for (const ModelPipeline* model : workers_models_) min_workers += model->config().settings.workers.min_workers;
+  status_->min_workers.store(min_workers, std::memory_order_relaxed);
   const std::string_view backend = models_.front()->backend().name();
   std::snprintf(status_->backend, sizeof(status_->backend), "%.*s", static_cast<int>(backend.size()), backend.data());
 }
@@ -336,26 +333,33 @@ void Daemon::publish_status() noexcept {
 }
 
 void Daemon::publish_workers() noexcept {
-  if (worker_model_ == nullptr) return;
+  if (workers_models_.empty()) return;
   constexpr auto relaxed = std::memory_order_relaxed;
-  WorkerBackend& workers = *worker_model_->workers();
-  for (unsigned d = 0; d < std::min<std::size_t>(workers.devices(), shm::kStatusDevices); ++d) {
-    shm::StatusWorker& out = workers_page_->worker[d];
-    const std::shared_ptr<WorkerLink> link = workers.at(d);
-    if (link == nullptr) {
-      out.pid.store(0, relaxed);
-      continue;
+  std::array<bool, shm::kStatusDevices> held{};
+  unsigned attached = 0;
+  for (ModelPipeline* model : workers_models_) {
+    WorkerBackend& workers = *model->workers();
+    attached += workers.attached();
+    for (unsigned d = 0; d < workers.devices(); ++d) {
+      const std::shared_ptr<WorkerLink> link = workers.at(d);
+      if (link == nullptr || link->who().place >= shm::kStatusDevices) continue;
+      const unsigned place = link->who().place;
+      shm::StatusWorker& out = workers_page_->worker[place];
+      held[place] = true;
+      out.model.store(model->id(), relaxed);
+      out.device.store(d, relaxed);
+      out.lanes.store(link->buffers(), relaxed);
+      out.batches.store(link->batches(), relaxed);
+      put_text(link->who().name, out.name);
+      put_text(link->who().version, out.version);
+      out.pid.store(static_cast<std::uint32_t>(link->who().pid), relaxed);
     }
-    out.pid.store(static_cast<std::uint32_t>(link->who().pid), relaxed);
-    out.lanes.store(link->buffers(), relaxed);
-    out.batches.store(link->batches(), relaxed);
-    put_text(link->who().name, out.name);
-    put_text(link->who().version, out.version);
   }
-  for (std::size_t d = 0; d < shm::kStatusDevices; ++d) {
-    publish_histogram(stats_.latency.handoff_by_device[d], workers_page_->worker[d].handoff);
+  for (std::size_t place = 0; place < shm::kStatusDevices; ++place) {
+    if (!held[place]) workers_page_->worker[place].pid.store(0, relaxed);
+    publish_histogram(stats_.latency.handoff_by_device[place], workers_page_->worker[place].handoff);
   }
-  status_->workers.store(workers.attached(), relaxed);
+  status_->workers.store(attached, relaxed);
 }
 
 void Daemon::publish_latency() noexcept {

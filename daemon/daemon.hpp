@@ -146,10 +146,10 @@ class Daemon {
   // Worker processes (daemon_workers.cpp): the worker role of the handshake, its connection's
   // one notice (stopping) or hang-up, and its end.
   void attach_worker(PendingAttach& pending, const shm::WorkerHello& hello, std::uint64_t id);
-  // Whether a worker whose hello names model `name` may serve here; refuses it (saying which
-  // models workers serve) when not: a model run in process, or a name no model has while workers
-  // serve a named model.
-  bool worker_may_serve(PendingAttach& pending, const std::string& name);
+  // The model a worker whose hello names `name` serves; nullptr, having refused it (saying which
+  // models workers serve), when none: a model run in process, or a name no model has while the
+  // default model is not served by workers.
+  ModelPipeline* model_for_worker(PendingAttach& pending, const std::string& name);
   // The model of that name, or nullptr.
   [[nodiscard]] ModelPipeline* model_named(std::string_view name) const noexcept;
   void on_worker_readable(std::uint64_t id);
@@ -216,9 +216,12 @@ class Daemon {
   // that poll's user_data (see release_connection).
   std::unordered_map<std::uint64_t, shm::UniqueFd> parked_;
   struct AttachedWorker {
-    unsigned slot = 0;
+    ModelPipeline* model = nullptr;  // the model it serves
+    unsigned slot = 0;               // its device in that model's router
     std::shared_ptr<WorkerLink> link;
   };
+  // The lowest place on the status page's workers table that no attached worker holds.
+  [[nodiscard]] unsigned free_worker_place() const;
   std::unordered_map<std::uint64_t, AttachedWorker> attached_workers_;  // by connection id
   DaemonStats stats_;
   Completer completer_{stats_};
@@ -226,7 +229,7 @@ class Daemon {
   std::unique_ptr<DeadLetterLog> dead_letters_;
   // By model id. Each holds its backend, router, waiting requests and open batch.
   std::vector<std::unique_ptr<ModelPipeline>> models_;
-  ModelPipeline* worker_model_ = nullptr;  // the model workers attach to, if any
+  std::vector<ModelPipeline*> workers_models_;  // those served by worker processes, by id
   std::unique_ptr<ControlSocket> control_;
 
   shm::UniqueFd doorbell_;  // eventfd: clients and workers wake the drain loop with it

@@ -28,9 +28,8 @@ bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {
   }
   // Batches waiting for a worker wait no more once no worker could run them (none attached, or
   // the grace is over): their callers are answered "backend unavailable".
-  if (worker_model_ != nullptr &&
-      (worker_model_->workers()->attached() == 0 || now_ns - stop_at_ns_ > kStopGraceNs)) {
-    worker_model_->router().abandon_waiting();
+  for (ModelPipeline* model : workers_models_) {
+    if (model->workers()->attached() == 0 || now_ns - stop_at_ns_ > kStopGraceNs) model->router().abandon_waiting();
   }
   const bool rings_empty = !work_waiting() || now_ns - stop_at_ns_ > kStopGraceNs;
   if (!rings_empty || progressed) return false;

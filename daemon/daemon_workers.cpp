@@ -32,41 +32,54 @@ constexpr std::uint64_t kMaxOutputAreaBytes = std::uint64_t{64} << 20;
 
 }  // namespace
 
-bool Daemon::worker_may_serve(PendingAttach& pending, const std::string& name) {
-  const ModelPipeline* named = model_named(name);
+ModelPipeline* Daemon::model_for_worker(PendingAttach& pending, const std::string& name) {
   const auto served_by_workers = [this] {
-    return worker_model_ != nullptr ? "workers serve model " + worker_model_->config().name
-                                    : std::string("no model here is served by workers (backend = \"workers\")");
+    if (workers_models_.empty()) return std::string("no model here is served by workers (backend = \"workers\")");
+    std::string text = workers_models_.size() == 1 ? "workers serve model " : "workers serve models ";
+    for (std::size_t m = 0; m < workers_models_.size(); ++m) {
+      text += (m == 0 ? "" : ", ") + workers_models_[m]->config().name;
+    }
+    return text;
   };
+  ModelPipeline* named = model_named(name);
   if (named != nullptr && named->workers() == nullptr) {
     refuse(pending, shm::AttachStatus::kBadHello,
            "model " + name + " runs the " + std::string(named->backend().name()) +
                " backend inside the daemon, not in worker processes; " + served_by_workers());
-    return false;
+    return nullptr;
   }
+  if (named != nullptr) return named;
   // A worker of another name goes to the default model when workers serve it: the daemon of one
   // model takes workers of any name, as before models had names.
-  if (named == nullptr && worker_model_ != nullptr && worker_model_->id() != 0) {
+  if (models_.front()->workers() != nullptr) return models_.front().get();
+  if (workers_models_.empty()) {
+    refuse(pending, shm::AttachStatus::kBadHello,
+           "this daemon runs the " + std::string(models_.front()->backend().name()) +
+               " backend; workers attach to one started with --backend workers");
+  } else {
     refuse(pending, shm::AttachStatus::kBadHello,
            "no model named " + name + " here; " + served_by_workers() +
                " (batchd-worker --model NAME, batchd.Worker(model=NAME))");
-    return false;
   }
-  return true;
+  return nullptr;
+}
+
+unsigned Daemon::free_worker_place() const {
+  std::array<bool, shm::kStatusDevices> held{};
+  for (const auto& [id, worker] : attached_workers_) {
+    if (worker.link->who().place < shm::kStatusDevices) held[worker.link->who().place] = true;
+  }
+  const auto free = std::find(held.begin(), held.end(), false);
+  return free == held.end() ? WorkerIdentity::kNoPlace : static_cast<unsigned>(free - held.begin());
 }
 
 void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello, std::uint64_t id) {
   const PeerCredentials& peer = pending.peer;
-  if (!worker_may_serve(pending, field_text(hello.name))) return;
-  if (worker_model_ == nullptr) {
-    refuse(pending, shm::AttachStatus::kBadHello,
-           "this daemon runs the " + std::string(models_.front()->backend().name()) +
-               " backend; workers attach to one started with --backend workers");
-    return;
-  }
-  const ModelSettings& settings = worker_model_->config().settings;
-  WorkerBackend& workers = *worker_model_->workers();
-  Router& router = worker_model_->router();
+  ModelPipeline* const model = model_for_worker(pending, field_text(hello.name));
+  if (model == nullptr) return;
+  const ModelSettings& settings = model->config().settings;
+  WorkerBackend& workers = *model->workers();
+  Router& router = model->router();
   if (!peer_allowed(peer, settings.workers.allowed_uids, settings.workers.allowed_gids)) {
     refuse(pending, shm::AttachStatus::kPermissionDenied,
            "uid " + std::to_string(peer.uid) + " may not attach as a worker (--worker-allow-uid)");
@@ -80,24 +93,26 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
   const std::optional<unsigned> slot = workers.free_slot();
   if (!slot) {
     refuse(pending, shm::AttachStatus::kTooManyClients,
-           "the daemon already has its maximum of " + std::to_string(settings.workers.max_workers) + " workers");
+           "model " + model->config().name + " already has its maximum of " +
+               std::to_string(settings.workers.max_workers) + " workers");
     return;
   }
   // The worker's own limits, within what this daemon ever sends.
   WorkerLinkOptions options;
   options.spin = settings.workers.spin;
-  options.arena = &worker_model_->input_arena();
+  options.arena = &model->input_arena();
   options.copied = &stats_.worker_pieces_copied;
-  if (*slot < shm::kStatusDevices) options.handoff = &stats_.latency.handoff_by_device[*slot];
+  const unsigned place = free_worker_place();
+  if (place < shm::kStatusDevices) options.handoff = &stats_.latency.handoff_by_device[place];
   options.region.buffers = std::min(hello.concurrency, settings.workers.lanes_per_worker);
-  options.region.max_inputs = std::min<std::uint32_t>(hello.max_inputs, worker_model_->limits().max_batch);
+  options.region.max_inputs = std::min<std::uint32_t>(hello.max_inputs, model->limits().max_batch);
   options.region.max_input_bytes = std::max<std::uint64_t>(
-      std::min(hello.max_bytes, worker_model_->limits().max_batch_bytes), config_.segment.max_input_bytes);
+      std::min(hello.max_bytes, model->limits().max_batch_bytes), config_.segment.max_input_bytes);
   options.region.max_output_bytes = config_.segment.max_output_bytes;
   options.region.output_capacity = std::max<std::uint64_t>(
       std::min(std::uint64_t{options.region.max_inputs} * config_.segment.max_output_bytes, kMaxOutputAreaBytes),
       config_.segment.max_output_bytes);
-  WorkerIdentity who{id, *slot, peer.pid, peer.uid, field_text(hello.name), field_text(hello.version)};
+  WorkerIdentity who{id, *slot, peer.pid, peer.uid, field_text(hello.name), field_text(hello.version), place};
   auto created = WorkerLink::create(std::move(who), options);
   if (!created) {
     spdlog::error("cannot create a region for worker pid {}: {}", peer.pid, created.error().message);
@@ -108,15 +123,16 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
   const int fd = pending.connection.get();
   int out_fds[shm::kWorkerAttachFds] = {};
   out_fds[shm::kWorkerRegionFd] = link->region_fd();
-  out_fds[shm::kInputArenaFd] = worker_model_->input_arena().fd();
+  out_fds[shm::kInputArenaFd] = model->input_arena().fd();
   if (!send_attached(pending, id, out_fds, "its worker region")) return;
   link->set_connection(std::move(pending.connection));
   arm_poll(fd, pack(Op::kWorker, id));
   workers.install(*slot, link);
   router.open_device(*slot, link->buffers());
-  attached_workers_.emplace(id, AttachedWorker{*slot, link});
-  spdlog::info("{} attached as device {} (uid {}, {} lanes, batches up to {} inputs / {} bytes)", link->label(),
-               *slot, peer.uid, link->buffers(), options.region.max_inputs, options.region.max_input_bytes);
+  attached_workers_.emplace(id, AttachedWorker{model, *slot, link});
+  spdlog::info("{} attached to model {} as device {} (uid {}, {} lanes, batches up to {} inputs / {} bytes)",
+               link->label(), model->config().name, *slot, peer.uid, link->buffers(), options.region.max_inputs,
+               options.region.max_input_bytes);
 }
 
 void Daemon::on_worker_readable(std::uint64_t id) {
@@ -146,7 +162,7 @@ void Daemon::on_worker_readable(std::uint64_t id) {
   // Its running batches finish; new ones go elsewhere from now on. The link hangs up once none
   // runs, and this poll then sees the connection end.
   spdlog::info("{} is stopping: it takes no new batches", link->label());
-  worker_model_->router().close_device(it->second.slot);
+  it->second.model->router().close_device(it->second.slot);
   link->begin_stopping();
   arm_poll(fd, pack(Op::kWorker, id));
 }
@@ -156,8 +172,8 @@ void Daemon::drop_worker(std::uint64_t id, const char* why, bool connection_poll
   if (it == attached_workers_.end()) return;
   const AttachedWorker worker = std::move(it->second);
   attached_workers_.erase(it);
-  worker_model_->router().close_device(worker.slot);
-  worker_model_->workers()->remove(worker.slot);
+  worker.model->router().close_device(worker.slot);
+  worker.model->workers()->remove(worker.slot);
   const std::string dropped_for = worker.link->drop_reason();
   worker.link->hang_up(why != nullptr ? why : "it hung up");  // its running batches return and run elsewhere
   if (why != nullptr) {

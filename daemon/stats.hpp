@@ -36,8 +36,8 @@ struct LatencyHistogram {
 struct LatencyStats {
   std::array<LatencyHistogram, shm::kWirePriorities> queue_by_class{};
   std::array<LatencyHistogram, shm::kStatusDevices> compute_by_device{};
-  // A workers daemon: each batch's hand-off to its worker and back (its run on the lane less the
-  // model's own time, as the worker reports it), by device.
+  // Workers: each batch's hand-off to its worker and back (its run on the lane less the model's
+  // own time, as the worker reports it), by the worker's place on the status page.
   std::array<LatencyHistogram, shm::kStatusDevices> handoff_by_device{};
 };
 

@@ -35,6 +35,9 @@ struct WorkerIdentity {
   uid_t uid = 0;
   std::string name;
   std::string version;
+  // Its place among the workers on the status page, daemon-wide (kNoPlace: past the page's).
+  static constexpr unsigned kNoPlace = ~0U;
+  unsigned place = kNoPlace;
 };
 
 struct WorkerLinkOptions {

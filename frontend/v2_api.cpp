@@ -20,7 +20,9 @@ namespace {
 
 constexpr std::string_view kModelsPrefix = "/v2/models/";
 // What GET /v2 lists: the protocol extensions these routes implement.
-constexpr std::string_view kExtensions = R"("binary_tensor_data","model_configuration","statistics")";
+constexpr std::string_view kExtensions =
+    R"("binary_tensor_data","model_configuration","model_repository","statistics")";
+constexpr std::string_view kRepositoryIndex = "/v2/repository/index";
 
 bool is_get_or_head(const Request& request) {
   return request.method() == beast_http::verb::get || request.method() == beast_http::verb::head;
@@ -125,6 +127,10 @@ V2Api::V2Api(const V2Limits& limits, ApiContext& context)
 V2Action V2Api::route(const Request& request) {
   const std::string_view path = path_of(std::string_view(request.target().data(), request.target().size()));
   if (path.starts_with(kModelsPrefix)) return model_route(request, path.substr(kModelsPrefix.size()));
+  if (path == kRepositoryIndex) {
+    if (request.method() != beast_http::verb::post) return v2_method_not_allowed("POST");
+    return repository_index(request);
+  }
   if (path != "/v2" && path != "/v2/health/live" && path != "/v2/health/ready") return not_found(path);
   if (!is_get_or_head(request)) return v2_method_not_allowed("GET, HEAD");
   if (path == "/v2") return v2_ok(oip::server_metadata_json(kExtensions));
@@ -161,15 +167,49 @@ V2Action V2Api::model_route(const Request& request, std::string_view rest) {
   }
   if (!is_get_or_head(request)) return v2_method_not_allowed("GET, HEAD");
   if (rest.empty()) return v2_ok(oip::model_metadata_json(*found.model));
-  if (rest == "ready") return ready();
+  if (rest == "ready") return ready(found.model.get());
   if (rest == "config") return v2_ok(oip::model_config_json(*found.model, limits_.max_elements));
   return statistics({&found.model, 1});
 }
 
-Response V2Api::ready() {
+Response V2Api::ready(const oip::ModelDescription* model) {
   Readiness readiness = context_.readiness();
-  if (readiness.ready) return v2_ok("{}");
-  return v2_error(503, readiness.message, 1);
+  if (!readiness.ready) return v2_error(503, readiness.message, 1);
+  if (model != nullptr && !model->unavailable.empty()) return v2_error(503, model->unavailable, 1);
+  return v2_ok("{}");
+}
+
+Response V2Api::repository_index(const Request& request) {
+  // An empty body or {} lists every model; {"ready": true} only those ready now.
+  bool only_ready = false;
+  const std::string& body = request.body();
+  if (!text::trim(body).empty()) {
+    simdjson::dom::element element;
+    simdjson::dom::object root;
+    if (json_.parse(body.data(), body.size()).get(element) != simdjson::SUCCESS ||
+        element.get_object().get(root) != simdjson::SUCCESS) {
+      return v2_error(400, "the repository index request must be a JSON object");
+    }
+    simdjson::dom::element ready;
+    if (root.at_key("ready").get(ready) == simdjson::SUCCESS && ready.get_bool().get(only_ready) != simdjson::SUCCESS) {
+      return v2_error(400, "\"ready\" in the repository index request must be true or false");
+    }
+  }
+  const Readiness readiness = context_.readiness();
+  std::string out = "[";
+  for (const oip::ModelCatalog::Model& model : context_.models().models()) {
+    const std::string& reason = readiness.ready ? model->unavailable : readiness.message;
+    if (only_ready && !reason.empty()) continue;
+    out += out.size() == 1 ? R"({"name":")" : R"(,{"name":")";
+    text::append_json_escaped_lossy(model->name, out);
+    out += R"(","version":")";
+    text::append_json_escaped_lossy(model->version, out);
+    out += reason.empty() ? R"(","state":"READY","reason":"")" : R"(","state":"UNAVAILABLE","reason":")";
+    text::append_json_escaped_lossy(reason, out);
+    out += reason.empty() ? "}" : "\"}";
+  }
+  out += "]";
+  return v2_ok(std::move(out));
 }
 
 Response V2Api::statistics(std::span<const oip::ModelCatalog::Model> models) {

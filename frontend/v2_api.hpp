@@ -67,7 +67,10 @@ class V2Api {
   std::optional<Response> read_parameters(simdjson::dom::object root, V2Infer& infer);
   std::optional<Response> read_outputs(const oip::ModelDescription& model, simdjson::dom::object root,
                                        V2Infer& infer);
-  Response ready();
+  // The daemon's readiness; for a model, also whether it can run requests now.
+  Response ready(const oip::ModelDescription* model = nullptr);
+  // POST /v2/repository/index: every model with its state (Triton's model repository extension).
+  Response repository_index(const Request& request);
   Response statistics(std::span<const oip::ModelCatalog::Model> models);
 
   V2Limits limits_;

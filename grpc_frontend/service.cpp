@@ -193,8 +193,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
                                                        inference::ModelReadyResponse* response) {
   // As Triton answers: a model or version it does not serve is not ready, not an error, so client
   // code that asks before it sends (tritonclient's is_model_ready) works unchanged.
-  const bool known = context_.models()->find(request->name(), request->version()).model != nullptr;
-  response->set_ready(known && !not_ready());
+  const oip::ModelCatalog::Model model = context_.models()->find(request->name(), request->version()).model;
+  response->set_ready(model != nullptr && model->unavailable.empty() && !not_ready());
   return finish(call, grpc::Status::OK);
 }
 
@@ -294,8 +294,9 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServer
     auto& model = *response->add_models();
     model.set_name(served->name);
     model.set_version(served->version);
-    model.set_state(why ? "UNAVAILABLE" : "READY");
-    if (why) model.set_reason(why->message);
+    const std::string& reason = why ? why->message : served->unavailable;
+    model.set_state(reason.empty() ? "READY" : "UNAVAILABLE");
+    model.set_reason(reason);
   }
   return finish(call, grpc::Status::OK);
 }

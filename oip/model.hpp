@@ -32,6 +32,9 @@ struct ModelDescription {
   std::string version;
   std::string input;
   std::string output;
+  // Why the model cannot run requests now (a workers model with no worker attached); empty while
+  // it can. Its requests are still taken and wait within their deadlines.
+  std::string unavailable{};
 };
 
 // The default model, the fixed function batchstring: version 1, INPUT to OUTPUT.

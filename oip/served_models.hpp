@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -18,7 +19,11 @@ inline std::shared_ptr<const ModelCatalog> served_catalog(const DaemonStatus& st
   std::vector<ModelDescription> models;
   models.reserve(status.models.size());
   for (const DaemonStatus::Model& model : status.models) {
-    if (model.state != "absent") models.push_back(served_model(model.name, model.version));
+    if (model.state == "absent") continue;
+    models.push_back(served_model(model.name, model.version));
+    if (model.state == "ready") continue;
+    models.back().unavailable = model.backend == "workers" ? "no worker serving model " + model.name + " is attached"
+                                                           : "no device can run model " + model.name + " now";
   }
   return std::make_shared<const ModelCatalog>(std::move(models));
 }

@@ -149,16 +149,19 @@ static_assert(kStatusLatencyOffset % alignof(StatusLatency) == 0);
 inline constexpr std::size_t kStatusWorkersOffset =
     kStatusLatencyOffset + (sizeof(StatusLatency) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
 
-// Who each device of a workers daemon is, after the histograms (read, like them, only when the
-// file is long enough and the header matches). Text is NUL-padded, 8 bytes to a word: atomics, so
-// that a reader in the daemon's own process races nothing; a reader may see a mix of two names
-// while a place changes hands.
+// The worker processes attached, after the histograms (read, like them, only when the file is
+// long enough and the header matches), one per place: the daemon gives each worker the lowest
+// free place of all its workers models, so where one model alone runs on workers its device d is
+// place d. Text is NUL-padded, 8 bytes to a word: atomics, so that a reader in the daemon's own
+// process races nothing; a reader may see a mix of two names while a place changes hands.
 inline constexpr std::uint64_t kStatusWorkersMagic = 0x5352454b524f5731ULL;  // "1WORKERS"
-inline constexpr std::uint32_t kStatusWorkersVersion = 1;
+inline constexpr std::uint32_t kStatusWorkersVersion = 2;
 inline constexpr std::size_t kStatusTextWords = 4;
 struct alignas(64) StatusWorker {
   std::atomic<std::uint32_t> pid;  // 0: no worker in this place
   std::atomic<std::uint32_t> lanes;
+  std::atomic<std::uint32_t> model;   // the id of the model it serves (StatusModels)
+  std::atomic<std::uint32_t> device;  // its device in that model's router
   std::atomic<std::uint64_t> batches;
   std::atomic<std::uint64_t> name[kStatusTextWords];
   std::atomic<std::uint64_t> version[kStatusTextWords];

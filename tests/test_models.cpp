@@ -283,3 +283,68 @@ TEST_CASE("a workers model takes workers that name it, and refuses those of othe
   CHECK(test::eventually([&] { return published(*client, "served").state == "unavailable"; }, 10s));
   daemon.stop();
 }
+
+TEST_CASE("models served by workers of their own: each worker serves the model it names") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--cpu-threads", "1", "--max-wait-ms", "1", "--model",
+                                      "alpha:backend=workers", "--model", "beta:backend=workers"});
+  std::unique_ptr<Client> client = test::connect(socket);
+  const auto worker = [&](const std::string& model, const char* cost) {
+    return std::vector<std::string>{test::built_binary("BATCHD_WORKER_BIN"), "--socket", socket, "--backend", "cpu",
+                                    "--cost", cost, "--model", model, "--log-level", "warn"};
+  };
+  const test::ProcessOutput in_process = test::run_captured(worker("batchstring", "1"), 30s);
+  const std::string in_process_said = in_process.out + in_process.err;
+  INFO("in process: ", in_process_said);
+  CHECK(in_process.exit_code() == 1);
+  CHECK(in_process_said.find("workers serve models alpha, beta") != std::string::npos);
+
+  const pid_t alpha = test::spawn(worker("alpha", "3"));
+  const pid_t beta = test::spawn(worker("beta", "5"));
+  REQUIRE(test::eventually([&] {
+    return published(*client, "alpha").state == "ready" && published(*client, "beta").state == "ready";
+  }, 20s));
+  for (int i = 0; i < 50; ++i) {
+    const std::string input = "request " + std::to_string(i);
+    const Result a = client->submit(input, 10s, RequestOptions{Priority::kNormal, "alpha"});
+    const Result b = client->submit(input, 10s, RequestOptions{Priority::kNormal, "beta"});
+    const Result d = client->submit(input, 10s);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    REQUIRE(d.ok());
+    CHECK(a.output() == reference_batchstring(input, 3));
+    CHECK(b.output() == reference_batchstring(input, 5));
+    CHECK(d.output() == reference_batchstring(input, 1));
+  }
+  // Each worker is listed with its model, as the first device of that model.
+  REQUIRE(test::eventually([&] {
+    const DaemonStatus status = client->daemon_status();
+    return status.attached_workers.size() == 2 && status.workers == 2 && status.min_workers == 2 &&
+           std::all_of(status.attached_workers.begin(), status.attached_workers.end(),
+                       [](const DaemonStatus::Worker& w) { return w.batches > 0; });
+  }, 10s));
+  const DaemonStatus status = client->daemon_status();
+  std::vector<std::pair<std::string, std::uint32_t>> seen;
+  for (const DaemonStatus::Worker& w : status.attached_workers) {
+    seen.emplace_back(w.model, w.pid);
+    CHECK(w.device == 0);
+  }
+  std::sort(seen.begin(), seen.end());
+  CHECK(seen == std::vector<std::pair<std::string, std::uint32_t>>{{"alpha", static_cast<std::uint32_t>(alpha)},
+                                                                   {"beta", static_cast<std::uint32_t>(beta)}});
+  // The devices are the default model's, which runs in process: no worker among them.
+  for (const DaemonStatus::Device& device : status.devices) CHECK(device.worker_pid == 0);
+
+  // One model's worker leaving leaves the other's serving.
+  ::kill(alpha, SIGTERM);
+  int exit_status = 0;
+  REQUIRE(::waitpid(alpha, &exit_status, 0) == alpha);
+  CHECK(test::eventually([&] { return published(*client, "alpha").state == "unavailable"; }, 10s));
+  CHECK(published(*client, "beta").state == "ready");
+  const Result b = client->submit("after", 10s, RequestOptions{Priority::kNormal, "beta"});
+  REQUIRE(b.ok());
+  CHECK(b.output() == reference_batchstring("after", 5));
+  ::kill(beta, SIGTERM);
+  REQUIRE(::waitpid(beta, &exit_status, 0) == beta);
+  daemon.stop();
+}

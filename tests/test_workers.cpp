@@ -127,15 +127,19 @@ TEST_CASE("a worker process runs the batches; the status names it; an empty plac
   CHECK(status.devices.at(0).worker_handoff.count() > 0);
   CHECK(status.devices.at(1).state == "absent");
   CHECK(status.devices.at(1).worker_pid == 0);
+  REQUIRE(status.attached_workers.size() == 1);
+  CHECK(status.attached_workers[0].model == "batchstring");
+  CHECK(status.attached_workers[0].device == 0);
+  CHECK(status.attached_workers[0].pid == static_cast<std::uint32_t>(worker.pid()));
 
   std::string metrics;
   render_daemon_status(&status, metrics);
   CHECK(metrics.find("batchd_daemon_workers 1\n") != std::string::npos);
   CHECK(metrics.find("batchd_daemon_min_workers 1\n") != std::string::npos);
-  CHECK(metrics.find("batchd_worker_info{device=\"0\",name=\"cpu\",version=\"7.1\",pid=\"" +
+  CHECK(metrics.find("batchd_worker_info{device=\"0\",model=\"batchstring\",name=\"cpu\",version=\"7.1\",pid=\"" +
                      std::to_string(worker.pid()) + "\",lanes=\"2\"} 1") != std::string::npos);
   CHECK(metrics.find("batchd_daemon_device_state{device=\"1\",state=\"absent\"} 1") != std::string::npos);
-  CHECK(metrics.find("batchd_worker_handoff_seconds_count{device=\"0\"} " +
+  CHECK(metrics.find("batchd_worker_handoff_seconds_count{device=\"0\",model=\"batchstring\"} " +
                      std::to_string(status.devices.at(0).worker_handoff.count())) != std::string::npos);
   const std::string ctl = test::built_binary("BATCHD_CTL_BIN");
   const test::ProcessOutput text = test::run_captured({ctl, "--socket", socket}, 10s);

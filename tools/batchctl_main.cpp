@@ -102,6 +102,17 @@ std::string as_text(const batchd::DaemonStatus& s) {
   if (s.min_workers > 0 || s.workers > 0) {
     out += fmt::format("workers: {} attached, {} needed to be ready (--min-workers)\n", s.workers, s.min_workers);
   }
+  for (const batchd::DaemonStatus::Worker& worker : s.attached_workers) {
+    out += fmt::format("  model {} device {}: worker {} {} (pid {}, {} lanes, {} batches answered)\n", worker.model,
+                       worker.device, worker.name, worker.version, worker.pid, worker.lanes, worker.batches);
+  }
+  if (s.models.size() > 1) {
+    out += "models:\n";
+    for (const batchd::DaemonStatus::Model& model : s.models) {
+      out += fmt::format("  {} version {} ({}): {}, {} lanes, {} requests taken\n", model.name, model.version,
+                         model.backend, model.state, model.lanes, model.requests_taken);
+    }
+  }
   return out;
 }
 
@@ -116,6 +127,36 @@ std::string worker_json(const batchd::DaemonStatus::Device& dev) {
   out += fmt::format("\",\"pid\":{},\"lanes\":{},\"batches\":{},\"handoff\":{{\"buckets\":[{}],\"sum_ns\":{}}}}}",
                      dev.worker_pid, dev.worker_lanes, dev.worker_batches, fmt::join(dev.worker_handoff.buckets, ","),
                      dev.worker_handoff.sum_ns);
+  return out;
+}
+
+// Every model's workers and the models themselves, as JSON arrays' contents.
+std::string attached_workers_json(const batchd::DaemonStatus& s) {
+  std::string out;
+  for (const batchd::DaemonStatus::Worker& worker : s.attached_workers) {
+    out += out.empty() ? "{\"model\":\"" : ",{\"model\":\"";
+    batchd::text::append_json_escaped(worker.model, out);
+    out += fmt::format("\",\"device\":{},\"place\":{},\"name\":\"", worker.device, worker.place);
+    batchd::text::append_json_escaped(worker.name, out);
+    out += "\",\"version\":\"";
+    batchd::text::append_json_escaped(worker.version, out);
+    out += fmt::format("\",\"pid\":{},\"lanes\":{},\"batches\":{}}}", worker.pid, worker.lanes, worker.batches);
+  }
+  return out;
+}
+
+std::string models_json(const batchd::DaemonStatus& s) {
+  std::string out;
+  for (const batchd::DaemonStatus::Model& model : s.models) {
+    out += out.empty() ? "{\"name\":\"" : ",{\"name\":\"";
+    batchd::text::append_json_escaped(model.name, out);
+    out += "\",\"version\":\"";
+    batchd::text::append_json_escaped(model.version, out);
+    out += "\",\"backend\":\"";
+    batchd::text::append_json_escaped(model.backend, out);
+    out += fmt::format("\",\"state\":\"{}\",\"lanes\":{},\"requests_taken\":{}}}", model.state, model.lanes,
+                       model.requests_taken);
+  }
   return out;
 }
 
@@ -148,13 +189,15 @@ std::string as_json(const batchd::DaemonStatus& s) {
       "\"arrivals_per_s\":{},\"flushes\":{{{}}},\"max_batch\":{},\"max_wait_ns\":{},"
       "\"max_batch_bytes\":{},\"dead_letters\":{},\"dead_letters_dropped\":{},"
       "\"priority_downgrades\":{},\"connections_shed\":{},\"batches\":{},"
-      "\"batch_failures\":{},\"batch_sizes\":[{}],\"latency_bounds_ns\":[{}],\"devices\":[{}]}}",
+      "\"batch_failures\":{},\"batch_sizes\":[{}],\"latency_bounds_ns\":[{}],\"devices\":[{}],"
+      "\"attached_workers\":[{}],\"models\":[{}]}}",
       s.backend, s.daemon_pid, s.healthy_devices, s.workers, s.min_workers, s.clients, s.requests_taken, by_class,
       s.requests_ok, s.requests_failed, s.requests_rejected, s.in_flight, s.requests_abandoned, s.policy,
       s.target_batch, s.arrivals_per_s, flushes, s.max_batch,
       s.max_wait_ns, s.max_batch_bytes, s.dead_letters, s.dead_letters_dropped, s.priority_downgrades,
       s.connections_shed, s.batches, s.batch_failures,
-      fmt::join(s.batch_sizes, ","), fmt::join(s.latency_bounds_ns, ","), devices);
+      fmt::join(s.batch_sizes, ","), fmt::join(s.latency_bounds_ns, ","), devices, attached_workers_json(s),
+      models_json(s));
 }
 
 // The dead letters as a table: one row per record, oldest first.

@@ -189,6 +189,35 @@ TEST_CASE("v2 routing: statistics are Triton's shape with the context's counts")
   }
 }
 
+TEST_CASE("v2 repository index and model readiness: each model with its state, a workers model unavailable") {
+  V2 v2;
+  oip::ModelDescription idle = oip::served_model("langid", "2");
+  idle.unavailable = "no worker serving model langid is attached";
+  v2.context.catalog = oip::ModelCatalog({oip::default_model(), idle});
+  CHECK(v2.answer(verb::get, "/v2/models/batchstring/ready").status == 200);
+  check_error(v2.answer(verb::get, "/v2/models/langid/ready"), 503, "no worker serving model langid is attached");
+
+  for (const std::string body : {"", "{}", R"({"ready": false})"}) {
+    const Response index = v2.answer(verb::post, "/v2/repository/index", body);
+    CHECK(index.status == 200);
+    CHECK(index.body == R"([{"name":"batchstring","version":"1","state":"READY","reason":""},)"
+                        R"({"name":"langid","version":"2","state":"UNAVAILABLE",)"
+                        R"("reason":"no worker serving model langid is attached"}])");
+  }
+  CHECK(v2.answer(verb::post, "/v2/repository/index", R"({"ready": true})").body ==
+        R"([{"name":"batchstring","version":"1","state":"READY","reason":""}])");
+  check_error(v2.answer(verb::post, "/v2/repository/index", "[1]"), 400, "must be a JSON object");
+  check_error(v2.answer(verb::post, "/v2/repository/index", R"({"ready": "yes"})"), 400, "must be true or false");
+  CHECK(v2.answer(verb::get, "/v2/repository/index").status == 405);
+
+  // The server not ready: every model is unavailable for the server's reason.
+  v2.context.ready = false;
+  CHECK(v2.answer(verb::post, "/v2/repository/index").body ==
+        R"([{"name":"batchstring","version":"1","state":"UNAVAILABLE","reason":"busy"},)"
+        R"({"name":"langid","version":"2","state":"UNAVAILABLE","reason":"busy"}])");
+  check_error(v2.answer(verb::get, "/v2/models/batchstring/ready"), 503, "busy");
+}
+
 TEST_CASE("v2 routing: every model of the catalog by name, each with its own tensors") {
   V2 v2;
   v2.context.catalog = oip::ModelCatalog({oip::default_model(), {"langid", "2", "TEXT", "LANGUAGE"}});

@@ -179,6 +179,19 @@ nb::dict daemon_status(const batchd::DaemonStatus& s) {
     models.append(model);
   }
   out["models"] = models;
+  nb::list workers;
+  for (const auto& w : s.attached_workers) {
+    nb::dict worker;
+    worker["model"] = w.model;
+    worker["device"] = w.device;
+    worker["pid"] = w.pid;
+    worker["name"] = w.name;
+    worker["version"] = w.version;
+    worker["lanes"] = w.lanes;
+    worker["batches"] = w.batches;
+    workers.append(worker);
+  }
+  out["attached_workers"] = workers;
   out["dead_letters"] = s.dead_letters;
   out["dead_letters_dropped"] = s.dead_letters_dropped;
   out["priority_downgrades"] = s.priority_downgrades;
