@@ -9,7 +9,9 @@ import signal
 import socket
 import subprocess
 import tempfile
+import sys
 import time
+from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
@@ -24,6 +26,26 @@ def sha256_hex(text: str | bytes) -> str:
 def sim_answer(text: str) -> str:
     """What the sim backend answers at --sim-repeat 1: the code points reversed."""
     return text[::-1]
+
+
+def perf_analyzer() -> tuple[Path, dict[str, str]]:
+    """perf_analyzer (tritonclient 2.41.0's wheel installs it in .venv) and the environment it runs
+    in: it links libcudart.so.12 even when it uses no GPU, which nvidia-cuda-runtime-cu12 ships."""
+    # Beside the interpreter, not resolved: the venv's python is a link to the system's.
+    binary = Path(sys.executable).parent / "perf_analyzer"
+    if not binary.is_file():
+        pytest.fail(f"{binary} is missing: tritonclient 2.41.0's wheel installs it (scripts/setup_venv.sh)")
+    try:
+        import nvidia.cuda_runtime  # type: ignore[import-not-found]
+    except ImportError as e:
+        pytest.fail(f"nvidia-cuda-runtime-cu12 is not installed ({e}): run scripts/setup_venv.sh")
+    for base in nvidia.cuda_runtime.__path__:
+        lib = Path(base) / "lib"
+        if (lib / "libcudart.so.12").is_file():
+            env = dict(os.environ)
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(lib), env.get("LD_LIBRARY_PATH")]))
+            return binary, env
+    pytest.fail(f"no libcudart.so.12 under {list(nvidia.cuda_runtime.__path__)}")
 
 
 def _accepts(path: str) -> bool:

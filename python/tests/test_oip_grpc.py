@@ -10,17 +10,15 @@ import re
 import signal
 import struct
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Callable, Iterator
 
 import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
-from conftest import sha256_hex, sim_answer
+from conftest import perf_analyzer, sha256_hex, sim_answer
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -661,20 +659,6 @@ def test_a_cancelled_call_is_withdrawn(slow_address: str) -> None:
 
 # --- perf_analyzer ------------------------------------------------------------------------------
 
-def _cuda_runtime_lib() -> str:
-    """perf_analyzer links libcudart.so.12 even when it uses no GPU; the nvidia-cuda-runtime-cu12
-    wheel ships it."""
-    try:
-        import nvidia.cuda_runtime  # type: ignore[import-not-found]
-    except ImportError as e:
-        pytest.fail(f"nvidia-cuda-runtime-cu12 is not installed ({e}): run scripts/setup_venv.sh")
-    for base in nvidia.cuda_runtime.__path__:
-        lib = Path(base) / "lib"
-        if (lib / "libcudart.so.12").is_file():
-            return str(lib)
-    pytest.fail(f"no libcudart.so.12 under {list(nvidia.cuda_runtime.__path__)}")
-
-
 @pytest.mark.parametrize("mode", [[], ["--async"], ["--streaming"]], ids=["sync", "async", "streaming"])
 def test_perf_analyzer_measures_without_errors(address: str, mode: list[str]) -> None:
     _perf_analyzer(address, MODEL, mode)
@@ -688,12 +672,7 @@ def test_perf_analyzer_picks_the_model_by_name(start_daemon: Callable[..., str],
 
 
 def _perf_analyzer(address: str, model: str, mode: list[str]) -> None:
-    # Beside the interpreter, not resolved: the venv's python is a link to the system's.
-    binary = Path(sys.executable).parent / "perf_analyzer"
-    if not binary.is_file():
-        pytest.fail(f"{binary} is missing: tritonclient 2.41.0's wheel installs it (scripts/setup_venv.sh)")
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [_cuda_runtime_lib(), env.get("LD_LIBRARY_PATH")]))
+    binary, env = perf_analyzer()
     # Three 5-second windows is the fewest its stability check takes. Synchronous gRPC on a small
     # shared machine swings from window to window by more than perf_analyzer's default 10 %, and
     # this asserts correctness, not speed: -s 1000 takes any three windows whose throughput and

@@ -13,17 +13,15 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import time
 import urllib.request
-from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
 import pytest
 import tritonclient.http as triton
 import tritonclient.http.aio as triton_aio
-from conftest import sha256_hex, sim_answer
+from conftest import perf_analyzer, sha256_hex, sim_answer
 from tritonclient.utils import InferenceServerException
 
 MODEL = "batchstring"
@@ -421,27 +419,8 @@ def test_a_client_that_half_closes_still_gets_its_answer(url: str) -> None:
 
 # --- perf_analyzer ------------------------------------------------------------------------------
 
-def _cuda_runtime_lib() -> str:
-    """perf_analyzer links libcudart.so.12 even when it uses no GPU; the nvidia-cuda-runtime-cu12
-    wheel ships it."""
-    try:
-        import nvidia.cuda_runtime
-    except ImportError as e:
-        pytest.fail(f"nvidia-cuda-runtime-cu12 is not installed ({e}): run scripts/setup_venv.sh")
-    for base in nvidia.cuda_runtime.__path__:
-        lib = Path(base) / "lib"
-        if (lib / "libcudart.so.12").is_file():
-            return str(lib)
-    pytest.fail(f"no libcudart.so.12 under {list(nvidia.cuda_runtime.__path__)}")
-
-
 def test_perf_analyzer_measures_without_errors(url: str) -> None:
-    # Beside the interpreter, not resolved: the venv's python is a link to the system's.
-    binary = Path(sys.executable).parent / "perf_analyzer"
-    if not binary.is_file():
-        pytest.fail(f"{binary} is missing: tritonclient 2.41.0's wheel installs it (scripts/setup_venv.sh)")
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [_cuda_runtime_lib(), env.get("LD_LIBRARY_PATH")]))
+    binary, env = perf_analyzer()
     # Three 5-second windows is the fewest its stability check takes; -s 100 (the fastest window
     # at most twice the slowest) since this asserts correctness, not speed, on a shared machine.
     run = subprocess.run([str(binary), "-m", MODEL, "-u", url, "-i", "http", "--concurrency-range", "16",
