@@ -182,6 +182,11 @@ struct DaemonStatus {
     std::string state;
     std::uint32_t lanes = 0;  // that can run its batches now
     std::uint64_t requests_taken = 0;
+    // Answers by outcome; successful batch runs and the requests they answered, with those
+    // requests' summed queue time, compute time (their batch's run) and both; requests waiting
+    // for a batch now. Triton's nv_inference_* metrics (README.md, "Metrics") are these.
+    std::uint64_t requests_ok = 0, requests_failed = 0, batches = 0, inferences = 0;
+    std::uint64_t queue_ns = 0, compute_ns = 0, request_ns = 0, pending = 0;
   };
   std::vector<Model> models;
   // The histograms' bucket bounds; empty when the daemon publishes no histograms (one built

@@ -206,6 +206,55 @@ void render_devices(const DaemonStatus& status, std::string& out) {
   render_device_memory(status, out);
 }
 
+// Each model's state and counters: batchd's own names, and Triton's (nv_inference_*), with Triton's
+// meaning and labels, for the dashboards and autoscalers that read them.
+void render_models(const DaemonStatus& status, std::string& out) {
+  const auto labels = [](const DaemonStatus::Model& model) {
+    return fmt::format("model=\"{}\",version=\"{}\"", label_value(model.name), label_value(model.version));
+  };
+  family(out, "batchd_model_state", "gauge", "1 for each model's state: ready, or unavailable (no lane can run it).");
+  for (const DaemonStatus::Model& model : status.models) {
+    fmt::format_to(std::back_inserter(out), "batchd_model_state{{{},backend=\"{}\",state=\"{}\"}} 1\n", labels(model),
+                   label_value(model.backend), model.state);
+  }
+  family(out, "batchd_model_requests_taken_total", "counter", "Requests the daemon took for each model.");
+  for (const DaemonStatus::Model& model : status.models) {
+    fmt::format_to(std::back_inserter(out), "batchd_model_requests_taken_total{{{}}} {}\n", labels(model),
+                   model.requests_taken);
+  }
+  struct Family {
+    std::string_view name, type, help;
+    std::uint64_t DaemonStatus::Model::*value;
+    bool microseconds;
+  };
+  static constexpr Family kTriton[] = {
+      {"nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes",
+       &DaemonStatus::Model::requests_ok, false},
+      {"nv_inference_request_failure", "counter", "Number of failed inference requests, all batch sizes",
+       &DaemonStatus::Model::requests_failed, false},
+      {"nv_inference_count", "counter", "Number of inferences performed (does not include cached requests)",
+       &DaemonStatus::Model::inferences, false},
+      {"nv_inference_exec_count", "counter", "Number of model executions performed (does not include cached requests)",
+       &DaemonStatus::Model::batches, false},
+      {"nv_inference_request_duration_us", "counter", "Cumulative inference request duration in microseconds",
+       &DaemonStatus::Model::request_ns, true},
+      {"nv_inference_queue_duration_us", "counter", "Cumulative inference queuing duration in microseconds",
+       &DaemonStatus::Model::queue_ns, true},
+      {"nv_inference_compute_infer_duration_us", "counter", "Cumulative compute inference duration in microseconds",
+       &DaemonStatus::Model::compute_ns, true},
+      {"nv_inference_pending_request_count", "gauge", "Instantaneous number of pending requests awaiting execution",
+       &DaemonStatus::Model::pending, false},
+  };
+  for (const Family& f : kTriton) {
+    family(out, f.name, f.type, f.help);
+    for (const DaemonStatus::Model& model : status.models) {
+      const std::uint64_t value = model.*f.value;
+      fmt::format_to(std::back_inserter(out), "{}{{{}}} {}\n", f.name, labels(model),
+                     f.microseconds ? value / 1000 : value);
+    }
+  }
+}
+
 }  // namespace
 
 void render_daemon_status(const DaemonStatus* status, std::string& out) {
@@ -220,6 +269,7 @@ void render_daemon_status(const DaemonStatus* status, std::string& out) {
         static_cast<double>(status->age_ns) / 1e9);
   gauge("batchd_daemon_healthy_devices", "gauge", "Devices the daemon can run batches on.", status->healthy_devices);
   if (status->min_workers > 0 || status->workers > 0) render_workers(*status, out);
+  if (!status->models.empty()) render_models(*status, out);
   gauge("batchd_daemon_clients", "gauge", "Clients attached to the daemon.", status->clients);
   gauge("batchd_daemon_queue_depth", "gauge", "Requests the daemon has taken and not yet answered.",
         status->in_flight);

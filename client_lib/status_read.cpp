@@ -121,10 +121,22 @@ void read_models(const shm::StatusModels& in, DaemonStatus& out) {
   for (std::uint32_t m = 0; m < count; ++m) {
     const shm::StatusModel& model = in.model[m];
     const std::uint32_t state = model.state.load(std::memory_order_relaxed);
-    out.models.push_back({read_words(model.name), read_words(model.version), read_words(model.backend),
-                          state < std::size(kStates) ? kStates[state] : "unknown",
-                          model.lanes.load(std::memory_order_relaxed),
-                          model.requests_taken.load(std::memory_order_relaxed)});
+    constexpr auto relaxed = std::memory_order_relaxed;
+    DaemonStatus::Model& read = out.models.emplace_back();
+    read.name = read_words(model.name);
+    read.version = read_words(model.version);
+    read.backend = read_words(model.backend);
+    read.state = state < std::size(kStates) ? kStates[state] : "unknown";
+    read.lanes = model.lanes.load(relaxed);
+    read.requests_taken = model.requests_taken.load(relaxed);
+    read.requests_ok = model.requests_ok.load(relaxed);
+    read.requests_failed = model.requests_failed.load(relaxed);
+    read.batches = model.batches.load(relaxed);
+    read.inferences = model.inferences.load(relaxed);
+    read.queue_ns = model.queue_ns.load(relaxed);
+    read.compute_ns = model.compute_ns.load(relaxed);
+    read.request_ns = model.request_ns.load(relaxed);
+    read.pending = model.pending.load(relaxed);
   }
 }
 

@@ -28,6 +28,9 @@ struct RequestRef {
   // For the queue-time histogram: when the drain loop took it, and the class its client asked for.
   std::int64_t arrival_ns = 0;
   shm::WirePriority priority = shm::WirePriority::kNormal;
+  // Its model's id, for that model's counters (kNoModel: an id no model has).
+  static constexpr std::uint32_t kNoModel = ~0U;
+  std::uint32_t model = kNoModel;
 };
 
 // A batch's place in its current run, packed with the run's token so that a watchdog acting on

@@ -32,10 +32,11 @@ bool Completer::write_slot(const RequestRef& request, shm::WireStatus status,
   shm::RequestSlotHeader& req = *view.request_slot(request.slot);
   shm::store_and_wake(slot.state, shm::make_state(request.generation, shm::SlotPhase::kDone),
                       req.notify, shm::kNotifyFutex);
-  if (status == shm::WireStatus::kOk) {
-    stats_.requests_ok.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    stats_.requests_failed.fetch_add(1, std::memory_order_relaxed);
+  const bool ok = status == shm::WireStatus::kOk;
+  (ok ? stats_.requests_ok : stats_.requests_failed).fetch_add(1, std::memory_order_relaxed);
+  if (request.model < stats_.by_model.size()) {
+    ModelCounters& model = stats_.by_model[request.model];
+    (ok ? model.requests_ok : model.requests_failed).fetch_add(1, std::memory_order_relaxed);
   }
   return (req.notify.load(std::memory_order_relaxed) & shm::kNotifyEventfd) != 0;
 }

@@ -246,7 +246,24 @@ void Daemon::publish_models() noexcept {
     out.state.store(static_cast<std::uint32_t>(lanes > 0 ? shm::StatusModelState::kReady
                                                          : shm::StatusModelState::kUnavailable),
                     relaxed);
-    out.requests_taken.store(model.taken(), relaxed);
+    const std::uint64_t taken = model.taken();
+    out.requests_taken.store(taken, relaxed);
+    const ModelCounters& counters = stats_.by_model[m];
+    const std::uint64_t ok = counters.requests_ok.load(relaxed);
+    const std::uint64_t failed = counters.requests_failed.load(relaxed);
+    out.requests_ok.store(ok, relaxed);
+    out.requests_failed.store(failed, relaxed);
+    out.batches.store(counters.batches.load(relaxed), relaxed);
+    out.inferences.store(counters.inferences.load(relaxed), relaxed);
+    out.queue_ns.store(counters.queue_ns.load(relaxed), relaxed);
+    out.compute_ns.store(counters.compute_ns.load(relaxed), relaxed);
+    out.request_ns.store(counters.request_ns.load(relaxed), relaxed);
+    // Taken, not answered and on no device: waiting for a batch. The counters are read apart, so
+    // a reading may undercount; never below zero.
+    std::uint64_t on_devices = 0;
+    for (const auto& device : model.router().devices()) on_devices += device->outstanding_items.load(relaxed);
+    const std::uint64_t settled = ok + failed + on_devices;
+    out.pending.store(taken > settled ? taken - settled : 0, relaxed);
   }
 }
 

@@ -92,7 +92,7 @@ void ModelPipeline::prepare(Hooks hooks) {
     for (unsigned d = 0; d < backend_->devices(); ++d) router_->close_device(d);
   }
   router_->set_dead_letters(hooks.dead_letters);
-  router_->set_latency(&stats_.latency);
+  router_->set_latency(&stats_.latency, &stats_.by_model[id_], id_ == 0);
 }
 
 void ModelPipeline::create_input_arena() {
@@ -111,9 +111,9 @@ void ModelPipeline::create_input_arena() {
 }
 
 void ModelPipeline::reject(const PendingRequest& request, shm::WireStatus status, const char* why) {
-  completer_.reject(RequestRef{request.session, request.taken.slot, request.taken.generation,
-                               request.taken.deadline_mono_ns},
-                    status, why);
+  RequestRef ref{request.session, request.taken.slot, request.taken.generation, request.taken.deadline_mono_ns};
+  ref.model = id_;
+  completer_.reject(ref, status, why);
 }
 
 bool ModelPipeline::rejected_as_gone(const PendingRequest& request, std::int64_t now_ns, const char* late_why) {
@@ -243,7 +243,7 @@ bool ModelPipeline::move_into_batch(PendingRequest& request, std::int64_t now_ns
   shares_.add(request.session->uid(), rank_of(taken.priority), taken.input_bytes);
   batch.requests.push_back(RequestRef{std::move(request.session), taken.slot, taken.generation,
                                       taken.deadline_mono_ns, taken.request_id, request.arrival_ns,
-                                      taken.priority});
+                                      taken.priority, id_});
   batcher_.add(taken.input_bytes, WaitOrFullBatcher::at_ns(request.arrival_ns), taken.deadline_mono_ns);
   return true;
 }

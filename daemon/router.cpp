@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <numeric>
 #include <array>
 #include <bit>
 #include <limits>
@@ -104,7 +105,9 @@ void Router::record_success(unsigned device, const Batch& batch, std::int64_t ru
 
 void Router::record_latency(unsigned device, const Batch& batch, std::int64_t started_ns,
                             std::int64_t run_ns) noexcept {
-  if (device < latency_->compute_by_device.size()) latency_->compute_by_device[device].record(run_ns);
+  if (devices_on_page_ && device < latency_->compute_by_device.size()) {
+    latency_->compute_by_device[device].record(run_ns);
+  }
   // Counted here first, then added once per bucket used: a batch's requests share few buckets,
   // and lanes finishing at once would otherwise contend on the same lines request by request.
   std::array<std::array<std::uint32_t, shm::kLatencyBuckets>, shm::kWirePriorities> counts{};
@@ -122,6 +125,15 @@ void Router::record_latency(unsigned device, const Batch& batch, std::int64_t st
     }
     if (sums[c] != 0) histogram.sum_ns.fetch_add(sums[c], std::memory_order_relaxed);
   }
+  if (counters_ == nullptr) return;
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const std::uint64_t queued_ns = std::accumulate(sums.begin(), sums.end(), std::uint64_t{0});
+  const std::uint64_t computed_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(run_ns, 0)) * batch.size();
+  counters_->batches.fetch_add(1, relaxed);
+  counters_->inferences.fetch_add(batch.size(), relaxed);
+  counters_->queue_ns.fetch_add(queued_ns, relaxed);
+  counters_->compute_ns.fetch_add(computed_ns, relaxed);
+  counters_->request_ns.fetch_add(queued_ns + computed_ns, relaxed);
 }
 
 bool Router::any_available_outside(std::uint64_t mask, std::int64_t now_ns) const noexcept {

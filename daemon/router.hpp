@@ -49,7 +49,14 @@ class Router {
   void set_dead_letters(DeadLetterLog* log) noexcept { dead_letters_ = log; }
   // Before start(): where each successful run's queue and compute times go (borrowed; none: not
   // recorded).
-  void set_latency(LatencyStats* latency) noexcept { latency_ = latency; }
+  // Where its runs are recorded: the daemon's latency histograms (compute time by device only
+  // where `devices_on_page`: the status page's devices are the default model's) and its model's
+  // counters.
+  void set_latency(LatencyStats* latency, ModelCounters* counters, bool devices_on_page) noexcept {
+    latency_ = latency;
+    counters_ = counters;
+    devices_on_page_ = devices_on_page;
+  }
   // Before start(): gives the pool's batch objects a slot of the arena each, as far as its slots
   // go (daemon/input_arena.hpp). Batches made beyond the pool later stay on the heap.
   void place_batches_in(const InputArena& arena);
@@ -276,6 +283,8 @@ class Router {
   Completer& completer_;
   DeadLetterLog* dead_letters_ = nullptr;
   LatencyStats* latency_ = nullptr;
+  ModelCounters* counters_ = nullptr;  // its model's
+  bool devices_on_page_ = true;
   RouterOptions options_;
   std::function<void()> on_batch_freed_;
   std::function<void()> on_tick_;

@@ -41,6 +41,19 @@ struct LatencyStats {
   std::array<LatencyHistogram, shm::kStatusDevices> handoff_by_device{};
 };
 
+// One model's requests and batches, as Triton counts them for its nv_inference_* metrics: answers
+// by outcome, and for the successful batches their runs, their requests, and the requests' summed
+// queue, compute (a batch's run, once per request in it) and queue-plus-compute times.
+struct ModelCounters {
+  std::atomic<std::uint64_t> requests_ok{0};
+  std::atomic<std::uint64_t> requests_failed{0};
+  std::atomic<std::uint64_t> batches{0};
+  std::atomic<std::uint64_t> inferences{0};
+  std::atomic<std::uint64_t> queue_ns{0};
+  std::atomic<std::uint64_t> compute_ns{0};
+  std::atomic<std::uint64_t> request_ns{0};
+};
+
 struct DaemonStats {
   static constexpr std::size_t kBatchSizeBuckets = shm::kBatchSizeBuckets;
 
@@ -64,6 +77,7 @@ struct DaemonStats {
   std::array<std::atomic<std::uint64_t>, shm::kWirePriorities> requests_shed_by_class{};
   std::atomic<std::uint64_t> requests_ok{0};
   std::atomic<std::uint64_t> requests_failed{0};
+  std::array<ModelCounters, shm::kStatusModels> by_model{};  // index: the model's id
   std::atomic<std::uint64_t> requests_rejected{0};  // invalid, expired or withdrawn before running
   std::atomic<std::uint64_t> requests_abandoned{0};  // their client went before they were batched
   std::atomic<std::uint64_t> batches{0};

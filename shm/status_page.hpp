@@ -187,7 +187,7 @@ inline constexpr std::size_t kStatusModelsOffset =
 // the table serves the default model alone, as id 0.
 inline constexpr const char* kDefaultModelName = "batchstring";
 inline constexpr std::uint64_t kStatusModelsMagic = 0x534c45444f4d5f31ULL;  // "1_MODELS"
-inline constexpr std::uint32_t kStatusModelsVersion = 1;
+inline constexpr std::uint32_t kStatusModelsVersion = 2;
 inline constexpr std::size_t kStatusModels = 64;         // models one daemon serves at most
 inline constexpr std::size_t kStatusModelNameWords = 8;  // a name: up to 63 bytes, NUL-padded
 enum class StatusModelState : std::uint32_t {
@@ -202,6 +202,18 @@ struct alignas(64) StatusModel {
   std::atomic<std::uint32_t> state;    // StatusModelState
   std::atomic<std::uint32_t> lanes;  // that can run its batches now
   std::atomic<std::uint64_t> requests_taken;
+  // As Triton counts them (its nv_inference_* metrics): answers by outcome; successful batch runs
+  // and the requests they answered; those requests' summed queue time (taken to run), compute time
+  // (their batch's run) and both; and the requests taken but neither answered nor handed to a
+  // device yet.
+  std::atomic<std::uint64_t> requests_ok;
+  std::atomic<std::uint64_t> requests_failed;
+  std::atomic<std::uint64_t> batches;
+  std::atomic<std::uint64_t> inferences;
+  std::atomic<std::uint64_t> queue_ns;
+  std::atomic<std::uint64_t> compute_ns;
+  std::atomic<std::uint64_t> request_ns;
+  std::atomic<std::uint64_t> pending;
 };
 struct alignas(64) StatusModels {
   std::uint64_t magic;    // kStatusModelsMagic, written once the names are

@@ -8,6 +8,9 @@ over HTTP in every priority class, then checks that
   and the batches run (by device);
 - the daemon's series read the same through either endpoint;
 - the listener answers 404 and 405 where it should;
+- each model's series in Triton's names (nv_inference_*) count its requests, batches and times,
+  and PromQL in those names (queue time per request, pending requests) evaluates per model
+  (`promtool test rules` over two scrapes of the running daemon);
 - deploy/prometheus/prometheus.yml passes `promtool check config`;
 - deploy/grafana/batchd.json has a dashboard's fields, and every metric its queries name is one
   these endpoints really emit.
@@ -117,6 +120,89 @@ def promtool(*args, stdin=None):
     return done.stdout + done.stderr
 
 
+SECOND = "second"  # a second model, on one simulated device of its own, version 7
+
+
+def check_models(samples, answered, second_answered):
+    """Triton's per-model series: each model's successes are its answers, every request one
+    inference, its executions the batches it ran, its durations within what they measure."""
+    for model, version, count in (("batchstring", "1", answered), (SECOND, "7", second_answered)):
+        labels = {"model": model, "version": version}
+        if value(samples, "nv_inference_request_success", **labels) != count:
+            fail(f"{model}: nv_inference_request_success is not its {count} answers")
+        if value(samples, "nv_inference_request_failure", **labels) != 0:
+            fail(f"{model}: failures counted where none failed")
+        if value(samples, "nv_inference_count", **labels) != count:
+            fail(f"{model}: nv_inference_count is not its {count} requests")
+        executions = value(samples, "nv_inference_exec_count", **labels)
+        if not 0 < executions <= count:
+            fail(f"{model}: {executions} executions for {count} requests")
+        queue = value(samples, "nv_inference_queue_duration_us", **labels)
+        compute = value(samples, "nv_inference_compute_infer_duration_us", **labels)
+        request = value(samples, "nv_inference_request_duration_us", **labels)
+        # Every batch costs the sim at least its fixed 100 or 200 us, each request in it that long.
+        if compute < 90 * count or not queue > 0 or abs(request - (queue + compute)) > 2:
+            fail(f"{model}: durations queue {queue}, compute {compute}, request {request} us for {count}")
+        if value(samples, "nv_inference_pending_request_count", **labels) != 0:
+            fail(f"{model}: requests pending with nothing sent")
+        if value(samples, "batchd_model_state", backend="sim", state="ready", **labels) != 1:
+            fail(f"{model}: not ready")
+    # The default model's executions are the batches its devices ran (the page's devices are its).
+    ran = sum(value(samples, "batchd_batch_compute_seconds_count", device=d) for d in ("0", "1"))
+    if value(samples, "nv_inference_exec_count", model="batchstring", version="1") != ran:
+        fail(f"batchstring: executions differ from the {ran} batch compute times of its devices")
+
+
+def check_promql(before, after, minute_apart_dir):
+    """Two scrapes a minute apart in promtool's clock: the queue time per request over that minute
+    and the requests pending, per model, in Triton's names, evaluate as the scrapes say."""
+    triton = ("nv_inference_queue_duration_us", "nv_inference_request_success",
+              "nv_inference_pending_request_count")
+    series = []
+    for (name, labels), v in sorted(after.items()):
+        if name not in triton:
+            continue
+        text = ",".join(f'{k}="{val}"' for k, val in sorted(labels))
+        series.append({"series": f"{name}{{{text}}}", "values": f"{int(before[(name, labels)])} {int(v)}"})
+    expected_queue, expected_pending = [], []
+    for model, version in (("batchstring", "1"), (SECOND, "7")):
+        key = lambda name: (name, frozenset({("model", model), ("version", version)}))
+        served = after[key("nv_inference_request_success")] - before[key("nv_inference_request_success")]
+        queued = after[key("nv_inference_queue_duration_us")] - before[key("nv_inference_queue_duration_us")]
+        if served <= 0:
+            fail(f"{model}: no requests between the two scrapes")
+        expected_queue.append({"labels": f'{{model="{model}"}}', "value": queued / served})
+        expected_pending.append({"labels": f'{{model="{model}"}}',
+                                 "value": after[key("nv_inference_pending_request_count")]})
+    # The difference over the minute, as increase() gives it without its extrapolation: exact.
+    per_request = ("sum by (model) (nv_inference_queue_duration_us - nv_inference_queue_duration_us offset 1m)"
+                   " / sum by (model) (nv_inference_request_success - nv_inference_request_success offset 1m)")
+    tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series,
+        "promql_expr_test": [
+            {"expr": per_request, "eval_time": "1m", "exp_samples": expected_queue},
+            {"expr": "sum by (model) (nv_inference_pending_request_count)", "eval_time": "1m",
+             "exp_samples": expected_pending}]}]}
+    path = os.path.join(minute_apart_dir, "triton_promql_test.yml")
+    with open(path, "w") as f:
+        json.dump(tests, f)  # JSON is YAML
+    promtool("test", "rules", path)
+    return {e["labels"]: e["value"] for e in expected_queue}
+
+
+def check_scrape(text):
+    """promtool check metrics passes the whole scrape but for its naming lints on Triton's
+    nv_inference_* names (no _total on counters, "_us"), which those names break by design: its
+    exit status 3 is lint findings alone, parsed; and without those families it finds nothing."""
+    done = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
+    findings = (done.stdout + done.stderr).strip().splitlines()
+    if done.returncode not in (0, 3) or any(not line.startswith("nv_inference_") for line in findings):
+        fail(f"promtool check metrics exited {done.returncode}:\n{done.stdout}{done.stderr}")
+    ours = "\n".join(line for line in text.splitlines()
+                     if not re.match(r"^(# (HELP|TYPE) )?nv_inference_", line)) + "\n"
+    promtool("check", "metrics", stdin=ours)
+
+
 def stress(args):
     done = subprocess.run([STRESS, *args, "--expect-sim", "1", "--json", "--quiet"],
                           capture_output=True, text=True, timeout=120)
@@ -176,7 +262,8 @@ def main():
     try:
         procs.append(subprocess.Popen(
             [BATCHD, "--socket", sock, "--backend", "sim", "--sim-devices", "2", "--sim-fixed-us", "200",
-             "--sim-per-item-us", "5", "--metrics-listen", f"127.0.0.1:{metrics_port}", "--log-level", "warn"]))
+             "--sim-per-item-us", "5", "--metrics-listen", f"127.0.0.1:{metrics_port}", "--log-level", "warn",
+             "--model", f"{SECOND}:backend=sim,sim_devices=1,sim_fixed_us=100,version=7"]))
         daemon_url = f"http://127.0.0.1:{metrics_port}"
         wait_until("the daemon's metrics listener answers", lambda: get(daemon_url + "/metrics")[0] == 200)
         port_file = os.path.join(tmp, "port")
@@ -190,12 +277,15 @@ def main():
         mix = ["--priority-mix", "high:20,normal:50,low:30"]
         answered = stress(["--socket", sock, "--threads", "4", "--requests", str(REQUESTS), *mix])
         answered += stress(["--http", http_url, "--threads", "4", "--requests", str(REQUESTS), *mix])
+        second_answered = stress(["--socket", sock, "--threads", "2", "--requests", str(REQUESTS // 2),
+                                  "--model", SECOND])
+        all_answered = answered + second_answered
 
         def queue_count(samples):
             return sum(value(samples, "batchd_request_queue_seconds_count", **{"class": c}) for c in CLASSES)
         # The daemon publishes every few tens of milliseconds: wait for the last answers to show.
         wait_until("the histograms count every answered request",
-                   lambda: queue_count(parse(get(daemon_url + "/metrics")[1])) == answered)
+                   lambda: queue_count(parse(get(daemon_url + "/metrics")[1])) == all_answered)
 
         status, daemon_text = get(daemon_url + "/metrics")
         if status != 200:
@@ -204,14 +294,14 @@ def main():
         if status != 200:
             fail(f"batchd-http /metrics answered {status}")
         for label, text in (("daemon", daemon_text), ("batchd-http", http_text)):
-            promtool("check", "metrics", stdin=text)
+            check_scrape(text)
             print(f"promtool check metrics ({label}): ok, {len(text.splitlines())} lines")
 
         daemon, front = parse(daemon_text), parse(http_text)
         for samples in (daemon, front):
-            if queue_count(samples) != answered:
-                fail(f"queue-time histograms count {queue_count(samples)} requests, {answered} were answered")
-            if value(samples, "batchd_daemon_requests_total", result="ok") != answered:
+            if queue_count(samples) != all_answered:
+                fail(f"queue-time histograms count {queue_count(samples)} requests, {all_answered} were answered")
+            if value(samples, "batchd_daemon_requests_total", result="ok") != all_answered:
                 fail("the daemon's ok counter disagrees with the answers")
             for c in CLASSES:
                 _, count, total = histogram(samples, "batchd_request_queue_seconds", **{"class": c})
@@ -232,6 +322,7 @@ def main():
                 batches += count
             if batches == 0:
                 fail("no batch compute time recorded")
+            check_models(samples, answered, second_answered)
         histogram_lines = lambda text: [l for l in text.splitlines()
                                         if l.startswith(("batchd_request_queue", "batchd_batch_compute"))]
         if histogram_lines(daemon_text) != histogram_lines(http_text):
@@ -239,6 +330,15 @@ def main():
         print(f"histograms: {answered} requests answered, "
               f"{int(sum(value(daemon, 'batchd_batch_compute_seconds_count', device=d) for d in '01'))} "
               f"batches; both endpoints agree")
+
+        # More of both models' requests between two scrapes: PromQL in Triton's names over them.
+        more = stress(["--socket", sock, "--threads", "2", "--requests", str(REQUESTS // 2)])
+        more += stress(["--socket", sock, "--threads", "2", "--requests", str(REQUESTS // 2), "--model", SECOND])
+        wait_until("the histograms count the second round",
+                   lambda: queue_count(parse(get(daemon_url + "/metrics")[1])) == all_answered + more)
+        later = parse(get(daemon_url + "/metrics")[1])
+        per_request = check_promql(daemon, later, tmp)
+        print(f"PromQL in Triton's names per model: queue time per request (us) {per_request}, none pending")
 
         for method, path, want in (("GET", "/nowhere", 404), ("POST", "/metrics", 405), ("HEAD", "/metrics", 200)):
             got, _ = get(daemon_url + path, method)
