@@ -62,6 +62,14 @@ JobsAction JobsApi::submit(const Request& request) {
   if (auto refused = read_inputs(root, job)) return std::move(*refused);
   if (auto refused = read_json_priority(root, priority)) return std::move(*refused);
   job.priority = priority.value_or(Priority::kNormal);
+  simdjson::dom::element model;
+  if (root.at_key("model").get(model) == simdjson::SUCCESS) {
+    std::string_view name;
+    if (model.get_string().get(name) != simdjson::SUCCESS || name.empty()) {
+      return error_response(400, "bad_request", R"("model" must be a JSON string naming a model)");
+    }
+    job.model = name;
+  }
   const std::uint32_t max_input = context_.max_input_bytes();
   for (const std::string& input : job.inputs) {
     if (max_input != 0 && input.size() > max_input) {

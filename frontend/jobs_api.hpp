@@ -23,6 +23,7 @@ struct JobSubmit {
   bool many = false;  // sent as "inputs" (answered with "outputs"), not "input"
   std::chrono::milliseconds timeout{};
   Priority priority = Priority::kNormal;
+  std::string model;  // by name ("model" in the body); empty: the default model
 };
 struct JobPoll {  // GET or HEAD /v1/jobs/{id}
   std::string id;

@@ -86,6 +86,7 @@ void EventLoop::on_job_stored(const Caller& caller, const std::string& id, const
   for (std::size_t i = 0; i < job.inputs.size(); ++i) {
     submissions[i].input = job.inputs[i];
     submissions[i].priority = job.priority;
+    submissions[i].model = job.model;
     submissions[i].done = [this, serial, i](Result&& result) { on_job_answer(serial, i, std::move(result)); };
   }
   const std::size_t admitted = client->submit_many_async(submissions, job.timeout);

@@ -248,3 +248,22 @@ TEST_CASE("a failed job carries the synchronous API's typed error") {
   CHECK(metric(metrics, "batchd_http_jobs_done_total") == 1);
   CHECK(metric(metrics, "batchd_http_requests_total{code=\"202\"}") == 2);
 }
+
+TEST_CASE("a job names its model: answered by that model; an unknown or malformed name refused") {
+  Stack stack({}, {"--max-wait-ms", "1", "--model", "reversed:backend=sim,sim_devices=1,sim_fixed_us=100"});
+  const JobView reversed = stack.finished(
+      stack.submit(make_request("POST", "/v1/jobs", R"({"inputs":["abc","héllo"],"model":"reversed"})")));
+  CHECK(reversed.status == "done");
+  CHECK(reversed.outputs == std::vector<std::string>{"cba", "olléh"});
+  const JobView by_default = stack.finished(stack.submit(job_request("abc")));
+  CHECK(by_default.output == reference_batchstring("abc", 1));
+  const JobView named_default =
+      stack.finished(stack.submit(make_request("POST", "/v1/jobs", R"({"input":"abc","model":"batchstring"})")));
+  CHECK(named_default.output == reference_batchstring("abc", 1));
+
+  const HttpResponse unknown = stack.call(make_request("POST", "/v1/jobs", R"({"input":"abc","model":"nope"})"));
+  check_error(unknown, 404, "unknown_model");
+  CHECK(unknown.body.find("reversed") != std::string::npos);  // it lists the models served
+  check_error(stack.call(make_request("POST", "/v1/jobs", R"({"input":"abc","model":7})")), 400, "bad_request");
+  check_error(stack.call(make_request("POST", "/v1/jobs", R"({"input":"abc","model":""})")), 400, "bad_request");
+}
