@@ -214,6 +214,7 @@ struct ClientOptions {
 // (README.md, "Dead letters"). The input itself is never listed.
 struct DeadLetter {
   std::string time;            // RFC 3339, UTC, milliseconds
+  std::string model;           // the model it was sent to (empty from a daemon before models)
   std::string reason;          // "poison" (a known-good input still ran there) or "repeated_error"
   std::string input_sha256;    // lowercase hex
   std::uint64_t input_bytes = 0;

@@ -48,6 +48,7 @@ bool parse_entry(simdjson::dom::object record, DeadLetter& out) {
   std::uint64_t number = 0;
   if (record["time"].get_string().get(text) != simdjson::SUCCESS) return false;
   out.time = text;
+  if (record["model"].get_string().get(text) == simdjson::SUCCESS) out.model = text;
   if (record["reason"].get_string().get(text) != simdjson::SUCCESS) return false;
   out.reason = text;
   if (record["input_sha256"].get_string().get(text) != simdjson::SUCCESS) return false;

@@ -78,6 +78,7 @@ void DeadLetterLog::record(const DeadLetterFacts& facts) noexcept {
     reference_batchstring(facts.input, 1, r.sha256);
     r.input_bytes = facts.input.size();
     r.error.assign(facts.error);
+    r.model.assign(facts.model);
     if (options_.include_inputs) r.input.assign(facts.input);
     r.device = facts.device;
     r.devices_tried = facts.devices_tried;
@@ -122,6 +123,8 @@ std::string DeadLetterLog::format(const Record& r, bool with_input) {
   out.reserve(256 + r.error.size() + (with_input ? r.input.size() : 0));
   out.append(R"({"time":")");
   append_time(r.unix_ms, out);
+  out.append(R"(","model":")");
+  text::append_json_escaped_lossy(r.model, out);
   fmt::format_to(std::back_inserter(out), R"(","reason":"{}","input_sha256":"{}","input_bytes":{},"error":")",
                  r.proven ? "poison" : "repeated_error", std::string_view(r.sha256, sizeof(r.sha256)),
                  r.input_bytes);

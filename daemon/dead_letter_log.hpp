@@ -34,6 +34,7 @@ struct DeadLetterOptions {
 
 // What the router knows of a request that failed alone. The views need only outlive the call.
 struct DeadLetterFacts {
+  std::string_view model;           // the model it was sent to, by name
   std::string_view input;
   std::string_view error;           // the backend's message
   unsigned device = 0;              // where it failed last
@@ -91,6 +92,7 @@ class DeadLetterLog {
   // One queued record, as the writer formats it.
   struct Record {
     std::int64_t unix_ms = 0;
+    std::string model;
     char sha256[64] = {};  // lowercase hex
     std::uint64_t input_bytes = 0;
     std::string error;

@@ -91,7 +91,7 @@ void ModelPipeline::prepare(Hooks hooks) {
     // Every place starts empty: a worker that attaches opens one (daemon_workers.cpp).
     for (unsigned d = 0; d < backend_->devices(); ++d) router_->close_device(d);
   }
-  router_->set_dead_letters(hooks.dead_letters);
+  router_->set_dead_letters(hooks.dead_letters, config_.name);
   router_->set_latency(&stats_.latency, &stats_.by_model[id_], id_ == 0);
 }
 

@@ -410,6 +410,7 @@ void Router::complete_single_failure(Batch* batch, unsigned device, bool proven)
     const RequestRef& request = batch->requests.front();
     const ClientSession& session = *request.session;
     dead_letters_->record(DeadLetterFacts{
+        .model = dead_letter_model_,
         .input = batch->input().at(0),
         .error = batch->last_error,
         .device = device,

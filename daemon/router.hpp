@@ -46,7 +46,11 @@ class Router {
 
   // Before start(): where requests whose input fails alone are recorded (borrowed; none: not
   // recorded).
-  void set_dead_letters(DeadLetterLog* log) noexcept { dead_letters_ = log; }
+  // Where single requests that fail alone are recorded, tagged with `model`, the model's name.
+  void set_dead_letters(DeadLetterLog* log, std::string model) {
+    dead_letters_ = log;
+    dead_letter_model_ = std::move(model);
+  }
   // Before start(): where each successful run's queue and compute times go (borrowed; none: not
   // recorded).
   // Where its runs are recorded: the daemon's latency histograms (compute time by device only
@@ -282,6 +286,7 @@ class Router {
   Backend& backend_;
   Completer& completer_;
   DeadLetterLog* dead_letters_ = nullptr;
+  std::string dead_letter_model_;
   LatencyStats* latency_ = nullptr;
   ModelCounters* counters_ = nullptr;  // its model's
   bool devices_on_page_ = true;

@@ -37,6 +37,7 @@ std::string fresh_path(const std::string& name) {
 // A request of client 1 (pid 100, uid 1000) numbered `n`.
 DeadLetterFacts facts(std::string_view input, std::uint64_t n, std::string_view error = "poison input") {
   DeadLetterFacts f;
+  f.model = "batchstring";
   f.input = input;
   f.error = error;
   f.device = 1;
@@ -92,6 +93,7 @@ TEST_CASE("a record is one JSON line: time, digest and size, the error escaped, 
   CHECK(time[10] == 'T');
   CHECK(time[19] == '.');
   CHECK(time.back() == 'Z');
+  CHECK(first.text("model") == "batchstring");
   CHECK(first.text("reason") == "poison");
   CHECK(first.text("input_sha256") == reference_batchstring(input, 1));
   CHECK(first.number("input_bytes") == input.size());

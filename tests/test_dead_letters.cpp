@@ -43,7 +43,7 @@ test::ProcessOutput batchctl(const std::vector<std::string>& args, std::optional
 
 // The fields of one dead-letter record that the tests check.
 struct Letter {
-  std::string sha256, reason, request_id;
+  std::string sha256, reason, request_id, model;
   std::uint64_t input_bytes = 0;
   std::int64_t uid = -1;
 };
@@ -55,6 +55,8 @@ Letter parse_letter(simdjson::dom::element record) {
   out.sha256 = text;
   REQUIRE(record["reason"].get_string().get(text) == simdjson::SUCCESS);
   out.reason = text;
+  REQUIRE(record["model"].get_string().get(text) == simdjson::SUCCESS);
+  out.model = text;
   REQUIRE(record["request_id"].get_string().get(text) == simdjson::SUCCESS);
   out.request_id = text;
   REQUIRE(record["input_bytes"].get_uint64().get(out.input_bytes) == simdjson::SUCCESS);
@@ -185,6 +187,7 @@ TEST_CASE("poison inputs mixed into batches land in the dead-letter file exactly
   for (const Letter& letter : letters) {
     CHECK(letter.input_bytes == size_of[letter.sha256]);
     CHECK(letter.reason == "poison");  // the canary ran on the same devices
+    CHECK(letter.model == "batchstring");
     request_ids.insert(letter.request_id);
   }
   CHECK(request_ids.size() == poison_count);  // distinct requests, each once

@@ -348,3 +348,24 @@ TEST_CASE("models served by workers of their own: each worker serves the model i
   REQUIRE(::waitpid(beta, &exit_status, 0) == beta);
   daemon.stop();
 }
+
+TEST_CASE("a request that fails alone is a dead letter of its own model") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--cpu-threads", "1", "--max-wait-ms", "1", "--model",
+                                      "second:backend=sim,sim_devices=1,sim_fixed_us=100,sim_poison=BAD"});
+  std::unique_ptr<Client> client = test::connect(socket);
+  const Result failed = client->submit("BAD input", 10s, RequestOptions{Priority::kNormal, "second"});
+  CHECK_FALSE(failed.ok());
+  const Result fine = client->submit("BAD input", 10s);  // the default model has no poison
+  CHECK(fine.ok());
+  ClientOptions options;
+  options.socket_path = socket;
+  std::optional<DeadLetters> letters;
+  REQUIRE(test::eventually([&] {
+    letters = read_dead_letters(options, nullptr);
+    return letters.has_value() && !letters->entries.empty();
+  }, 10s));
+  REQUIRE(letters->entries.size() == 1);
+  CHECK(letters->entries[0].model == "second");
+  daemon.stop();
+}

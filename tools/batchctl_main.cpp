@@ -207,11 +207,11 @@ std::string dead_letters_text(const batchd::DeadLetters& letters) {
                                 letters.entries.empty() ? std::string("none kept")
                                                         : fmt::format("the last {}:", letters.entries.size()));
   if (letters.entries.empty()) return out;
-  out += fmt::format("{:<24}  {:<14}  {:>6}  {:<64}  {:>8}  {:<22}  {}\n", "TIME (UTC)", "REASON", "DEVICE",
-                     "INPUT SHA-256", "BYTES", "CLIENT (PID/UID)", "ERROR");
+  out += fmt::format("{:<24}  {:<16}  {:<14}  {:>6}  {:<64}  {:>8}  {:<22}  {}\n", "TIME (UTC)", "MODEL", "REASON",
+                     "DEVICE", "INPUT SHA-256", "BYTES", "CLIENT (PID/UID)", "ERROR");
   for (const batchd::DeadLetter& letter : letters.entries) {
-    out += fmt::format("{:<24}  {:<14}  {:>6}  {:<64}  {:>8}  {:<22}  {}\n", letter.time, letter.reason,
-                       letter.device, letter.input_sha256, letter.input_bytes,
+    out += fmt::format("{:<24}  {:<16}  {:<14}  {:>6}  {:<64}  {:>8}  {:<22}  {}\n", letter.time, letter.model,
+                       letter.reason, letter.device, letter.input_sha256, letter.input_bytes,
                        fmt::format("{} ({}/{})", letter.client_id, letter.pid, letter.uid), letter.error);
   }
   return out;
