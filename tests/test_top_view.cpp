@@ -124,3 +124,34 @@ TEST_CASE("a laggard device says so, and its share is of the interval's batches"
   CHECK(shows(text, R"(^0 +healthy +150 +75% )"));
   CHECK(shows(text, R"(^1 +laggard +50 +25% )"));
 }
+
+TEST_CASE("a daemon of many models has a row per model: answers, pending, queue and compute per request") {
+  DaemonStatus before = status(0, 0, 0, 0);
+  DaemonStatus now = status(300, 2, 0, 30);
+  before.models.resize(2);
+  now.models.resize(2);
+  for (DaemonStatus* s : {&before, &now}) {
+    s->models[0].name = "batchstring";
+    s->models[0].state = "ready";
+    s->models[0].lanes = 2;
+    s->models[1].name = "langid";
+    s->models[1].state = "unavailable";
+  }
+  before.models[0].requests_ok = 100;
+  before.models[0].inferences = 100;
+  before.models[0].queue_ns = 1'000'000;
+  now.models[0].requests_ok = 300;  // 200 this interval, each queued 1.5 us and computed 2 us
+  now.models[0].requests_failed = 2;
+  now.models[0].inferences = 300;
+  now.models[0].queue_ns = 1'300'000;
+  now.models[0].compute_ns = 400'000;
+  now.models[1].pending = 7;
+  const std::string text = joined(top::frame(before, now, 2.0, 160));
+  INFO(text);
+  CHECK(shows(text, R"(^model +state +lanes +ok/s +failed/s +pending +queue/req +compute/req$)"));
+  CHECK(shows(text, R"(^batchstring +ready +2 +100 +1 +0 +1\.5 us +2\.0 us$)"));
+  CHECK(shows(text, R"(^langid +unavailable +0 +0 +0 +7 +- +-$)"));
+  // One model: no model rows, the frame as before models.
+  now.models.resize(1);
+  CHECK_FALSE(shows(joined(top::frame(before, now, 2.0, 160)), R"(^model +state)"));
+}

@@ -136,6 +136,29 @@ std::vector<Line> frame(const DaemonStatus& before, const DaemonStatus& now, dou
   if (largest == 0) out.push_back({"  (no batches this interval)"});
   out.push_back({""});
 
+  // A row per model where the daemon serves more than one: its answers, its waiting requests, and
+  // the mean queue and compute time of the requests its batches answered this interval.
+  if (now.models.size() > 1) {
+    out.push_back({fmt::format("{:<20}{:<13}{:>8}{:>10}{:>10}{:>9}{:>13}{:>13}", "model", "state", "lanes", "ok/s",
+                               "failed/s", "pending", "queue/req", "compute/req"),
+                   true});
+    for (std::size_t m = 0; m < now.models.size(); ++m) {
+      const DaemonStatus::Model& model = now.models[m];
+      const DaemonStatus::Model zero;
+      const DaemonStatus::Model& was = m < b.models.size() && b.models[m].name == model.name ? b.models[m] : zero;
+      const double inferences = delta(was.inferences, model.inferences);
+      const auto per_request = [&](std::uint64_t before_ns, std::uint64_t now_ns) {
+        return inferences > 0 ? duration_text(delta(before_ns, now_ns) / inferences) : std::string("-");
+      };
+      out.push_back({fmt::format("{:<20}{:<13}{:>8}{:>10.0f}{:>10.0f}{:>9}{:>13}{:>13}", model.name, model.state,
+                                 model.lanes, rate(was.requests_ok, model.requests_ok),
+                                 rate(was.requests_failed, model.requests_failed), model.pending,
+                                 per_request(was.queue_ns, model.queue_ns),
+                                 per_request(was.compute_ns, model.compute_ns))});
+    }
+    out.push_back({""});
+  }
+
   out.push_back({fmt::format("{:<7}{:<11}{:>10}{:>7}{:>13}{:>13}{:>13}  {}", "device", "state", "batches/s", "share",
                              "outstanding", "batch time", "p99 compute", "fitted cost"),
                  true});

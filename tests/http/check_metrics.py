@@ -239,14 +239,25 @@ def check_dashboard(emitted):
             expr = target.get("expr")
             if not isinstance(expr, str) or not expr:
                 fail(f"dashboard panel {title!r}: a target without expr")
-            found = re.findall(r"\b(batchd_[a-z0-9_]+)\b", expr)
+            found = re.findall(r"\b((?:batchd|nv_inference)_[a-z0-9_]+)\b", expr)
             if not found:
                 fail(f"dashboard panel {title!r}: {expr!r} names no batchd metric")
             for name in found:
                 if name not in emitted:
                     fail(f"dashboard panel {title!r}: {name} is not emitted by either endpoint")
                 names.add(name)
-    for needed in ("batchd_request_queue_seconds_bucket", "batchd_batch_compute_seconds_bucket"):
+    # The model variable lists the models from a series the endpoints emit, and panels use it.
+    variables = {v.get("name"): v for v in board.get("templating", {}).get("list", [])}
+    model = variables.get("model")
+    if model is None or not model.get("includeAll"):
+        fail("dashboard: no model variable (with All)")
+    for name in re.findall(r"\b(batchd_[a-z0-9_]+)\b", json.dumps(model.get("query"))):
+        if name not in emitted:
+            fail(f"dashboard: the model variable's {name} is not emitted by either endpoint")
+    if not any('model=~"$model"' in target["expr"] for panel in board["panels"] for target in panel["targets"]):
+        fail("dashboard: no panel selects by the model variable")
+    for needed in ("batchd_request_queue_seconds_bucket", "batchd_batch_compute_seconds_bucket",
+                   "nv_inference_queue_duration_us", "nv_inference_pending_request_count"):
         if needed not in names:
             fail(f"dashboard: no panel uses {needed}")
     return len(board["panels"]), len(names)
