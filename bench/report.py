@@ -18,6 +18,7 @@ from model import CostModel, predict  # noqa: E402
 from report_adaptive import adaptive_parts  # noqa: E402
 from report_scale import scale_out_section  # noqa: E402
 from report_fairness import fairness_section, grants_section  # noqa: E402
+from report_models import models_section  # noqa: E402
 from report_oip import oip_section  # noqa: E402
 from report_workers import workers_section  # noqa: E402
 from sweep import model_entry  # noqa: E402
@@ -405,13 +406,15 @@ def main():
     scale, python_client = load("scale-out.json"), load("python_client.json")
     hostile, workers, oip = load("hostile.json"), load("workers.json"), load("oip.json")
     grants, fairness = load("grants.json"), load("fairness.json")
+    models, fastpath = load("models.json"), load("fastpath_ab.json")
     sections = [("1", ipc), ("1b", openloop), ("2", gain), ("3", sweep), ("3b", adaptive), ("3c", closed),
                 ("3d", step), ("4", http), ("4b", scale), ("4c", python_client), ("4d", oip), ("5", service),
-                ("5b", hostile), ("5c", workers), ("5d", grants), ("5e", fairness)]
+                ("5b", hostile), ("5c", workers), ("5d", grants), ("5e", fairness), ("5f", models)]
     parts = {"MACHINE": machine_line(sections), "IPC": ipc_section(ipc), "GAIN": gain_section(gain),
              "HTTP": http_section(http), "SERVICE": service_section(service), "HOSTILE": hostile_section(hostile), "SCALE_OUT": scale_out_section(scale),
              "PYTHON_CLIENT": python_client_section(python_client), "WORKERS": workers_section(workers),
              "OIP": oip_section(oip, PLOTS), "GRANTS": grants_section(grants), "FAIRNESS": fairness_section(fairness),
+             "MODELS": models_section(models, fastpath),
              "OPENLOOP": openloop_section(openloop), **sweep_parts(sweep),
              **adaptive_parts(adaptive, closed, step, PLOTS)}
     if sweep:

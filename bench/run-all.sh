@@ -18,15 +18,18 @@
 #      example, chaos, attach/kill cycles (13 minutes more),
 #      bench/oip.py  the Open Inference Protocol under Triton's perf_analyzer (from .venv, which
 #      scripts/setup_venv.sh makes), wrk on /v1 and /v2, and 10,000/s over gRPC (6 minutes more),
+#      bench/models.py  many models in one daemon: a flood on one model beside a light client of
+#      another (sim and cpu), and eight cpu models against one at the same total load,
 #   7. bench/report.py  docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
-# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service hostile grants fairness workers oip report
+# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service hostile grants fairness
+#   workers oip models report
 # Environment: SWEEP_QUICK=1 (a 3x3x3 sweep, for trying the pipeline), SWEEP_POINT_S, IPC_DURATION,
 # IPC_REPEATS, OPENLOOP_DURATION, OPENLOOP_RATES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-release
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service hostile grants fairness workers oip report)
+[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service hostile grants fairness workers oip models report)
 wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 started=$SECONDS
 
@@ -64,5 +67,6 @@ if wants oip; then
   scripts/setup_venv.sh
   /usr/bin/python3 bench/oip.py
 fi
+if wants models; then echo "== many models in one daemon"; /usr/bin/python3 bench/models.py; fi
 if wants report; then /usr/bin/python3 bench/report.py; fi
 echo "== done in $((SECONDS - started)) s"

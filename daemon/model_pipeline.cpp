@@ -53,10 +53,10 @@ void ModelPipeline::fit_timeout_to_backend() {
   RouterOptions& routing = config_.settings.routing;
   const auto worst = std::chrono::ceil<std::chrono::milliseconds>(backend_->worst_batch_time());
   if (worst <= routing.device_timeout) return;
-  spdlog::warn("start: --device-timeout-ms {} is shorter than the largest batch may take on a "
+  spdlog::warn("model {}: start: --device-timeout-ms {} is shorter than the largest batch may take on a "
                "healthy {} device at this cost and batch size (up to {} ms); using {} ms so that "
                "it does not look hung",
-               routing.device_timeout.count(), backend_->name(), worst.count(), worst.count());
+               config_.name, routing.device_timeout.count(), backend_->name(), worst.count(), worst.count());
   routing.device_timeout = worst;
 }
 
@@ -64,20 +64,20 @@ BatchLimits ModelPipeline::fit_to_backend(BatchLimits limits, const char* when) 
   const BatchCapacity capacity = backend_->capacity();
   if (limits.max_batch_from_backend && capacity.fill_inputs > limits.max_batch) {
     limits.max_batch = std::min(capacity.fill_inputs, capacity.max_inputs);
-    spdlog::info("{}: max batch {}, what keeps the {} backend's devices full with every lane "
+    spdlog::info("model {}: {}: max batch {}, what keeps the {} backend's devices full with every lane "
                  "running a batch (--max-batch sets a fixed ceiling)",
-                 when, limits.max_batch, backend_->name());
+                 config_.name, when, limits.max_batch, backend_->name());
   }
   if (limits.max_batch > capacity.max_inputs) {
-    spdlog::warn("{}: max batch {} is more than the {} backend can run ({}: it sizes its buffers at "
+    spdlog::warn("model {}: {}: max batch {} is more than the {} backend can run ({}: it sizes its buffers at "
                  "start; restart the daemon to change that); using {}",
-                 when, limits.max_batch, backend_->name(), capacity.max_inputs, capacity.max_inputs);
+                 config_.name, when, limits.max_batch, backend_->name(), capacity.max_inputs, capacity.max_inputs);
     limits.max_batch = capacity.max_inputs;
   }
   if (limits.max_batch_bytes > capacity.max_bytes) {
-    spdlog::warn("{}: max batch bytes {} is more than the {} backend can run ({}: it sizes its buffers "
+    spdlog::warn("model {}: {}: max batch bytes {} is more than the {} backend can run ({}: it sizes its buffers "
                  "at start; restart the daemon to change that); using {}",
-                 when, limits.max_batch_bytes, backend_->name(), capacity.max_bytes, capacity.max_bytes);
+                 config_.name, when, limits.max_batch_bytes, backend_->name(), capacity.max_bytes, capacity.max_bytes);
     limits.max_batch_bytes = capacity.max_bytes;
   }
   return limits;
@@ -105,9 +105,9 @@ void ModelPipeline::create_input_arena() {
   if (!arena) throw std::runtime_error("cannot create the input arena for workers: " + arena.error().message);
   input_arena_ = std::move(*arena);
   router_->place_batches_in(input_arena_);
-  spdlog::info("workers read batches in place: an input arena of {} slots ({} MiB, sparse; a worker may make all "
-               "of it resident)",
-               input_arena_.slots(), input_arena_.size_bytes() >> 20);
+  spdlog::info("model {}: workers read batches in place: an input arena of {} slots ({} MiB, sparse; a worker may "
+               "make all of it resident)",
+               config_.name, input_arena_.slots(), input_arena_.size_bytes() >> 20);
 }
 
 void ModelPipeline::reject(const PendingRequest& request, shm::WireStatus status, const char* why) {
