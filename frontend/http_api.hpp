@@ -54,7 +54,9 @@ class ApiContext {
   virtual std::string metrics_text() = 0;
   // The daemon's largest input, or 0 while no daemon is attached (the client checks again).
   virtual std::uint32_t max_input_bytes() = 0;
-  virtual InferStatistics infer_statistics() = 0;
+  // This front-end's inferences of a model (by its id), and the daemon's times for that model.
+  virtual InferStatistics infer_statistics(std::uint32_t model) = 0;
+  virtual oip::ModelTimes model_times(std::uint32_t model) = 0;
   // The models requests may name.
   virtual const oip::ModelCatalog& models() = 0;
 };

@@ -9,6 +9,7 @@
 #include "client_lib/daemon_readiness.hpp"
 #include "frontend/http_grant.hpp"
 #include "frontend/loop_internal.hpp"
+#include "oip/served_models.hpp"
 
 namespace batchd::http {
 
@@ -175,7 +176,13 @@ std::string EventLoop::metrics_text() {
   return text;
 }
 
-InferStatistics EventLoop::infer_statistics() { return context_.metrics->infer_statistics(); }
+InferStatistics EventLoop::infer_statistics(std::uint32_t model) { return context_.metrics->infer_statistics(model); }
+
+oip::ModelTimes EventLoop::model_times(std::uint32_t model) {
+  Client* client = link_.client();
+  if (client == nullptr) return {};
+  return oip::model_times(client->daemon_status(), model);
+}
 
 std::uint32_t EventLoop::max_input_bytes() {
   Client* client = link_.client();

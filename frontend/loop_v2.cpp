@@ -58,7 +58,8 @@ void EventLoop::on_v2_answer(const Caller& caller, const V2Reply& reply, std::in
   metrics_.add_in_flight(-strings);
   const Response response =
       outcome.error ? v2_response_for_error(*outcome.error) : v2_infer_response(reply, outcome.results);
-  metrics_.record_inference(response.status == 200, now_ns_ - caller.started_ns, static_cast<std::size_t>(strings));
+  metrics_.record_inference(reply.model->id, response.status == 200, now_ns_ - caller.started_ns,
+                            static_cast<std::size_t>(strings));
   Conn* conn = lookup(caller.index, caller.generation);
   if (conn == nullptr || conn->state == Conn::State::kClosing) {
     metrics_.answer_dropped();  // the caller left; its strings were withdrawn if still unclaimed

@@ -55,9 +55,9 @@ std::int64_t MetricsRegistry::in_flight() const noexcept {
   return total;
 }
 
-InferStatistics MetricsRegistry::infer_statistics() const noexcept {
+InferStatistics MetricsRegistry::infer_statistics(std::uint32_t model) const noexcept {
   InferStatistics s;
-  for (unsigned w = 0; w < count_; ++w) s += workers_[w].inferences_.snapshot();
+  for (unsigned w = 0; w < count_; ++w) s += workers_[w].inferences_.snapshot(model);
   return s;
 }
 

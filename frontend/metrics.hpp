@@ -37,10 +37,10 @@ class WorkerMetrics {
   void answer_dropped() noexcept { dropped_answers_.fetch_add(1, relaxed); }
   void set_attached(bool attached) noexcept { attached_.store(attached, relaxed); }
   [[nodiscard]] grants::GrantCounters& grants() noexcept { return grants_; }
-  // One Open Inference Protocol inference answered: whether it succeeded, how long it took and how
-  // many strings it carried.
-  void record_inference(bool ok, std::int64_t latency_ns, std::size_t strings) noexcept {
-    inferences_.record(ok, latency_ns, strings);
+  // One Open Inference Protocol inference of `model` (its id) answered: whether it succeeded, how
+  // long it took and how many strings it carried.
+  void record_inference(std::uint32_t model, bool ok, std::int64_t latency_ns, std::size_t strings) noexcept {
+    inferences_.record(model, ok, latency_ns, strings);
   }
 
  private:
@@ -55,7 +55,7 @@ class WorkerMetrics {
   std::atomic<std::uint64_t> rejected_connections_{0};  // over --max-connections
   std::atomic<std::uint64_t> dropped_answers_{0};       // the caller had gone
   std::atomic<bool> attached_{false};                   // this loop has a daemon client
-  oip::InferCounters inferences_;  // the /v2 inferences
+  oip::ModelInferCounters inferences_;  // the /v2 inferences, by model
   grants::GrantCounters grants_;   // priority claims above the caller's grant
 };
 
@@ -76,7 +76,7 @@ class MetricsRegistry {
   [[nodiscard]] unsigned attached_workers() const noexcept;
   [[nodiscard]] unsigned workers() const noexcept { return count_; }
   // Every loop's inferences, summed.
-  [[nodiscard]] InferStatistics infer_statistics() const noexcept;
+  [[nodiscard]] InferStatistics infer_statistics(std::uint32_t model) const noexcept;
 
   // The Prometheus text exposition: the front-end's series, then the daemon's from `status`
   // (nullptr while no daemon is attached).

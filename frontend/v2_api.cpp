@@ -213,29 +213,34 @@ Response V2Api::repository_index(const Request& request) {
 }
 
 Response V2Api::statistics(std::span<const oip::ModelCatalog::Model> models) {
-  const InferStatistics s = context_.infer_statistics();
-  // Triton's fields, all of them, since clients read them without checking. The front-end does not
-  // see how a request's time splits into queue and compute (the daemon's /metrics breaks that
-  // down), so those times are 0; but every inference was queued, and perf_analyzer finds the
-  // model's version by its queue count rising, so that count is the inferences'. The counts are
-  // this front-end's, whatever model each inference named.
+  // Triton's fields, all of them, since clients read them without checking. The counts are this
+  // front-end's inferences of each model; every inference was queued, and perf_analyzer finds the
+  // model's version by its queue count rising, so that count is the inferences'. The front-end
+  // does not see how an inference's time splits into queue and compute: those times are the
+  // daemon's mean per request of the model (its models table) times the count. perf_analyzer
+  // wants the three compute counts equal: input and output take no time of their own here.
   constexpr std::string_view kZero = R"({"count":0,"ns":0})";
-  const std::string queued = fmt::format(R"({{"count":{},"ns":0}})", s.success_count + s.fail_count);
   std::string body = R"({"model_stats":[)";
   for (std::size_t i = 0; i < models.size(); ++i) {
+    const oip::ModelDescription& model = *models[i];
+    const InferStatistics s = context_.infer_statistics(model.id);
+    const oip::ModelTimes times = context_.model_times(model.id);
+    const std::uint64_t queued = s.success_count + s.fail_count;
     if (i != 0) body.push_back(',');
     body.append(R"({"name":")");
-    text::append_json_escaped_lossy(models[i]->name, body);
+    text::append_json_escaped_lossy(model.name, body);
     body.append(R"(","version":")");
-    text::append_json_escaped_lossy(models[i]->version, body);
+    text::append_json_escaped_lossy(model.version, body);
     fmt::format_to(
         std::back_inserter(body),
         R"(","last_inference":{},"inference_count":{},"execution_count":{},)"
-        R"("inference_stats":{{"success":{{"count":{},"ns":{}}},"fail":{{"count":{},"ns":{}}},"queue":{},)"
-        R"("compute_input":{},"compute_infer":{},"compute_output":{},"cache_hit":{},"cache_miss":{}}},)"
-        R"("batch_stats":[]}})",
+        R"("inference_stats":{{"success":{{"count":{},"ns":{}}},"fail":{{"count":{},"ns":{}}},)"
+        R"("queue":{{"count":{},"ns":{}}},"compute_input":{{"count":{},"ns":0}},)"
+        R"("compute_infer":{{"count":{},"ns":{}}},"compute_output":{{"count":{},"ns":0}},"cache_hit":{},)"
+        R"("cache_miss":{}}},"batch_stats":[]}})",
         s.last_inference_ms, s.inference_count, s.success_count, s.success_count, s.success_ns, s.fail_count,
-        s.fail_ns, queued, kZero, kZero, kZero, kZero, kZero);
+        s.fail_ns, queued, oip::at_daemon_mean(queued, times.queue_ns, times), s.success_count, s.success_count,
+        oip::at_daemon_mean(s.success_count, times.compute_ns, times), s.success_count, kZero, kZero);
   }
   body.append("]}");
   return v2_ok(std::move(body));

@@ -9,7 +9,7 @@ namespace batchd::grpcfront {
 std::string render_metrics(const ServiceContext& context) {
   std::string out;
   auto to = std::back_inserter(out);
-  const oip::InferStatistics s = context.counters.snapshot();
+  const oip::InferStatistics s = context.counters.total();
   fmt::format_to(to,
                  "# HELP batchd_grpc_inferences_total Inferences answered, by outcome.\n"
                  "# TYPE batchd_grpc_inferences_total counter\n"

@@ -93,7 +93,7 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
     } else {
       fill_infer_response(reply_, outcome.results, *response_);
     }
-    context_.counters.record(status.ok(), shm::monotonic_ns() - started_ns_, strings_);
+    context_.counters.record(reply_.model->id, status.ok(), shm::monotonic_ns() - started_ns_, strings_);
     Finish(status);
   }
 
@@ -126,6 +126,12 @@ std::shared_ptr<const oip::ModelCatalog> ServiceContext::models() {
   if (catalog != nullptr) return catalog;
   // The default catalog lives forever: an aliasing pointer that owns nothing.
   return std::shared_ptr<const oip::ModelCatalog>(std::shared_ptr<const void>(), &oip::default_catalog());
+}
+
+std::optional<DaemonStatus> ServiceContext::daemon_status() {
+  Client* client = pool != nullptr ? pool->pick() : nullptr;
+  if (client == nullptr) return std::nullopt;
+  return client->daemon_status();
 }
 
 grpc::Status prepare_infer(const grpc::CallbackServerContext& call, const inference::ModelInferRequest& request,
@@ -250,9 +256,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerCont
   return finish(call, grpc::Status::OK);
 }
 
-// As /v2/models/stats: the front-end does not see queue and compute time (the daemon's metrics
-// break that down), but every inference was queued, and perf_analyzer finds the model's version
-// by its queue count rising. The counts are this front-end's, whatever model each call named.
+// As /v2/models/stats: the counts are this front-end's inferences of each model; every inference
+// was queued, and perf_analyzer finds the model's version by its queue count rising. Queue and
+// compute times are the daemon's mean per request of the model (its models table) times the count.
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(grpc::CallbackServerContext* call,
                                                             const inference::ModelStatisticsRequest* request,
                                                             inference::ModelStatisticsResponse* response) {
@@ -264,8 +270,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(grpc::CallbackServer
     if (!status.ok()) return finish(call, status);
     models = {&named, 1};
   }
-  const oip::InferStatistics s = context_.counters.snapshot();
+  const std::optional<DaemonStatus> daemon = context_.daemon_status();
   for (const oip::ModelCatalog::Model& model : models) {
+    const oip::InferStatistics s = context_.counters.snapshot(model->id);
+    const oip::ModelTimes times = daemon ? oip::model_times(*daemon, model->id) : oip::ModelTimes{};
+    const std::uint64_t queued = s.success_count + s.fail_count;
     inference::ModelStatistics& stats = *response->add_model_stats();
     stats.set_name(model->name);
     stats.set_version(model->version);
@@ -275,10 +284,12 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(grpc::CallbackServer
     inference::InferStatistics& infer = *stats.mutable_inference_stats();
     set_duration(*infer.mutable_success(), s.success_count, s.success_ns);
     set_duration(*infer.mutable_fail(), s.fail_count, s.fail_ns);
-    set_duration(*infer.mutable_queue(), s.success_count + s.fail_count, 0);
-    infer.mutable_compute_input();
-    infer.mutable_compute_infer();
-    infer.mutable_compute_output();
+    set_duration(*infer.mutable_queue(), queued, oip::at_daemon_mean(queued, times.queue_ns, times));
+    // perf_analyzer wants the three compute counts equal: input and output take no time here.
+    set_duration(*infer.mutable_compute_input(), s.success_count, 0);
+    set_duration(*infer.mutable_compute_infer(), s.success_count,
+                 oip::at_daemon_mean(s.success_count, times.compute_ns, times));
+    set_duration(*infer.mutable_compute_output(), s.success_count, 0);
     infer.mutable_cache_hit();
     infer.mutable_cache_miss();
   }

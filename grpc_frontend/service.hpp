@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "frontend/grant_counters.hpp"
 #include "frontend/priority_grants.hpp"
@@ -31,11 +32,13 @@ struct ServiceContext {
   std::uint64_t ready_max_queue = 65536;
   DaemonPool* pool = nullptr;
   StreamWatchdog* watchdog = nullptr;
-  oip::InferCounters counters;
+  oip::ModelInferCounters counters;  // by model id
   // The models requests may name: those the daemon publishes, read again at most once a second
   // (the default model alone until a daemon is attached). Any thread; the catalog returned stays
   // whole while held, whatever a later read makes of it.
   std::shared_ptr<const oip::ModelCatalog> models();
+  // The daemon's status page now, through any attached client; none while none is attached.
+  std::optional<DaemonStatus> daemon_status();
   std::mutex catalog_mu;
   std::shared_ptr<const oip::ModelCatalog> catalog;  // guarded by catalog_mu; null: the default
   std::int64_t catalog_read_ns = 0;                  // guarded by catalog_mu

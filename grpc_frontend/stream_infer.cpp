@@ -150,7 +150,7 @@ class StreamInfer final : public grpc::ServerBidiReactor<inference::ModelInferRe
       response = std::make_unique<Response>();
       fill_infer_response(reply, outcome.results, *response->mutable_infer_response());
     }
-    context_.counters.record(!outcome.error, shm::monotonic_ns() - started_ns, strings);
+    context_.counters.record(reply.model->id, !outcome.error, shm::monotonic_ns() - started_ns, strings);
     std::unique_lock lock(mu_);
     in_flight_.erase(serial);
     queue_locked(std::move(response));

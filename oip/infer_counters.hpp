@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -28,6 +29,26 @@ struct InferStatistics {
     return *this;
   }
 };
+
+// A model's batches as the daemon counts them (its models table): the requests its successful
+// batch runs answered, those runs, and the requests' summed queue and compute times. Statistics'
+// queue and compute figures, which only the daemon sees.
+struct ModelTimes {
+  std::uint64_t inferences = 0;
+  std::uint64_t batches = 0;
+  std::uint64_t queue_ns = 0;
+  std::uint64_t compute_ns = 0;
+};
+
+// `requests` of a front-end's inferences at the daemon's mean time per request of their model: the
+// front-end sees only an inference's whole time, the daemon the split into queue and compute (over
+// every client of the model). 0 until the daemon has answered one.
+[[nodiscard]] inline std::uint64_t at_daemon_mean(std::uint64_t requests, std::uint64_t total_ns,
+                                                  const ModelTimes& times) noexcept {
+  if (times.inferences == 0) return 0;
+  return static_cast<std::uint64_t>(static_cast<double>(requests) * static_cast<double>(total_ns) /
+                                    static_cast<double>(times.inferences));
+}
 
 // Written by any thread, read by any: relaxed atomics, since a reader wants recent values, not a
 // consistent cut.
@@ -61,6 +82,29 @@ class InferCounters {
   std::atomic<std::uint64_t> fail_ns_{0};
   std::atomic<std::uint64_t> strings_{0};
   std::atomic<std::int64_t> last_ms_{0};
+};
+
+// The counters of each model, by its id in the daemon's models table (ModelDescription::id).
+class ModelInferCounters {
+ public:
+  // As many as a daemon serves models at most (shm::kStatusModels; the front-ends check they agree).
+  static constexpr std::size_t kModels = 64;
+
+  void record(std::uint32_t model, bool ok, std::int64_t latency_ns, std::size_t strings) noexcept {
+    by_model_[std::min<std::size_t>(model, kModels - 1)].record(ok, latency_ns, strings);
+  }
+  [[nodiscard]] InferStatistics snapshot(std::uint32_t model) const noexcept {
+    return by_model_[std::min<std::size_t>(model, kModels - 1)].snapshot();
+  }
+  // Every model's together.
+  [[nodiscard]] InferStatistics total() const noexcept {
+    InferStatistics sum;
+    for (const InferCounters& counters : by_model_) sum += counters.snapshot();
+    return sum;
+  }
+
+ private:
+  std::array<InferCounters, kModels> by_model_{};
 };
 
 }  // namespace batchd::oip

@@ -32,6 +32,7 @@ struct ModelDescription {
   std::string version;
   std::string input;
   std::string output;
+  std::uint32_t id = 0;  // its id in the daemon's models table (the default model: 0)
   // Why the model cannot run requests now (a workers model with no worker attached); empty while
   // it can. Its requests are still taken and wait within their deadlines.
   std::string unavailable{};

@@ -188,6 +188,37 @@ def test_repository_index_and_ready_states(served: Served) -> None:
             [("langid", "langid"), ("reversed", "reversed")]
 
 
+def test_statistics_count_each_model_apart(served: Served) -> None:
+    """Each model's statistics count its own inferences alone; queue and compute times are the
+    daemon's for that model."""
+    data = np.array([t.encode() for t in TEXTS[:4]], dtype=np.object_)
+    with triton_http.InferenceServerClient(served.http) as client:
+        before = {m["name"]: m for m in client.get_inference_statistics()["model_stats"]}
+        tensor = triton_http.InferInput("INPUT", [4], "BYTES")
+        tensor.set_data_from_numpy(data)
+        client.infer("reversed", [tensor])
+        client.infer("reversed", [tensor])
+        after = {m["name"]: m for m in client.get_inference_statistics()["model_stats"]}
+        assert after["reversed"]["inference_count"] == before["reversed"]["inference_count"] + 8
+        assert after["reversed"]["execution_count"] == before["reversed"]["execution_count"] + 2
+        for other in ("batchstring", "langid"):
+            assert after[other]["inference_count"] == before[other]["inference_count"]
+        stats = after["reversed"]["inference_stats"]
+        assert stats["queue"]["ns"] > 0 and stats["compute_infer"]["ns"] > 0
+        assert stats["compute_infer"]["count"] == stats["success"]["count"]
+    with triton_grpc.InferenceServerClient(served.grpc) as client:
+        before = {m.name: m for m in client.get_inference_statistics().model_stats}
+        tensor = triton_grpc.InferInput("INPUT", [4], "BYTES")
+        tensor.set_data_from_numpy(data)
+        client.infer("langid", [tensor])
+        after = {m.name: m for m in client.get_inference_statistics().model_stats}
+        assert after["langid"].inference_count == before["langid"].inference_count + 4
+        for other in ("batchstring", "reversed"):
+            assert after[other].inference_count == before[other].inference_count
+        assert after["langid"].inference_stats.queue.ns > 0
+        assert after["langid"].inference_stats.compute_infer.ns > 0
+
+
 def test_an_unknown_model_gets_a_clear_error_everywhere(served: Served) -> None:
     served_list = "batchstring, langid, reversed"
     with batchd.Client(served.socket) as client:

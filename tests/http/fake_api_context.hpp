@@ -14,12 +14,15 @@ class FakeContext final : public ApiContext {
   Readiness readiness() override { return ready ? Readiness{true, {}, {}} : Readiness{false, "overloaded", "busy"}; }
   std::string metrics_text() override { return "batchd_http_workers 1\n"; }
   std::uint32_t max_input_bytes() override { return max_input; }
-  InferStatistics infer_statistics() override { return statistics; }
+  InferStatistics infer_statistics(std::uint32_t model) override { return model == 0 ? statistics : other_statistics; }
+  oip::ModelTimes model_times(std::uint32_t model) override { return model == 0 ? times : oip::ModelTimes{}; }
   const oip::ModelCatalog& models() override { return catalog; }
 
   bool ready = true;
   std::uint32_t max_input = 1024;
   InferStatistics statistics;
+  InferStatistics other_statistics{};  // of every model but the default
+  oip::ModelTimes times{};  // the daemon's, of the default model
   oip::ModelCatalog catalog{{oip::default_model()}};
 };
 

@@ -170,6 +170,8 @@ TEST_CASE("v2 routing: health, server and model metadata, configuration") {
 TEST_CASE("v2 routing: statistics are Triton's shape with the context's counts") {
   V2 v2;
   v2.context.statistics = InferStatistics{5, 700, 2, 30, 11, 1234};
+  // The daemon's: 20 requests of the model answered, 4,000 ns queued and 10,000 ns computed in all.
+  v2.context.times = oip::ModelTimes{20, 4, 4000, 10000};
   for (const char* target :
        {"/v2/models/stats", "/v2/models/batchstring/stats", "/v2/models/batchstring/versions/1/stats"}) {
     CAPTURE(target);
@@ -184,7 +186,9 @@ TEST_CASE("v2 routing: statistics are Triton's shape with the context's counts")
         {"last_inference", 1234}, {"inference_count", 11}, {"execution_count", 5},
         {"inference_stats/success/count", 5}, {"inference_stats/success/ns", 700},
         {"inference_stats/fail/count", 2}, {"inference_stats/fail/ns", 30}, {"inference_stats/queue/count", 7},
-        {"inference_stats/compute_infer/count", 0}};
+        {"inference_stats/queue/ns", 7 * 200}, {"inference_stats/compute_infer/count", 5},
+        {"inference_stats/compute_infer/ns", 5 * 500}, {"inference_stats/compute_input/count", 5},
+        {"inference_stats/compute_output/count", 5}, {"inference_stats/compute_output/ns", 0}};
     for (const auto& [field, count] : counts) CHECK(stats.num(std::string("/model_stats/0/") + field) == count);
   }
 }
@@ -220,7 +224,7 @@ TEST_CASE("v2 repository index and model readiness: each model with its state, a
 
 TEST_CASE("v2 routing: every model of the catalog by name, each with its own tensors") {
   V2 v2;
-  v2.context.catalog = oip::ModelCatalog({oip::default_model(), {"langid", "2", "TEXT", "LANGUAGE"}});
+  v2.context.catalog = oip::ModelCatalog({oip::default_model(), {"langid", "2", "TEXT", "LANGUAGE", 1}});
   Json model(v2.answer(verb::get, "/v2/models/langid").body);
   CHECK(model.str("/name") == "langid");
   CHECK(model.str("/versions/0") == "2");
@@ -258,8 +262,16 @@ TEST_CASE("v2 routing: every model of the catalog by name, each with its own ten
   CHECK(all.str("/model_stats/0/name") == "batchstring");
   CHECK(all.str("/model_stats/1/name") == "langid");
   CHECK(all.str("/model_stats/1/version") == "2");
+  // Each model's own counts.
+  v2.context.statistics = InferStatistics{5, 700, 0, 0, 11, 1234};
+  v2.context.other_statistics = InferStatistics{3, 300, 1, 10, 6, 99};
+  Json counted(v2.answer(verb::get, "/v2/models/stats").body);
+  CHECK(counted.num("/model_stats/0/inference_count") == 11);
+  CHECK(counted.num("/model_stats/1/inference_count") == 6);
+  CHECK(counted.num("/model_stats/1/inference_stats/fail/count") == 1);
   Json one(v2.answer(verb::get, "/v2/models/langid/stats").body);
   CHECK(one.str("/model_stats/0/name") == "langid");
+  CHECK(one.num("/model_stats/0/execution_count") == 3);
   CHECK_FALSE(one.has("/model_stats/1"));
 }
 
