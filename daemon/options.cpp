@@ -254,23 +254,37 @@ bool valid_model_name(std::string_view name) {
   });
 }
 
-// --model NAME[:KEY=VALUE[,KEY=VALUE...]], as a [models.NAME] table's flags.
+// --model NAME[:KEY=VALUE[,KEY=VALUE...]], as a [models.NAME] table's flags. A value in double
+// quotes may hold commas (plugin_config="a=1,b=2"); the quotes go.
 ModelArgs parse_model_flag(const std::string& text) {
   ModelArgs model;
   const std::size_t colon = text.find(':');
   model.name = text.substr(0, colon);
   if (colon == std::string::npos) return model;
   std::string_view rest = std::string_view(text).substr(colon + 1);
+  const auto malformed = [&](std::string_view item, const char* why) {
+    return CLI::ValidationError("--model", std::string(why) + ", got '" + std::string(item) + "' in '" + text + "'");
+  };
   while (!rest.empty()) {
+    const std::size_t equals = rest.find('=');
     const std::size_t comma = rest.find(',');
-    const std::string_view item = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    const std::size_t equals = item.find('=');
-    if (equals == std::string_view::npos || equals == 0) {
-      throw CLI::ValidationError("--model", "expects NAME:KEY=VALUE,..., got '" + std::string(item) + "' in '" + text + "'");
+    if (equals == std::string_view::npos || equals == 0 || comma < equals) {
+      throw malformed(rest.substr(0, comma), "expects NAME:KEY=VALUE,...");
     }
-    std::string key(item.substr(0, equals));
-    const std::string value(item.substr(equals + 1));
+    std::string key(rest.substr(0, equals));
+    std::string value;
+    rest.remove_prefix(equals + 1);
+    if (rest.starts_with('"')) {
+      const std::size_t close = rest.find('"', 1);
+      if (close == std::string_view::npos) throw malformed(rest, "a quoted value needs its closing quote");
+      value = rest.substr(1, close - 1);
+      rest.remove_prefix(close + 1);
+      if (!rest.empty() && !rest.starts_with(',')) throw malformed(rest, "expects a comma after a quoted value");
+    } else {
+      value = rest.substr(0, rest.find(','));
+      rest.remove_prefix(value.size());
+    }
+    if (!rest.empty()) rest.remove_prefix(1);  // the comma
     if (key == "version") {
       model.version = value;
       continue;

@@ -90,6 +90,14 @@ TEST_CASE("[models.NAME] tables and --model flags declare models over the top-le
   CHECK(options.config.default_model_version == "9");
   REQUIRE(options.config.models.size() == 1);
   CHECK(options.config.models[0].settings.cost == 2);
+
+  // A value in double quotes keeps its commas.
+  options = {};
+  REQUIRE(parse_daemon_options({"--model", R"(p:plugin_config="a=1,b=2",cost=3,version="7")"}, options, message) == -1);
+  REQUIRE(options.config.models.size() == 1);
+  CHECK(options.config.models[0].settings.plugin_config == "a=1,b=2");
+  CHECK(options.config.models[0].settings.cost == 3);
+  CHECK(options.config.models[0].version == "7");
 }
 
 TEST_CASE("a bad model declaration is refused with the model and the reason") {
@@ -103,6 +111,10 @@ TEST_CASE("a bad model declaration is refused with the model and the reason") {
   CHECK(message.find("daemon's, not a model's") != std::string::npos);
   CHECK(parse_daemon_options({"--model", "m:cost"}, options, message) == 2);
   CHECK(message.find("NAME:KEY=VALUE") != std::string::npos);
+  CHECK(parse_daemon_options({"--model", R"(m:plugin_config="a,b)"}, options, message) == 2);
+  CHECK(message.find("closing quote") != std::string::npos);
+  CHECK(parse_daemon_options({"--model", R"(m:plugin_config="a"b,cost=1)"}, options, message) == 2);
+  CHECK(message.find("comma after a quoted value") != std::string::npos);
   CHECK(parse_daemon_options({"--model", "m:no_such_key=1"}, options, message) == 2);
   CHECK(message.find("model m") != std::string::npos);
   CHECK(parse_daemon_options({"--model", "m:max_batch=0"}, options, message) == 2);
