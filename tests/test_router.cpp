@@ -102,10 +102,14 @@ TEST_CASE("sim: a device failing every 5th batch and a hanging one lose nothing 
   CHECK(tally.wrong.load() == 0);
   CHECK(tally.error_count() == 0);
   CHECK(tally.ok.load() == threads * per_thread);
-  CHECK(batches[1] < batches[0]);
-  CHECK(batches[1] < batches[3]);
-  CHECK(batches[2] < batches[0]);
-  CHECK(batches[2] < batches[3]);
+  // Less work than the healthy devices. Not less than each: routing by expected completion may
+  // leave one healthy device little while the cores are contended (measured slower, it becomes a
+  // laggard for a while: a TSan run gave 2,289 / 45 / 0 / 12 batches), so the two healthy
+  // devices are compared as one.
+  const std::uint64_t healthy = batches[0] + batches[3];
+  CHECK(batches[1] < std::max(batches[0], batches[3]));
+  CHECK(batches[2] < std::max(batches[0], batches[3]));
+  CHECK(4 * (batches[1] + batches[2]) < healthy);
   CHECK(devices[1]->batches_failed() > 0);
   CHECK(devices[2]->timeouts() > 0);
 
