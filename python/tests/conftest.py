@@ -8,8 +8,8 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -46,6 +46,19 @@ def perf_analyzer() -> tuple[Path, dict[str, str]]:
             env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(lib), env.get("LD_LIBRARY_PATH")]))
             return binary, env
     pytest.fail(f"no libcudart.so.12 under {list(nvidia.cuda_runtime.__path__)}")
+
+
+def run_perf_analyzer(args: list[str]) -> str:
+    """perf_analyzer with `args`: its report, once checked that it exited 0 and reported no error
+    or failure."""
+    binary, env = perf_analyzer()
+    with tempfile.TemporaryFile() as out:
+        run = subprocess.run([str(binary), *args], stdout=out, stderr=subprocess.STDOUT, env=env, timeout=120)
+        out.seek(0)
+        report = out.read().decode(errors="replace")
+    assert run.returncode == 0, report
+    assert "error" not in report.lower() and "failed" not in report.lower(), report
+    return report
 
 
 def _accepts(path: str) -> bool:

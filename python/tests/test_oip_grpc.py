@@ -10,7 +10,6 @@ import re
 import signal
 import struct
 import subprocess
-import tempfile
 import time
 from typing import Callable, Iterator
 
@@ -18,7 +17,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
-from conftest import perf_analyzer, sha256_hex, sim_answer
+from conftest import run_perf_analyzer, sha256_hex, sim_answer
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -672,20 +671,12 @@ def test_perf_analyzer_picks_the_model_by_name(start_daemon: Callable[..., str],
 
 
 def _perf_analyzer(address: str, model: str, mode: list[str]) -> None:
-    binary, env = perf_analyzer()
     # Three 5-second windows is the fewest its stability check takes. Synchronous gRPC on a small
     # shared machine swings from window to window by more than perf_analyzer's default 10 %, and
     # this asserts correctness, not speed: -s 1000 takes any three windows whose throughput and
     # latency lie within a factor of 11, so the run ends after three (-r 3 bounds it either way).
-    with tempfile.TemporaryFile() as out:
-        run = subprocess.run([str(binary), "-m", model, "-u", address, "-i", "grpc", *mode,
-                              "--concurrency-range", "16", "--measurement-interval", "5000",
-                              "--max-trials", "3", "-s", "1000"],
-                             stdout=out, stderr=subprocess.STDOUT, env=env, timeout=120)
-        out.seek(0)
-        report = out.read().decode(errors="replace")
-    assert run.returncode == 0, report
-    assert "error" not in report.lower() and "failed" not in report.lower(), report
+    report = run_perf_analyzer(["-m", model, "-u", address, "-i", "grpc", *mode, "--concurrency-range", "16",
+                                "--measurement-interval", "5000", "--max-trials", "3", "-s", "1000"])
     throughput = re.search(r"^Concurrency: 16, throughput: ([\d.]+) infer/sec", report, re.MULTILINE)
     assert throughput and float(throughput.group(1)) > 0, report
     # What it counted against what the server's statistics counted over the same windows: they

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tritonclient.http as triton
 import tritonclient.http.aio as triton_aio
-from conftest import perf_analyzer, sha256_hex, sim_answer
+from conftest import run_perf_analyzer, sha256_hex, sim_answer
 from tritonclient.utils import InferenceServerException
 
 MODEL = "batchstring"
@@ -420,15 +420,10 @@ def test_a_client_that_half_closes_still_gets_its_answer(url: str) -> None:
 # --- perf_analyzer ------------------------------------------------------------------------------
 
 def test_perf_analyzer_measures_without_errors(url: str) -> None:
-    binary, env = perf_analyzer()
     # Three 5-second windows is the fewest its stability check takes; -s 100 (the fastest window
     # at most twice the slowest) since this asserts correctness, not speed, on a shared machine.
-    run = subprocess.run([str(binary), "-m", MODEL, "-u", url, "-i", "http", "--concurrency-range", "16",
-                          "--measurement-interval", "5000", "--max-trials", "4", "-s", "100"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=120)
-    report = run.stdout.decode(errors="replace")
-    assert run.returncode == 0, report
-    assert "error" not in report.lower(), report
+    report = run_perf_analyzer(["-m", MODEL, "-u", url, "-i", "http", "--concurrency-range", "16",
+                                "--measurement-interval", "5000", "--max-trials", "4", "-s", "100"])
     throughput = re.search(r"^Concurrency: 16, throughput: ([\d.]+) infer/sec", report, re.MULTILINE)
     assert throughput and float(throughput.group(1)) > 0, report
     # What it counted against what the server's statistics counted over the same windows: they

@@ -26,7 +26,7 @@ import py3langid
 import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
-from conftest import perf_analyzer, sha256_hex, sim_answer
+from conftest import run_perf_analyzer, sha256_hex, sim_answer
 from tritonclient.utils import InferenceServerException
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langid"
@@ -262,16 +262,8 @@ def test_a_worker_for_a_model_it_may_not_serve_is_refused(served: Served) -> Non
 
 @pytest.mark.parametrize("model", list(EXPECT))
 def test_perf_analyzer_picks_each_model(served: Served, model: str) -> None:
-    binary, env = perf_analyzer()
     # Correctness, not speed: three short windows, any stability (test_oip_grpc.py says why).
-    with tempfile.TemporaryFile() as out:
-        run = subprocess.run([str(binary), "-m", model, "-u", served.grpc, "-i", "grpc", "--async",
-                              "--concurrency-range", "8", "--measurement-interval", "1500",
-                              "--max-trials", "3", "-s", "1000"],
-                             stdout=out, stderr=subprocess.STDOUT, env=env, timeout=120)
-        out.seek(0)
-        report = out.read().decode(errors="replace")
-    assert run.returncode == 0, report
-    assert "error" not in report.lower() and "failed" not in report.lower(), report
+    report = run_perf_analyzer(["-m", model, "-u", served.grpc, "-i", "grpc", "--async", "--concurrency-range",
+                                "8", "--measurement-interval", "1500", "--max-trials", "3", "-s", "1000"])
     client_count = int(re.search(r"Client:\s+Request count: (\d+)", report).group(1))
     assert client_count > 0, report
