@@ -184,6 +184,9 @@ def test_repository_index_and_ready_states(served: Served) -> None:
     with batchd.Client(served.socket) as client:
         status = client.status()
         assert [(m["name"], m["state"]) for m in status["models"]] == [(name, "ready") for name in EXPECT]
+        for model in status["models"]:  # every model answered requests by now, none failed
+            assert model["requests_ok"] > 0 and model["requests_failed"] == 0, model
+            assert model["inferences"] > 0 and model["batches"] > 0 and model["compute_ns"] > 0, model
         assert sorted((w["model"], w["name"]) for w in status["attached_workers"]) == \
             [("langid", "langid"), ("reversed", "reversed")]
 

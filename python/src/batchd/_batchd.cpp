@@ -176,6 +176,14 @@ nb::dict daemon_status(const batchd::DaemonStatus& s) {
     model["state"] = m.state;
     model["lanes"] = m.lanes;
     model["requests_taken"] = m.requests_taken;
+    model["requests_ok"] = m.requests_ok;
+    model["requests_failed"] = m.requests_failed;
+    model["batches"] = m.batches;
+    model["inferences"] = m.inferences;
+    model["queue_ns"] = m.queue_ns;
+    model["compute_ns"] = m.compute_ns;
+    model["request_ns"] = m.request_ns;
+    model["pending"] = m.pending;
     models.append(model);
   }
   out["models"] = models;
