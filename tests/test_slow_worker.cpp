@@ -91,8 +91,11 @@ TEST_CASE("a worker far slower than the pool costs only itself, and gets its sha
   MESSAGE("p99 alone ", alone_p99, " us, beside a worker 100x slower ", beside_p99, " us (",
           beside_p99 / alone_p99, "x); the slow worker ran ", slow_batches, " batches and ", probes,
           " probes meanwhile");
-  // The bar is 2x; the slack is a VM's scheduling noise on a p99 of a few milliseconds.
-  CHECK(beside_p99 <= 2 * alone_p99 + 1000 * test::slowdown());
+  // The bar is 2x; the slack is a VM's scheduling noise on a p99 of a few milliseconds, which a
+  // sanitizer's slowdown multiplies again (a TSan run here: 7.2 ms alone, 36 ms beside, with the
+  // slow worker running no batch). Even TSan's 100 ms stays under the 200 ms a batch of the slow
+  // worker costs, which is what a request sent to it would wait.
+  CHECK(beside_p99 <= 2 * alone_p99 + 1000 * test::slowdown() * test::slowdown());
   CHECK(probes > 0);  // probed, so that it is noticed when it recovers
   CHECK(probes <= seconds * 2 + 2);  // one a kProbeIntervalNs
   CHECK(slow_batches + probes < seconds * 10);  // and little else
