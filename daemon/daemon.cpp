@@ -255,9 +255,11 @@ void Daemon::publish_models() noexcept {
     out.requests_failed.store(failed, relaxed);
     out.batches.store(counters.batches.load(relaxed), relaxed);
     out.inferences.store(counters.inferences.load(relaxed), relaxed);
-    out.queue_ns.store(counters.queue_ns.load(relaxed), relaxed);
-    out.compute_ns.store(counters.compute_ns.load(relaxed), relaxed);
-    out.request_ns.store(counters.request_ns.load(relaxed), relaxed);
+    const std::uint64_t queue_ns = counters.queue_ns.load(relaxed);
+    const std::uint64_t compute_ns = counters.compute_ns.load(relaxed);
+    out.queue_ns.store(queue_ns, relaxed);
+    out.compute_ns.store(compute_ns, relaxed);
+    out.request_ns.store(queue_ns + compute_ns, relaxed);  // a request's time in the daemon is both
     // Taken, not answered and on no device: waiting for a batch. The counters are read apart, so
     // a reading may undercount; never below zero.
     std::uint64_t on_devices = 0;

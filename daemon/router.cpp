@@ -133,7 +133,6 @@ void Router::record_latency(unsigned device, const Batch& batch, std::int64_t st
   counters_->inferences.fetch_add(batch.size(), relaxed);
   counters_->queue_ns.fetch_add(queued_ns, relaxed);
   counters_->compute_ns.fetch_add(computed_ns, relaxed);
-  counters_->request_ns.fetch_add(queued_ns + computed_ns, relaxed);
 }
 
 bool Router::any_available_outside(std::uint64_t mask, std::int64_t now_ns) const noexcept {

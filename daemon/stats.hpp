@@ -43,7 +43,7 @@ struct LatencyStats {
 
 // One model's requests and batches, as Triton counts them for its nv_inference_* metrics: answers
 // by outcome, and for the successful batches their runs, their requests, and the requests' summed
-// queue, compute (a batch's run, once per request in it) and queue-plus-compute times.
+// queue and compute (a batch's run, once per request in it) times.
 struct ModelCounters {
   std::atomic<std::uint64_t> requests_ok{0};
   std::atomic<std::uint64_t> requests_failed{0};
@@ -51,7 +51,6 @@ struct ModelCounters {
   std::atomic<std::uint64_t> inferences{0};
   std::atomic<std::uint64_t> queue_ns{0};
   std::atomic<std::uint64_t> compute_ns{0};
-  std::atomic<std::uint64_t> request_ns{0};
 };
 
 struct DaemonStats {

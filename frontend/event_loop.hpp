@@ -125,7 +125,7 @@ class EventLoop final : private ApiContext {
   std::string metrics_text() override;
   std::uint32_t max_input_bytes() override;
   InferStatistics infer_statistics(std::uint32_t model) override;
-  oip::ModelTimes model_times(std::uint32_t model) override;
+  std::vector<oip::ModelTimes> model_times() override;
   // The models the daemon serves (its status page's table), read again at most once a second;
   // the default model alone until a daemon is attached.
   const oip::ModelCatalog& models() override;

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "client_lib/client.hpp"
 #include "oip/infer_counters.hpp"
@@ -54,9 +55,10 @@ class ApiContext {
   virtual std::string metrics_text() = 0;
   // The daemon's largest input, or 0 while no daemon is attached (the client checks again).
   virtual std::uint32_t max_input_bytes() = 0;
-  // This front-end's inferences of a model (by its id), and the daemon's times for that model.
+  // This front-end's inferences of a model (by its id), and the daemon's times for each model (by
+  // id; empty while no daemon is attached).
   virtual InferStatistics infer_statistics(std::uint32_t model) = 0;
-  virtual oip::ModelTimes model_times(std::uint32_t model) = 0;
+  virtual std::vector<oip::ModelTimes> model_times() = 0;
   // The models requests may name.
   virtual const oip::ModelCatalog& models() = 0;
 };

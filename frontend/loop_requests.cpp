@@ -178,10 +178,10 @@ std::string EventLoop::metrics_text() {
 
 InferStatistics EventLoop::infer_statistics(std::uint32_t model) { return context_.metrics->infer_statistics(model); }
 
-oip::ModelTimes EventLoop::model_times(std::uint32_t model) {
+std::vector<oip::ModelTimes> EventLoop::model_times() {
   Client* client = link_.client();
   if (client == nullptr) return {};
-  return oip::model_times(client->daemon_status(), model);
+  return oip::model_times(client->daemon_status());
 }
 
 std::uint32_t EventLoop::max_input_bytes() {

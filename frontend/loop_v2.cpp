@@ -8,15 +8,9 @@
 
 namespace batchd::http {
 
-namespace {
-
-constexpr std::int64_t kCatalogReadNs = 1'000'000'000;
-
-}  // namespace
-
 const oip::ModelCatalog& EventLoop::models() {
   // A daemon that publishes no table (one from before models) is asked again a second later too.
-  if (catalog_read_ns_ == 0 || now_ns_ - catalog_read_ns_ >= kCatalogReadNs) {
+  if (catalog_read_ns_ == 0 || now_ns_ - catalog_read_ns_ >= oip::kCatalogReadNs) {
     if (Client* client = link_.client()) {
       catalog_read_ns_ = now_ns_;
       catalog_ = oip::served_catalog(client->daemon_status());

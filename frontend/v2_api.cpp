@@ -220,11 +220,12 @@ Response V2Api::statistics(std::span<const oip::ModelCatalog::Model> models) {
   // daemon's mean per request of the model (its models table) times the count. perf_analyzer
   // wants the three compute counts equal: input and output take no time of their own here.
   constexpr std::string_view kZero = R"({"count":0,"ns":0})";
+  const std::vector<oip::ModelTimes> all_times = context_.model_times();  // one read of the daemon's page
   std::string body = R"({"model_stats":[)";
   for (std::size_t i = 0; i < models.size(); ++i) {
     const oip::ModelDescription& model = *models[i];
     const InferStatistics s = context_.infer_statistics(model.id);
-    const oip::ModelTimes times = context_.model_times(model.id);
+    const oip::ModelTimes times = oip::times_of(all_times, model.id);
     const std::uint64_t queued = s.success_count + s.fail_count;
     if (i != 0) body.push_back(',');
     body.append(R"({"name":")");

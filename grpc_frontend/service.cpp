@@ -114,10 +114,9 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
 }  // namespace
 
 std::shared_ptr<const oip::ModelCatalog> ServiceContext::models() {
-  constexpr std::int64_t kCatalogReadNs = 1'000'000'000;
   std::lock_guard lock(catalog_mu);
   const std::int64_t now_ns = shm::monotonic_ns();
-  if (catalog_read_ns == 0 || now_ns - catalog_read_ns >= kCatalogReadNs) {
+  if (catalog_read_ns == 0 || now_ns - catalog_read_ns >= oip::kCatalogReadNs) {
     if (Client* client = pool != nullptr ? pool->pick() : nullptr) {
       catalog_read_ns = now_ns;
       if (auto served = oip::served_catalog(client->daemon_status())) catalog = std::move(served);
@@ -271,9 +270,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(grpc::CallbackServer
     models = {&named, 1};
   }
   const std::optional<DaemonStatus> daemon = context_.daemon_status();
+  const std::vector<oip::ModelTimes> all_times = daemon ? oip::model_times(*daemon) : std::vector<oip::ModelTimes>{};
   for (const oip::ModelCatalog::Model& model : models) {
     const oip::InferStatistics s = context_.counters.snapshot(model->id);
-    const oip::ModelTimes times = daemon ? oip::model_times(*daemon, model->id) : oip::ModelTimes{};
+    const oip::ModelTimes times = oip::times_of(all_times, model->id);
     const std::uint64_t queued = s.success_count + s.fail_count;
     inference::ModelStatistics& stats = *response->add_model_stats();
     stats.set_name(model->name);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace batchd::oip {
 
@@ -39,6 +40,11 @@ struct ModelTimes {
   std::uint64_t queue_ns = 0;
   std::uint64_t compute_ns = 0;
 };
+
+// One model's of the daemon's times by model id (zeros for an id it does not list).
+[[nodiscard]] inline ModelTimes times_of(const std::vector<ModelTimes>& times, std::uint32_t model) noexcept {
+  return model < times.size() ? times[model] : ModelTimes{};
+}
 
 // `requests` of a front-end's inferences at the daemon's mean time per request of their model: the
 // front-end sees only an inference's whole time, the daemon the split into queue and compute (over

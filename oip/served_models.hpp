@@ -3,6 +3,7 @@
 // the client library, which the front-ends do.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -13,6 +14,10 @@
 #include "oip/model.hpp"
 
 namespace batchd::oip {
+
+// How often a front-end reads its daemon's models table again: a model a restarted daemon adds is
+// served within this.
+inline constexpr std::int64_t kCatalogReadNs = 1'000'000'000;
 
 // nullptr for a daemon that publishes no models table: it serves the default model alone.
 inline std::shared_ptr<const ModelCatalog> served_catalog(const DaemonStatus& status) {
@@ -31,11 +36,12 @@ inline std::shared_ptr<const ModelCatalog> served_catalog(const DaemonStatus& st
   return std::make_shared<const ModelCatalog>(std::move(models));
 }
 
-// The daemon's times for the model of id `model` (zeros for an id it does not list).
-inline ModelTimes model_times(const DaemonStatus& status, std::uint32_t model) {
-  if (model >= status.models.size()) return {};
-  const DaemonStatus::Model& m = status.models[model];
-  return {m.inferences, m.batches, m.queue_ns, m.compute_ns};
+// The daemon's times for each model, by id.
+inline std::vector<ModelTimes> model_times(const DaemonStatus& status) {
+  std::vector<ModelTimes> out;
+  out.reserve(status.models.size());
+  for (const DaemonStatus::Model& m : status.models) out.push_back({m.inferences, m.batches, m.queue_ns, m.compute_ns});
+  return out;
 }
 
 }  // namespace batchd::oip

@@ -38,7 +38,7 @@ class FakeContext final : public ApiContext {
   std::string metrics_text() override { return "batchd_http_workers 1\n"; }
   std::uint32_t max_input_bytes() override { return 300; }
   InferStatistics infer_statistics(std::uint32_t) override { return {}; }
-  oip::ModelTimes model_times(std::uint32_t) override { return {}; }
+  std::vector<oip::ModelTimes> model_times() override { return {}; }
   const oip::ModelCatalog& models() override { return oip::default_catalog(); }
   bool toggle = false;
 };

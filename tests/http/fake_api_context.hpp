@@ -15,7 +15,7 @@ class FakeContext final : public ApiContext {
   std::string metrics_text() override { return "batchd_http_workers 1\n"; }
   std::uint32_t max_input_bytes() override { return max_input; }
   InferStatistics infer_statistics(std::uint32_t model) override { return model == 0 ? statistics : other_statistics; }
-  oip::ModelTimes model_times(std::uint32_t model) override { return model == 0 ? times : oip::ModelTimes{}; }
+  std::vector<oip::ModelTimes> model_times() override { return {times}; }
   const oip::ModelCatalog& models() override { return catalog; }
 
   bool ready = true;
