@@ -34,6 +34,10 @@ namespace batchd {
 
 class Router {
  public:
+  // How often a laggard device (or an idle one) gets a probe: a copy of a request, which delays
+  // no caller (router_pick.cpp).
+  static constexpr std::int64_t kProbeIntervalNs = 500'000'000;
+
   // on_batch_freed runs after each batch object returns to the pool (the drain loop uses it to
   // wake itself when it was waiting for one); on_tick runs on the watchdog thread every few
   // tens of milliseconds (the daemon publishes its status from it), and on whichever thread
@@ -320,7 +324,6 @@ class Router {
   // And slower by more than this: below it, the difference is a VM's wake-ups and a cold cache
   // (a worker probed twice a second runs cold), not the device.
   static constexpr double kLaggardSlackNs = 1e6;
-  static constexpr std::int64_t kProbeIntervalNs = 500'000'000;
   static constexpr double kReferenceItems = 16;
   static constexpr double kReferenceBytes = 16 * 256;
   struct ProbeState {

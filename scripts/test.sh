@@ -178,6 +178,10 @@ for r in results:
         ok += 1
     else:
         bad += 1
+        # The run's output keeps only its last lines; a failed test's own, here, says why.
+        lines = (r.get("stdout") or "").splitlines()
+        print(f"== {label}: {name} {result}: the last {min(len(lines), 60)} lines of its output:",
+              *lines[-60:], sep="\n", file=sys.stderr)
 not_run = list(listed)
 for r in results:
     if r["name"] in not_run:

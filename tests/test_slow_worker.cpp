@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "client_lib/client.hpp"
+#include "daemon/router.hpp"
 #include "tests/helpers.hpp"
 #include "tests/hostile_support.hpp"
 #include "tests/worker_process.hpp"
@@ -83,7 +84,11 @@ TEST_CASE("a worker far slower than the pool costs only itself, and gets its sha
   REQUIRE(devices.at(slow_place)->batches_ok() > 0);
   const std::uint64_t slow_before = devices.at(slow_place)->batches_ok();
   const std::uint64_t probes_before = devices.at(slow_place)->probes_ok();
+  const auto beside_from = std::chrono::steady_clock::now();
   const test::StressRun beside = test::run_stress(paced(socket, rate, seconds));
+  // Probes follow the clock, not the load: the stress tool's start and exit (slower under a
+  // sanitizer) count too.
+  const double beside_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - beside_from).count();
   check_clean(beside, "beside the slow worker");
   const std::uint64_t slow_batches = devices.at(slow_place)->batches_ok() - slow_before;
   const std::uint64_t probes = devices.at(slow_place)->probes_ok() - probes_before;
@@ -92,13 +97,15 @@ TEST_CASE("a worker far slower than the pool costs only itself, and gets its sha
           beside_p99 / alone_p99, "x); the slow worker ran ", slow_batches, " batches and ", probes,
           " probes meanwhile");
   // The bar is 2x; the slack is a VM's scheduling noise on a p99 of a few milliseconds, which a
-  // sanitizer's slowdown multiplies again (a TSan run here: 7.2 ms alone, 36 ms beside, with the
-  // slow worker running no batch). Even TSan's 100 ms stays under the 200 ms a batch of the slow
-  // worker costs, which is what a request sent to it would wait.
-  CHECK(beside_p99 <= 2 * alone_p99 + 1000 * test::slowdown() * test::slowdown());
+  // sanitizer multiplies (an ASan run beside the other suites here missed a 9 ms slack). It stays
+  // under the 200 ms a request would wait if the router sent it to the slow worker: a p99 of
+  // 1,875 requests or more passes only if under 1 % of them did. (Probes are copies: they
+  // delay no caller.)
+  CHECK(beside_p99 <= 2 * alone_p99 + 10'000 * test::slowdown());
   CHECK(probes > 0);  // probed, so that it is noticed when it recovers
-  CHECK(probes <= seconds * 2 + 2);  // one a kProbeIntervalNs
-  CHECK(slow_batches + probes < seconds * 10);  // and little else
+  const double probe_s = static_cast<double>(Router::kProbeIntervalNs) / 1e9;
+  CHECK(static_cast<double>(probes) <= beside_s / probe_s + 2);  // one a kProbeIntervalNs
+  CHECK(static_cast<double>(slow_batches + probes) < beside_s * 10);  // and little else
 
   // Fast again: within 10 s it runs a fair part of the batches (an equal worker would run half).
   std::ofstream(fast_flag).put('1');
