@@ -55,6 +55,14 @@ Error refusal_error(shm::AttachStatus status, const std::string& socket_path, co
       code = ErrorCode::kOverloaded;
       reason = "this user starts attaching faster than the daemon allows";
       break;
+    case shm::AttachStatus::kUnknownModel:
+      code = ErrorCode::kUnknownModel;
+      reason = "no model of that name";
+      break;
+    case shm::AttachStatus::kModelChanging:
+      code = ErrorCode::kBackendUnavailable;
+      reason = "the model is being loaded or unloaded";
+      break;
   }
   return {code, fmt::format("daemon at {} refused to attach: {} ({})", socket_path, reason, message)};
 }
@@ -127,7 +135,8 @@ client_detail::Attempt<Attachment> await_reply(shm::UniqueFd conn, const Expecte
                  fmt::format("daemon sent {} fds with its attach reply, expected {}", fds.size(),
                              fds_expected)};
   }
-  return Attachment{std::move(conn), std::move(fds), reply.client_id};
+  reply.message[sizeof(reply.message) - 1] = '\0';
+  return Attachment{std::move(conn), std::move(fds), reply.client_id, reply.message};
 }
 
 }  // namespace
@@ -182,6 +191,12 @@ client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_pa
   const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, flags, 0};
   return attach_until(socket_path, timeout, std::as_bytes(std::span(&hello, 1)),
                       flags == 0 ? std::size_t{shm::kAttachFdCount} : std::size_t{1});
+}
+
+client_detail::Attempt<Attachment> control_model_on_daemon(const std::string& socket_path,
+                                                           std::chrono::milliseconds timeout,
+                                                           const shm::ModelControlHello& hello) {
+  return attach_until(socket_path, timeout, std::as_bytes(std::span(&hello, 1)), 0);
 }
 
 client_detail::Attempt<Attachment> attach_worker_to_daemon(const std::string& socket_path,

@@ -10,6 +10,7 @@
 #include "client_lib/client.hpp"
 #include "shm/attach_protocol.hpp"
 #include "shm/fd.hpp"
+#include "shm/model_control.hpp"
 #include "shm/worker_region.hpp"
 
 namespace batchd {
@@ -18,6 +19,7 @@ struct Attachment {
   shm::UniqueFd connection;
   std::vector<shm::UniqueFd> fds;  // shm::AttachFd order
   std::uint32_t client_id = 0;
+  std::string message;  // what the daemon said with its reply (model control's account)
 };
 
 // The attachment, or why there is none: no daemon could be reached in time, or it refused (the
@@ -27,6 +29,12 @@ struct Attachment {
 client_detail::Attempt<Attachment> attach_to_daemon(const std::string& socket_path,
                                                     std::chrono::milliseconds timeout,
                                                     std::uint32_t flags = 0);
+
+// A model-control request (shm/model_control.hpp): the Attachment holds no fd, and the
+// daemon's account in `message`.
+client_detail::Attempt<Attachment> control_model_on_daemon(const std::string& socket_path,
+                                                           std::chrono::milliseconds timeout,
+                                                           const shm::ModelControlHello& hello);
 
 // The same handshake in the worker role (shm/worker_region.hpp): the Attachment holds the
 // worker region's one fd.

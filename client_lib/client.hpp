@@ -178,7 +178,8 @@ struct DaemonStatus {
   struct Model {
     std::string name, version, backend;
     // "ready"; "unavailable" (it takes requests, which wait for a lane: a workers model with no
-    // worker attached); or "absent" (the id names no model now).
+    // worker attached); "unloading", "unloaded" or "loading" (model control: batchctl load,
+    // unload; requests are refused); or "absent" (the id names no model now).
     std::string state;
     std::uint32_t lanes = 0;  // that can run its batches now
     std::uint64_t requests_taken = 0;
@@ -238,6 +239,17 @@ struct DeadLetters {
 // Nothing on failure, with *error filled (daemon unavailable, permission denied, or a protocol
 // error from a daemon that predates dead letters).
 std::optional<DeadLetters> read_dead_letters(const ClientOptions& options, Error* error);
+
+// Model control, as Triton's repository API has it (docs/MODELS.md, "Loading and unloading"):
+// an unload stops admitting the model's requests (they fail "backend unavailable" with the
+// reason), answers those it holds, then releases its devices and lanes; a load makes its backend
+// again. Other models are untouched. Only the daemon's own user and root may. Waits up to
+// `timeout` for the change to be done and returns the daemon's account of it; nothing on
+// failure, with *error filled (unknown model, permission denied, the model changing the other
+// way, a load that failed and why, or the daemon unavailable).
+enum class ModelAction { kLoad, kUnload };
+std::optional<std::string> control_model(const ClientOptions& options, const std::string& model, ModelAction action,
+                                         std::chrono::milliseconds timeout, Error* error);
 
 class ClientImpl;
 

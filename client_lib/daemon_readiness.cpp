@@ -20,7 +20,14 @@ std::optional<NotReady> daemon_not_ready(const Client& client, std::uint64_t max
     return NotReady{"no_worker", "the daemon has " + std::to_string(status.workers) + " of the " +
                                      std::to_string(status.min_workers) + " worker(s) it needs attached (--min-workers)"};
   }
-  if (status.healthy_devices == 0) return NotReady{"no_healthy_device", "the daemon has no healthy device"};
+  // The page's devices are the default model's: unloaded (model control), it has none, and the
+  // other models serve on.
+  const bool default_unloaded = !status.models.empty() && (status.models.front().state == "unloaded" ||
+                                                           status.models.front().state == "unloading" ||
+                                                           status.models.front().state == "loading");
+  if (status.healthy_devices == 0 && !default_unloaded) {
+    return NotReady{"no_healthy_device", "the daemon has no healthy device"};
+  }
   if (status.in_flight >= max_queue) {
     return NotReady{"overloaded", "the daemon's queue holds " + std::to_string(status.in_flight) + " requests"};
   }

@@ -77,17 +77,21 @@ Daemon::Daemon(DaemonConfig config, std::vector<std::unique_ptr<Backend>> backen
     if (model_named(model.name) != nullptr) throw std::invalid_argument("two models are named " + model.name);
     models_.push_back(std::make_unique<ModelPipeline>(static_cast<std::uint32_t>(m), std::move(model),
                                                       std::move(backends[m]), stats_, completer_));
-    if (models_.back()->workers() != nullptr) workers_models_.push_back(models_.back().get());
+    if (models_.back()->by_workers()) workers_models_.push_back(models_.back().get());
   }
+  changes_.resize(models_.size());
 }
 
 bool Daemon::all_devices_lost() const noexcept {
   // One model's devices lost for good is the process's state (CUDA's sticky errors): only a new
   // process serves them again, so the daemon exits for its service manager to restart it.
-  return std::any_of(models_.begin(), models_.end(), [](const auto& m) { return m->router().all_devices_lost(); });
+  return std::any_of(models_.begin(), models_.end(),
+                     [](const auto& m) { return m->running() && m->router().all_devices_lost(); });
 }
 
 Daemon::~Daemon() {
+  stop_publisher();
+  abandon_model_changes();
   for (auto& model : models_) model->stop();
   if (dead_letters_) dead_letters_->stop();  // writes what the lanes recorded last
   if (ring_ready_) io_uring_queue_exit(&ring_);
@@ -158,9 +162,14 @@ void Daemon::start() {
       // After the batch's seq_cst return to the pool (Router::release).
       if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
     };
-    // The default model's watchdog publishes the status of all.
     hooks.on_tick = [this, self] {
-      if (self->id() == 0) publish_status();
+      // The default model's devices are the page's: its watchdog publishes at once what it saw
+      // (a failed batch's callers are answered after this), unless a load or unload holds the
+      // models (the publisher thread then catches up).
+      if (self->id() == 0) {
+        std::unique_lock lock(models_mu_, std::try_to_lock);
+        if (lock.owns_lock()) publish_status_locked();
+      }
       if (self->router().all_devices_lost()) ring_doorbell();  // the drain loop exits (run())
     };
     hooks.dead_letters = dead_letters_.get();
@@ -170,15 +179,21 @@ void Daemon::start() {
   publish_policy();
   publish_status();
   start_metrics_listener();
-  // Every router exists before any lane or watchdog runs: a tick reads them all.
   for (auto& model : models_) model->start_lanes();
+  // As often as the quickest router's watchdog looks at its devices: the page is as fresh as
+  // what it shows.
+  for (const auto& model : models_) {
+    publish_period_ = std::min(publish_period_, std::clamp(model->config().settings.routing.device_timeout / 4,
+                                                           std::chrono::milliseconds(1), std::chrono::milliseconds(50)));
+  }
+  publisher_ = std::thread([this] { publish_until_stopped(); });
   arm_poll(control_->fd(), pack(Op::kListen, 0));
   arm_doorbell_read();
   const auto describe = [](const ModelPipeline& model) {
     const BatchLimits& batch = model.limits();
     return fmt::format("backend {}: {} devices x {} streams; policy {}, max batch {}, max wait {} us, max batch "
                        "bytes {}",
-                       model.backend().name(), model.backend().devices(), model.backend().streams_per_device(),
+                       model.backend_name(), model.backend().devices(), model.backend().streams_per_device(),
                        policy_name(batch.policy), batch.max_batch,
                        std::chrono::duration_cast<std::chrono::microseconds>(batch.max_wait).count(),
                        batch.max_batch_bytes);
@@ -218,7 +233,7 @@ void Daemon::create_status_file() {
   unsigned min_workers = 0;
   for (const ModelPipeline* model : workers_models_) min_workers += model->config().settings.workers.min_workers;
   status_->min_workers.store(min_workers, std::memory_order_relaxed);
-  const std::string_view backend = models_.front()->backend().name();
+  const std::string_view backend = models_.front()->backend_name();
   std::snprintf(status_->backend, sizeof(status_->backend), "%.*s", static_cast<int>(backend.size()), backend.data());
 }
 
@@ -228,12 +243,26 @@ void Daemon::publish_model_names() noexcept {
     shm::StatusModel& out = models_page_->model[m];
     put_text(model.config().name, out.name);
     put_text(model.config().version, out.version);
-    put_text(model.backend().name(), out.backend);
+    put_text(model.backend_name(), out.backend);
   }
   models_page_->count.store(static_cast<std::uint32_t>(models_.size()), std::memory_order_release);
   // Last: a reader that sees the magic sees a table in this layout.
   models_page_->magic = shm::kStatusModelsMagic;
 }
+
+namespace {
+
+shm::StatusModelState model_state(ModelPipeline::Lifecycle lifecycle, unsigned lanes) noexcept {
+  switch (lifecycle) {
+    case ModelPipeline::Lifecycle::kUnloading: return shm::StatusModelState::kUnloading;
+    case ModelPipeline::Lifecycle::kUnloaded: return shm::StatusModelState::kUnloaded;
+    case ModelPipeline::Lifecycle::kLoading: return shm::StatusModelState::kLoading;
+    case ModelPipeline::Lifecycle::kLoaded: break;
+  }
+  return lanes > 0 ? shm::StatusModelState::kReady : shm::StatusModelState::kUnavailable;
+}
+
+}  // namespace
 
 void Daemon::publish_models() noexcept {
   constexpr auto relaxed = std::memory_order_relaxed;
@@ -241,11 +270,9 @@ void Daemon::publish_models() noexcept {
   for (std::size_t m = 0; m < models_.size(); ++m) {
     const ModelPipeline& model = *models_[m];
     shm::StatusModel& out = models_page_->model[m];
-    const unsigned lanes = model.router().lane_view(now_ns).lanes;
+    const unsigned lanes = model.running() ? model.router().lane_view(now_ns).lanes : 0;
     out.lanes.store(lanes, relaxed);
-    out.state.store(static_cast<std::uint32_t>(lanes > 0 ? shm::StatusModelState::kReady
-                                                         : shm::StatusModelState::kUnavailable),
-                    relaxed);
+    out.state.store(static_cast<std::uint32_t>(model_state(model.lifecycle(), lanes)), relaxed);
     const std::uint64_t taken = model.taken();
     out.requests_taken.store(taken, relaxed);
     const ModelCounters& counters = stats_.by_model[m];
@@ -263,7 +290,9 @@ void Daemon::publish_models() noexcept {
     // Taken, not answered and on no device: waiting for a batch. The counters are read apart, so
     // a reading may undercount; never below zero.
     std::uint64_t on_devices = 0;
-    for (const auto& device : model.router().devices()) on_devices += device->outstanding_items.load(relaxed);
+    if (model.running()) {
+      for (const auto& device : model.router().devices()) on_devices += device->outstanding_items.load(relaxed);
+    }
     const std::uint64_t settled = ok + failed + on_devices;
     out.pending.store(taken > settled ? taken - settled : 0, relaxed);
   }
@@ -284,13 +313,42 @@ void Daemon::start_metrics_listener() {
   spdlog::info("serving GET /metrics on {}:{}", config_.metrics_listen.substr(0, colon), metrics_->port());
 }
 
+void Daemon::publish_until_stopped() noexcept {
+  std::unique_lock lock(publisher_mu_);
+  while (!publisher_stop_) {
+    publisher_cv_.wait_for(lock, publish_period_, [this] { return publisher_stop_; });
+    if (publisher_stop_) return;
+    lock.unlock();
+    publish_status();
+    lock.lock();
+  }
+}
+
+void Daemon::stop_publisher() noexcept {
+  if (!publisher_.joinable()) return;
+  {
+    std::lock_guard lock(publisher_mu_);
+    publisher_stop_ = true;
+  }
+  publisher_cv_.notify_all();
+  publisher_.join();
+}
+
 void Daemon::publish_status() noexcept {
+  std::lock_guard lock(models_mu_);
+  publish_status_locked();
+}
+
+void Daemon::publish_status_locked() noexcept {
   constexpr auto relaxed = std::memory_order_relaxed;
   shm::DaemonStatusPage& page = *status_;
-  // The page's devices are the default model's; each model's state is in the models' table.
-  const Router& router = models_.front()->router();
-  const auto& devices = router.devices();
-  const std::bitset<64> laggards = router.laggards(shm::monotonic_ns());
+  // The page's devices are the default model's (none while it is unloaded); each model's state
+  // is in the models' table.
+  const ModelPipeline& default_model = *models_.front();
+  static const std::vector<std::unique_ptr<DeviceHealth>> kNoDevices;
+  const Router* router = default_model.running() ? &default_model.router() : nullptr;
+  const auto& devices = router != nullptr ? router->devices() : kNoDevices;
+  const std::bitset<64> laggards = router != nullptr ? router->laggards(shm::monotonic_ns()) : std::bitset<64>{};
   std::uint32_t healthy = 0;
   for (std::size_t d = 0; d < devices.size(); ++d) {
     const DeviceHealth& h = *devices[d];
@@ -328,7 +386,7 @@ void Daemon::publish_status() noexcept {
   page.target_batch.store(stats_.target_batch.load(relaxed), relaxed);
   for (std::size_t d = 0; d < std::min(devices.size(), shm::kStatusDevices); ++d) {
     // Until it is trusted the policy uses the prior ("no cost"), so that is what is shown.
-    CostFit fit = router.cost_fit(static_cast<unsigned>(d));
+    CostFit fit = router->cost_fit(static_cast<unsigned>(d));
     if (!fit.fitted) fit.fixed_ns = fit.per_item_ns = fit.per_byte_ns = 0;
     shm::StatusCost& out = page.cost[d];
     out.fixed_ns.store(static_cast<std::uint64_t>(fit.fixed_ns), relaxed);
@@ -354,9 +412,16 @@ void Daemon::publish_status() noexcept {
 void Daemon::publish_workers() noexcept {
   if (workers_models_.empty()) return;
   constexpr auto relaxed = std::memory_order_relaxed;
+  // What readiness needs: the loaded workers models' minimums (an unloaded one needs none).
+  unsigned min_workers = 0;
+  for (const ModelPipeline* model : workers_models_) {
+    if (model->lifecycle() == ModelPipeline::Lifecycle::kLoaded) min_workers += model->config().settings.workers.min_workers;
+  }
+  status_->min_workers.store(min_workers, relaxed);
   std::array<bool, shm::kStatusDevices> held{};
   unsigned attached = 0;
   for (ModelPipeline* model : workers_models_) {
+    if (model->workers() == nullptr) continue;  // unloaded
     WorkerBackend& workers = *model->workers();
     attached += workers.attached();
     for (unsigned d = 0; d < workers.devices(); ++d) {
@@ -454,6 +519,7 @@ void Daemon::run() {
     read_due_hellos();
     apply_pending_limits();
     const std::int64_t now_ns = shm::monotonic_ns();
+    advance_model_changes(now_ns);
     ping_watchdog_if_due(now_ns);
     expire_attaches(now_ns);
     const bool drained = drain_rings(now_ns);

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <boost/interprocess/mapped_region.hpp>
+#include <condition_variable>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include <span>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -39,6 +41,7 @@
 #include "daemon/worker_backend.hpp"
 #include "shm/attach_protocol.hpp"
 #include "shm/clock.hpp"
+#include "shm/model_control.hpp"
 #include "shm/spin_advisor.hpp"
 #include "shm/worker_region.hpp"
 #include "shm/status_page.hpp"
@@ -86,6 +89,12 @@ class Daemon {
   void update_limits(const BatchLimits& limits);
   // The same for the model of that name; false when there is none.
   bool update_limits(const std::string& model, const BatchLimits& limits);
+
+  // Makes a model's backend again when model control loads it (batchctl load); it runs on a
+  // thread of its own, so it may take as long as a backend's start does. Without one, a load
+  // is refused. Before start().
+  using ModelLoader = std::function<Expected<std::unique_ptr<Backend>>(const ModelConfig&)>;
+  void set_model_loader(ModelLoader loader) { loader_ = std::move(loader); }
 
   // Before run(): call ping from the drain loop at least every `interval` (the service
   // manager's watchdog), so a loop that hangs stops the pings.
@@ -138,6 +147,16 @@ class Daemon {
   // Answers a hello that asked for the dead letters (shm::kHelloDeadLetters); the caller
   // releases the connection (daemon_dead_letters.cpp).
   void answer_dead_letters(PendingAttach& pending);
+  // Model control (daemon_models.cpp): starts a load or unload, keeping the connection to
+  // answer once it is done (or answers now: refused, or nothing to do).
+  void answer_model_control(PendingAttach& pending, const shm::ModelControlHello& hello);
+  // Each drain pass: an unloading model whose requests are all answered is released, a loading
+  // one whose backend is made runs; their callers are answered.
+  void advance_model_changes(std::int64_t now_ns);
+  void finish_unload(ModelPipeline& model);
+  void finish_load(ModelPipeline& model);
+  // Stopping: loads under way are waited for, and every caller still waiting is told.
+  void abandon_model_changes();
   // Ends a handshake early: refuses it, stops waiting for its hello and forgets it.
   void evict_attach(std::map<std::uint64_t, PendingAttach>::iterator it, const std::string& why);
   // Evicts the handshakes past their deadline; returns the next deadline (0: none waiting).
@@ -190,8 +209,13 @@ class Daemon {
   void arm_poll(int fd, std::uint64_t user_data);
   void arm_doorbell_read();
   void ring_doorbell() noexcept;
-  // Copies stats and device health into the status page (watchdog thread).
+  // Copies stats and device health into the status page (the publisher thread, the default
+  // model's watchdog, start-up); the second holding models_mu_.
   void publish_status() noexcept;
+  void publish_status_locked() noexcept;
+  // The publisher thread: publish_status every few tens of milliseconds until stopped.
+  void publish_until_stopped() noexcept;
+  void stop_publisher() noexcept;
   // --metrics-listen: binds and starts the listener (start-up: throws the address's trouble).
   void start_metrics_listener();
   // The status file: the page, the histograms, the workers and the models (start-up).
@@ -230,6 +254,21 @@ class Daemon {
   // By model id. Each holds its backend, router, waiting requests and open batch.
   std::vector<std::unique_ptr<ModelPipeline>> models_;
   std::vector<ModelPipeline*> workers_models_;  // those served by worker processes, by id
+  // The publisher reads each model's router and backend: the drain thread holds this while it
+  // makes or releases them (model control), the publisher while it reads.
+  std::mutex models_mu_;
+  ModelLoader loader_;
+  // A model's load or unload under way (model control): the control connections to answer
+  // once it is done, and a load's backend being made.
+  struct ModelChange {
+    std::vector<shm::UniqueFd> waiting;
+    std::thread loader;
+    std::atomic<bool> made{false};  // the loader thread has left its result
+    Expected<std::unique_ptr<Backend>> result{std::unique_ptr<Backend>{}};
+    std::int64_t started_ns = 0;
+  };
+  static constexpr std::size_t kMaxControlWaiting = 16;  // per model: more are refused as busy
+  std::vector<std::unique_ptr<ModelChange>> changes_;  // by model id; null: none under way
   std::unique_ptr<ControlSocket> control_;
 
   shm::UniqueFd doorbell_;  // eventfd: clients and workers wake the drain loop with it
@@ -267,6 +306,12 @@ class Daemon {
   std::int64_t watchdog_interval_ns_ = 0;  // 0: no watchdog
   std::int64_t next_watchdog_ns_ = 0;
   std::function<void()> watchdog_ping_;
+
+  std::thread publisher_;
+  std::mutex publisher_mu_;
+  std::condition_variable publisher_cv_;
+  bool publisher_stop_ = false;  // guarded by publisher_mu_
+  std::chrono::milliseconds publish_period_{50};
 
   // Last: it reads the status page until it stops, so it is destroyed first.
   std::unique_ptr<MetricsListener> metrics_;

@@ -194,7 +194,9 @@ void Daemon::answer_hello(PendingAttach& pending, const Expected<std::size_t>& n
   const shm::Hello& hello = message.hello;
   const bool truncated = !n && n.error().code == std::errc::protocol_error;
   if (!truncated && (!n || *n == 0)) return;  // gone before its hello: nobody to tell
-  const std::size_t size = hello.flags == shm::kHelloWorker ? sizeof(shm::WorkerHello) : sizeof(shm::Hello);
+  const std::size_t size = hello.flags == shm::kHelloWorker         ? sizeof(shm::WorkerHello)
+                           : hello.flags == shm::kHelloModelControl ? sizeof(shm::ModelControlHello)
+                                                                    : sizeof(shm::Hello);
   if (truncated || *n != size || hello.magic != shm::kAttachMagic) {
     refuse(pending, shm::AttachStatus::kBadHello, "malformed attach request");
     return;
@@ -206,7 +208,8 @@ void Daemon::answer_hello(PendingAttach& pending, const Expected<std::size_t>& n
     return;
   }
   if (carried_fds ||
-      (hello.flags != 0 && hello.flags != shm::kHelloDeadLetters && hello.flags != shm::kHelloWorker)) {
+      (hello.flags != 0 && hello.flags != shm::kHelloDeadLetters && hello.flags != shm::kHelloWorker &&
+       hello.flags != shm::kHelloModelControl)) {
     refuse(pending, shm::AttachStatus::kBadHello, "attach request carried fds or unknown flags");
     return;
   }
@@ -216,6 +219,12 @@ void Daemon::answer_hello(PendingAttach& pending, const Expected<std::size_t>& n
   }
   if (stop_requested_.load(std::memory_order_relaxed)) {
     refuse(pending, shm::AttachStatus::kShuttingDown, "the daemon is shutting down");
+    return;
+  }
+  if (hello.flags == shm::kHelloModelControl) {  // daemon_models.cpp
+    shm::ModelControlHello control{};
+    std::memcpy(&control, &message, sizeof(control));
+    answer_model_control(pending, control);
     return;
   }
   if (hello.flags == shm::kHelloWorker) {  // its own grant and limits (daemon_workers.cpp)

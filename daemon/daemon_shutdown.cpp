@@ -29,6 +29,7 @@ bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {
   // Batches waiting for a worker wait no more once no worker could run them (none attached, or
   // the grace is over): their callers are answered "backend unavailable".
   for (ModelPipeline* model : workers_models_) {
+    if (model->workers() == nullptr) continue;  // unloaded
     if (model->workers()->attached() == 0 || now_ns - stop_at_ns_ > kStopGraceNs) model->router().abandon_waiting();
   }
   const bool rings_empty = !work_waiting() || now_ns - stop_at_ns_ > kStopGraceNs;
@@ -41,6 +42,7 @@ bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {
 void Daemon::finish_stop() {
   for (auto& model : models_) model->stop();
   drop_all_workers();
+  abandon_model_changes();
   // Every answer is written: tell the clients now rather than when this object goes away.
   while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
   spdlog::info("stopped: {} requests taken, {} ok, {} failed, {} rejected, {} batches",
@@ -51,15 +53,16 @@ void Daemon::finish_stop() {
 
 void Daemon::finish_lost() {
   for (const auto& model : models_) {
-    if (!model->router().all_devices_lost()) continue;
+    if (!model->running() || !model->router().all_devices_lost()) continue;
     spdlog::critical("every {} device is lost (model {}): exiting with status {} so that the service manager "
                      "restarts batchd ({} requests taken, {} ok, {} failed; the clients send the "
                      "unanswered ones again)",
-                     model->backend().name(), model->config().name, kExitAllDevicesLost,
+                     model->backend_name(), model->config().name, kExitAllDevicesLost,
                      stats_.requests_taken.load(), stats_.requests_ok.load(), stats_.requests_failed.load());
   }
   for (auto& model : models_) model->stop();
   drop_all_workers();
+  abandon_model_changes();
   // Closing the control connections tells each client at once; they re-attach to the next daemon.
   while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
 }

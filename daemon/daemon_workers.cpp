@@ -42,19 +42,19 @@ ModelPipeline* Daemon::model_for_worker(PendingAttach& pending, const std::strin
     return text;
   };
   ModelPipeline* named = model_named(name);
-  if (named != nullptr && named->workers() == nullptr) {
+  if (named != nullptr && !named->by_workers()) {
     refuse(pending, shm::AttachStatus::kBadHello,
-           "model " + name + " runs the " + std::string(named->backend().name()) +
+           "model " + name + " runs the " + named->backend_name() +
                " backend inside the daemon, not in worker processes; " + served_by_workers());
     return nullptr;
   }
   if (named != nullptr) return named;
   // A worker of another name goes to the default model when workers serve it: the daemon of one
   // model takes workers of any name, as before models had names.
-  if (models_.front()->workers() != nullptr) return models_.front().get();
+  if (models_.front()->by_workers()) return models_.front().get();
   if (workers_models_.empty()) {
     refuse(pending, shm::AttachStatus::kBadHello,
-           "this daemon runs the " + std::string(models_.front()->backend().name()) +
+           "this daemon runs the " + models_.front()->backend_name() +
                " backend; workers attach to one started with --backend workers");
   } else {
     refuse(pending, shm::AttachStatus::kBadHello,
@@ -77,6 +77,12 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
   const PeerCredentials& peer = pending.peer;
   ModelPipeline* const model = model_for_worker(pending, field_text(hello.name));
   if (model == nullptr) return;
+  if (model->lifecycle() != ModelPipeline::Lifecycle::kLoaded) {
+    // As while the daemon restarts: a worker tries again, and attaches once the model is loaded.
+    refuse(pending, shm::AttachStatus::kShuttingDown,
+           "model " + model->config().name + " is not loaded (batchctl load " + model->config().name + ")");
+    return;
+  }
   const ModelSettings& settings = model->config().settings;
   WorkerBackend& workers = *model->workers();
   Router& router = model->router();

@@ -81,6 +81,8 @@ int main(int argc, char** argv) {
       backends.push_back(std::move(*backend));
     }
     batchd::Daemon daemon(options.config, std::move(backends));
+    // Model control's loads make a backend as the start did.
+    daemon.set_model_loader([](const batchd::ModelConfig& model) { return batchd::make_backend(model.settings); });
     daemon.start();
     std::uint64_t watchdog_usec = 0;
     if (sd_watchdog_enabled(0, &watchdog_usec) > 0) {

@@ -27,15 +27,55 @@ ModelPipeline::ModelPipeline(std::uint32_t id, ModelConfig config, std::unique_p
     : id_(id), config_(std::move(config)), backend_(std::move(backend)), stats_(stats), completer_(completer),
       batcher_(config_.settings.batch), policy_(config_.settings.batch) {
   if (backend_ == nullptr) throw std::invalid_argument("model " + config_.name + " needs a backend");
+  backend_name_ = std::string(backend_->name());
+  fit_to_new_backend("start");
+  by_workers_ = workers_ != nullptr;
+  pending_.set_floors({0, config_.settings.normal_floor_percent / 100.0, config_.settings.low_floor_percent / 100.0});
+}
+
+void ModelPipeline::fit_to_new_backend(const char* when) {
   ModelSettings& settings = config_.settings;
   workers_ = dynamic_cast<WorkerBackend*>(backend_.get());
   // Workers come and go: a batch waits for one rather than failing while none is attached.
   if (workers_ != nullptr) settings.routing.wait_for_devices = true;
-  settings.batch = fit_to_backend(settings.batch, "start");
+  settings.batch = fit_to_backend(settings.batch, when);
   fit_timeout_to_backend();
   batcher_.set_limits(settings.batch);
   policy_.set_limits(settings.batch);
-  pending_.set_floors({0, settings.normal_floor_percent / 100.0, settings.low_floor_percent / 100.0});
+}
+
+void ModelPipeline::begin_unload() noexcept {
+  lifecycle_.store(Lifecycle::kUnloading, std::memory_order_release);
+  stopping_ = true;
+}
+
+void ModelPipeline::release() noexcept {
+  stop();
+  router_.reset();  // before the arena its batches point into, and the backend it runs
+  input_arena_ = InputArena{};
+  workers_ = nullptr;
+  backend_.reset();
+  recheck_ns_ = 0;
+  held_for_lane_ = false;
+  stopping_ = false;
+  lifecycle_.store(Lifecycle::kUnloaded, std::memory_order_release);
+}
+
+void ModelPipeline::load(std::unique_ptr<Backend> backend) {
+  if (backend == nullptr) throw std::invalid_argument("model " + config_.name + ": the loader made no backend");
+  backend_ = std::move(backend);
+  try {
+    fit_to_new_backend("load");
+    prepare(hooks_);
+    start_lanes();
+  } catch (...) {
+    router_.reset();
+    input_arena_ = InputArena{};
+    workers_ = nullptr;
+    backend_.reset();
+    throw;
+  }
+  lifecycle_.store(Lifecycle::kLoaded, std::memory_order_release);
 }
 
 ModelPipeline::~ModelPipeline() { stop(); }
@@ -84,6 +124,7 @@ BatchLimits ModelPipeline::fit_to_backend(BatchLimits limits, const char* when) 
 }
 
 void ModelPipeline::prepare(Hooks hooks) {
+  hooks_ = hooks;
   router_ = std::make_unique<Router>(*backend_, completer_, config_.settings.routing, std::move(hooks.on_batch_freed),
                                      std::move(hooks.on_tick));
   if (workers_ != nullptr) {
@@ -91,7 +132,7 @@ void ModelPipeline::prepare(Hooks hooks) {
     // Every place starts empty: a worker that attaches opens one (daemon_workers.cpp).
     for (unsigned d = 0; d < backend_->devices(); ++d) router_->close_device(d);
   }
-  router_->set_dead_letters(hooks.dead_letters, config_.name);
+  router_->set_dead_letters(hooks_.dead_letters, config_.name);
   router_->set_latency(&stats_.latency, &stats_.by_model[id_], id_ == 0);
 }
 
@@ -131,6 +172,15 @@ bool ModelPipeline::rejected_as_gone(const PendingRequest& request, std::int64_t
 }
 
 bool ModelPipeline::admit(PendingRequest request, std::int64_t now_ns) {
+  if (const Lifecycle now = lifecycle(); now != Lifecycle::kLoaded) {
+    const std::string why = "model " + config_.name +
+                            (now == Lifecycle::kUnloading ? " is unloading"
+                             : now == Lifecycle::kLoading ? " is loading"
+                                                          : " is unloaded") +
+                            ": load it to serve it (batchctl load, POST /v2/repository/models/NAME/load)";
+    reject(request, shm::WireStatus::kBackendUnavailable, why.c_str());
+    return false;
+  }
   if (rejected_as_gone(request, now_ns, "deadline passed before the daemon took the request")) return false;
   const TakenRequest& taken = request.taken;
   if (taken.deadline_mono_ns != 0 && would_miss_deadline(taken, now_ns)) {
@@ -263,6 +313,7 @@ bool ModelPipeline::cut_for_fairness(const PendingRequest& request, std::optiona
 }
 
 bool ModelPipeline::fill_batches(std::int64_t now_ns) {
+  if (router_ == nullptr) return false;  // unloaded: nothing waits
   bool progressed = false;
   const std::int64_t urgent_ns = pending_.empty() ? 0 : urgent_ns_before_deadline(now_ns);
   batcher_.cap_bytes(router_->byte_budget(now_ns));  // device memory (router_memory.cpp)
@@ -318,7 +369,7 @@ PolicyView ModelPipeline::policy_view(std::int64_t now_ns) const noexcept {
 
 void ModelPipeline::refresh_policy_stats(std::int64_t now_ns) noexcept {
   // The status page's policy figures are the default model's.
-  if (id_ != 0 || now_ns < next_policy_stats_ns_) return;
+  if (id_ != 0 || router_ == nullptr || now_ns < next_policy_stats_ns_) return;
   next_policy_stats_ns_ = now_ns + kPolicyStatsPeriodNs;
   const PolicyView view = policy_view(now_ns);
   stats_.arrivals_per_s.store(static_cast<std::uint64_t>(view.arrivals_per_s), std::memory_order_relaxed);
@@ -364,6 +415,7 @@ void ModelPipeline::flush_open_batch(FlushReason reason) {
 bool ModelPipeline::work_waiting() {
   // The open batch was held because every lane was busy, and one has freed since: its worker's
   // doorbell may have come before the drain loop said it sleeps, so look rather than wait for it.
+  if (router_ == nullptr) return false;
   if (held_for_lane_ && !holding_for_lane(shm::monotonic_ns())) return true;
   if (pending_.empty()) return false;
   if (open_ != nullptr && batcher_.count() > 0 && holding_for_lane(shm::monotonic_ns())) {
@@ -381,7 +433,7 @@ std::int64_t ModelPipeline::sleep_bound_ns(std::int64_t now_ns) const noexcept {
 void ModelPipeline::update_limits(const BatchLimits& limits) {
   {
     std::lock_guard lock(limits_mu_);
-    pending_limits_ = fit_to_backend(limits, "reload");
+    pending_limits_ = limits;
   }
   limits_changed_.store(true, std::memory_order_release);
 }
@@ -390,9 +442,11 @@ bool ModelPipeline::apply_pending_limits() {
   if (!limits_changed_.exchange(false, std::memory_order_acq_rel)) return false;
   std::lock_guard lock(limits_mu_);
   BatchLimits& batch = config_.settings.batch;
-  batch = pending_limits_;
-  batcher_.set_limits(pending_limits_);
-  policy_.set_limits(pending_limits_);
+  // Fitted here, on the drain thread, where the backend cannot go away meanwhile; an unloaded
+  // model's are fitted when it loads.
+  batch = backend_ != nullptr ? fit_to_backend(pending_limits_, "reload") : pending_limits_;
+  batcher_.set_limits(batch);
+  policy_.set_limits(batch);
   recheck_ns_ = 0;
   spdlog::info("model {}: batching policy now {}, max batch {}, max wait {} us, max batch bytes {}", config_.name,
                policy_name(batch.policy), batch.max_batch,
@@ -401,6 +455,7 @@ bool ModelPipeline::apply_pending_limits() {
 }
 
 bool ModelPipeline::stopping_done() {
+  if (router_ == nullptr) return pending_.empty();
   // Whatever is open runs now rather than waiting out its window.
   flush_open_batch(FlushReason::kStopping);
   if (open_ != nullptr && open_->requests.empty()) {

@@ -52,6 +52,32 @@ class ModelPipeline {
   void prepare(Hooks hooks);
   void start_lanes() { router_->start(); }
 
+  // The model's life between the daemon's start and stop, as model control changes it
+  // (shm/model_control.hpp): loaded; unloading (admits nothing, answers what it holds); unloaded
+  // (its backend, router and lanes released); loading (a backend being made off the drain
+  // thread). Written by the drain thread; any thread reads it.
+  enum class Lifecycle : std::uint32_t { kLoaded, kUnloading, kUnloaded, kLoading };
+  [[nodiscard]] Lifecycle lifecycle() const noexcept { return lifecycle_.load(std::memory_order_acquire); }
+  // Whether its backend and router exist (loaded or unloading): the drain thread's, or the
+  // caller holds what keeps the drain thread from releasing them (Daemon::models_mu_).
+  [[nodiscard]] bool running() const noexcept { return router_ != nullptr; }
+  // Refuses what comes from here on; the open batch goes at once. unloading_done() then says
+  // when what it took is answered, and release() lets its backend go.
+  void begin_unload() noexcept;
+  [[nodiscard]] bool unloading_done() { return stopping_done(); }
+  // Stops the lanes and destroys router and backend (device memory, a plug-in's state). The
+  // caller has dropped a workers model's workers first.
+  void release() noexcept;
+  void begin_load() noexcept { lifecycle_.store(Lifecycle::kLoading, std::memory_order_release); }
+  // A backend made for it (by the loader, off this thread) runs it again: prepare() with the
+  // start's hooks, then start_lanes(). Throws what stops it (the model stays unloaded).
+  void load(std::unique_ptr<Backend> backend);
+  void abort_load() noexcept { lifecycle_.store(Lifecycle::kUnloaded, std::memory_order_release); }
+  // Whether worker processes run it (config `backend = "workers"`), loaded or not.
+  [[nodiscard]] bool by_workers() const noexcept { return by_workers_; }
+  // Its backend's name ("cpu", "workers", ...), loaded or not.
+  [[nodiscard]] const std::string& backend_name() const noexcept { return backend_name_; }
+
   [[nodiscard]] std::uint32_t id() const noexcept { return id_; }
   [[nodiscard]] const ModelConfig& config() const noexcept { return config_; }
   [[nodiscard]] const BatchLimits& limits() const noexcept { return config_.settings.batch; }
@@ -85,8 +111,9 @@ class ModelPipeline {
   // A client has gone: its waiting requests are dropped; returns how many.
   std::size_t forget(std::uint64_t session_id) { return pending_.forget(session_id); }
 
-  // Any thread: new batching limits, applied by apply_pending_limits on the drain thread before
-  // it next batches (an open batch now over them is flushed at once; nothing is dropped).
+  // Any thread: new batching limits, applied (and fitted to the backend) by apply_pending_limits
+  // on the drain thread before it next batches (an open batch now over them is flushed at once;
+  // nothing is dropped).
   void update_limits(const BatchLimits& limits);
   // Returns true when limits were applied (the caller republishes them).
   bool apply_pending_limits();
@@ -96,7 +123,7 @@ class ModelPipeline {
   // One step of stopping, once nothing is left on the rings: the open batch runs now; true once
   // nothing this model took is left to answer.
   bool stopping_done();
-  // Returns the open batch unused and stops the lanes.
+  // Returns the open batch unused and stops the lanes (none while unloaded).
   void stop() noexcept;
 
  private:
@@ -141,10 +168,17 @@ class ModelPipeline {
   // (start-up: throws what stops it).
   void create_input_arena();
 
+  // Fits limits and timeout to backend_, which is new (construction, load).
+  void fit_to_new_backend(const char* when);
+
   const std::uint32_t id_;
   ModelConfig config_;
-  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Backend> backend_;  // none while unloaded
   WorkerBackend* workers_ = nullptr;  // backend_, when it is the workers backend
+  bool by_workers_ = false;
+  std::string backend_name_;
+  Hooks hooks_;  // the start's, for a load
+  std::atomic<Lifecycle> lifecycle_{Lifecycle::kLoaded};
   DaemonStats& stats_;
   Completer& completer_;
   // The workers backend's batches are assembled here (before router_: its batches point into it).

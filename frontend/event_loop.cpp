@@ -64,7 +64,8 @@ EventLoop::EventLoop(const LoopContext& context)
   api_limits.max_body_bytes = options_.max_body_bytes;
   api_ = std::make_unique<Api>(api_limits, static_cast<ApiContext&>(*this));
   jobs_api_ = std::make_unique<JobsApi>(api_limits, jobs_.options().max_inputs, static_cast<ApiContext&>(*this));
-  v2_api_ = std::make_unique<V2Api>(V2Limits{api_limits, options_.max_infer_strings}, static_cast<ApiContext&>(*this));
+  v2_api_ = std::make_unique<V2Api>(V2Limits{api_limits, options_.max_infer_strings, context.model_control != nullptr},
+                                    static_cast<ApiContext&>(*this));
   now_ns_ = shm::monotonic_ns();
   last_sweep_ns_ = now_ns_;
   date_second_ = static_cast<std::int64_t>(::time(nullptr));

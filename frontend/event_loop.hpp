@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "client_lib/fan_out.hpp"
+#include "client_lib/model_control_queue.hpp"
 #include "frontend/buffer_ring.hpp"
 #include "frontend/connection.hpp"
 #include "frontend/daemon_link.hpp"
@@ -41,6 +42,7 @@ struct LoopContext {
   MetricsRegistry* metrics = nullptr;
   JobsService* jobs = nullptr;      // the asynchronous jobs' store and mailboxes, shared by the loops
   const grants::GrantPolicy* grants = nullptr;  // who may use which priority class
+  ModelControlQueue* model_control = nullptr;   // --model-control: loads and unloads; else none
 };
 
 class EventLoop final : private ApiContext {
@@ -106,6 +108,9 @@ class EventLoop final : private ApiContext {
   // Open Inference Protocol inferences (loop_v2.cpp)
   void on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, Priority granted);
   void on_v2_answer(const Caller& caller, const V2Reply& reply, std::int64_t strings, FanOut::Outcome&& outcome);
+  // POST /v2/repository/models/NAME/load|unload: on the model-control queue, answered through
+  // this loop's inbox.
+  void control_model(const Caller& caller, V2ModelControl&& control);
   // asynchronous jobs (loop_jobs.cpp)
   void on_jobs_request(Conn& conn, std::uint64_t seq, Request&& request, Priority granted);
   void submit_job(const Caller& caller, JobSubmit&& job);

@@ -25,6 +25,10 @@ void EventLoop::on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, 
     answer(conn, seq, *response, now_ns_);
     return;
   }
+  if (V2ModelControl* control = std::get_if<V2ModelControl>(&action)) {
+    control_model(Caller{conn.index, conn.generation, seq, now_ns_}, std::move(*control));
+    return;
+  }
   V2Infer& infer = std::get<V2Infer>(action);
   Client* client = link_.client();
   if (client == nullptr) {
@@ -44,6 +48,27 @@ void EventLoop::on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, 
   // Kept with the connection until answered, so a caller that goes withdraws its strings. (A
   // refusal was answered inside start; other answers come from this thread's poll, later.)
   if (!fan->answered()) conn.fans.emplace_back(seq, std::move(fan));
+}
+
+void EventLoop::control_model(const Caller& caller, V2ModelControl&& control) {
+  ModelControlQueue* queue = context_.model_control;
+  if (queue == nullptr) {  // V2Api refuses it first; a second guard costs nothing
+    answer_caller(caller, v2_error(403, "model control is off"));
+    return;
+  }
+  JobsInboxes& inboxes = jobs_.inboxes();
+  const unsigned index = context_.index;
+  // The answer comes on the queue's thread and is handed to this loop; a caller gone meanwhile is
+  // not found by answer_caller.
+  const bool queued = queue->submit(
+      std::move(control.model), control.action,
+      [this, &inboxes, index, caller](std::optional<std::string> account, const Error& error) {
+        Response response;  // 200 with an empty JSON object, as Triton answers
+        response.body = "{}";
+        if (!account) response = v2_response_for_error(error);
+        inboxes.post(index, [this, caller, response = std::move(response)] { answer_caller(caller, response); });
+      });
+  if (!queued) answer_caller(caller, v2_error(503, "too many load and unload requests wait already; retry", 1));
 }
 
 void EventLoop::on_v2_answer(const Caller& caller, const V2Reply& reply, std::int64_t strings,

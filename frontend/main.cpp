@@ -35,6 +35,9 @@ void add_flags(CLI::App& app, FrontendOptions& o, std::string& io_mode, std::str
   app.add_option("--listen", o.listen, "ADDR:PORT to serve HTTP on ([ADDR]:PORT for IPv6; port 0: any free one)")
       ->capture_default_str();
   app.add_option("--socket", o.socket_path, "the daemon's control socket (default: the daemon's default path)");
+  app.add_flag("--model-control", o.model_control,
+               "serve POST /v2/repository/models/NAME/load and /unload (Triton's explicit model control): "
+               "anyone who reaches this port may then unload a model");
   app.add_option("--workers", o.workers, "event loops sharing the port, each with its own daemon client")
       ->capture_default_str()->check(CLI::Range(1U, 256U));
   app.add_option("--port-file", o.port_file, "write the bound port here once listening (for --listen ...:0)");
@@ -106,12 +109,20 @@ int run_workers(const FrontendOptions& options, const batchd::http::UringFeature
   for (unsigned i = 0; i < options.workers; ++i) wake_fds.push_back(::eventfd(0, EFD_CLOEXEC));
   // Made before the loops and dropped after them, but before the eventfds it writes are closed.
   auto jobs = std::make_unique<batchd::http::JobsService>(jobs_options(options), wake_fds);
+  // After the jobs' inboxes, which its answers go through, and dropped before them.
+  std::unique_ptr<batchd::ModelControlQueue> model_control;
+  if (options.model_control) {
+    batchd::ClientOptions client;
+    client.socket_path = options.socket_path;
+    model_control = std::make_unique<batchd::ModelControlQueue>(client, std::chrono::milliseconds(options.max_timeout_ms));
+  }
   std::vector<std::thread> threads;
   for (unsigned i = 0; i < options.workers; ++i) {
     threads.emplace_back([&, i] {
       try {
         batchd::http::EventLoop loop(
-            {i, listeners[i], wake_fds[i], &stop, &leaving, &options, &features, &metrics, jobs.get(), &grants});
+            {i, listeners[i], wake_fds[i], &stop, &leaving, &options, &features, &metrics, jobs.get(), &grants,
+             model_control.get()});
         loop.run();
       } catch (const std::exception& e) {
         spdlog::critical("batchd-http: worker {}: {}", i, e.what());
@@ -137,6 +148,7 @@ int run_workers(const FrontendOptions& options, const batchd::http::UringFeature
     [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
   }
   for (auto& t : threads) t.join();
+  model_control.reset();
   jobs.reset();
   for (const int fd : wake_fds) ::close(fd);
   return failed.load() ? 1 : 0;

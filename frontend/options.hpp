@@ -15,6 +15,7 @@ enum class IoMode : std::uint8_t {
 struct FrontendOptions {
   std::string listen = "127.0.0.1:8080";  // ADDR:PORT; port 0 picks a free one (see port_file)
   std::string socket_path;                // the daemon's control socket; empty: its default
+  bool model_control = false;             // serve /v2/repository/models/NAME/load and unload
   unsigned workers = 1;                   // event loops sharing the port (SO_REUSEPORT)
   std::string port_file;                  // if set, the bound port is written here once listening
   IoMode io_mode = IoMode::kAuto;

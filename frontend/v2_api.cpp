@@ -23,6 +23,7 @@ constexpr std::string_view kModelsPrefix = "/v2/models/";
 constexpr std::string_view kExtensions =
     R"("binary_tensor_data","model_configuration","model_repository","statistics")";
 constexpr std::string_view kRepositoryIndex = "/v2/repository/index";
+constexpr std::string_view kRepositoryModels = "/v2/repository/models/";
 
 bool is_get_or_head(const Request& request) {
   return request.method() == beast_http::verb::get || request.method() == beast_http::verb::head;
@@ -131,6 +132,7 @@ V2Action V2Api::route(const Request& request) {
     if (request.method() != beast_http::verb::post) return v2_method_not_allowed("POST");
     return repository_index(request);
   }
+  if (path.starts_with(kRepositoryModels)) return repository_control(request, path.substr(kRepositoryModels.size()));
   if (path != "/v2" && path != "/v2/health/live" && path != "/v2/health/ready") return not_found(path);
   if (!is_get_or_head(request)) return v2_method_not_allowed("GET, HEAD");
   if (path == "/v2") return v2_ok(oip::server_metadata_json(kExtensions));
@@ -210,6 +212,44 @@ Response V2Api::repository_index(const Request& request) {
   }
   out += "]";
   return v2_ok(std::move(out));
+}
+
+V2Action V2Api::repository_control(const Request& request, std::string_view rest) {
+  const std::size_t slash = rest.find('/');
+  const std::string_view name = rest.substr(0, slash);
+  const std::string_view verb = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+  if (name.empty() || (verb != "load" && verb != "unload")) {
+    return not_found(path_of(std::string_view(request.target().data(), request.target().size())));
+  }
+  if (request.method() != beast_http::verb::post) return v2_method_not_allowed("POST");
+  if (!limits_.model_control) {
+    return v2_error(403, "model control is off: batchd-http serves load and unload with --model-control");
+  }
+  // Triton's body may carry "parameters": a configuration or files to load with, which batchd
+  // does not take (it loads a model as its daemon's config declares it), and "unload_dependents",
+  // which tritonclient sends and which means nothing here (no model depends on another).
+  const std::string& body = request.body();
+  if (!text::trim(body).empty()) {
+    simdjson::dom::element element;
+    simdjson::dom::object root;
+    if (json_.parse(body.data(), body.size()).get(element) != simdjson::SUCCESS ||
+        element.get_object().get(root) != simdjson::SUCCESS) {
+      return v2_error(400, "a load or unload request's body must be a JSON object");
+    }
+    simdjson::dom::element parameters;
+    if (root.at_key("parameters").get(parameters) == simdjson::SUCCESS) {
+      simdjson::dom::object named;
+      if (parameters.get_object().get(named) != simdjson::SUCCESS) {
+        return v2_error(400, "\"parameters\" in a load or unload request must be a JSON object");
+      }
+      for (const auto field : named) {
+        if (field.key == "unload_dependents") continue;
+        return v2_error(400, "batchd loads a model as its daemon's config declares it: parameter \"" +
+                                 std::string(field.key) + "\" is not taken");
+      }
+    }
+  }
+  return V2ModelControl{std::string(name), verb == "load" ? ModelAction::kLoad : ModelAction::kUnload};
 }
 
 Response V2Api::statistics(std::span<const oip::ModelCatalog::Model> models) {

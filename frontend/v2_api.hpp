@@ -44,11 +44,18 @@ struct V2Infer {
   Priority priority = Priority::kNormal;
 };
 
-using V2Action = std::variant<Response, V2Infer>;
+// POST /v2/repository/models/NAME/load or /unload, with model control on.
+struct V2ModelControl {
+  std::string model;
+  ModelAction action = ModelAction::kLoad;
+};
+
+using V2Action = std::variant<Response, V2Infer, V2ModelControl>;
 
 struct V2Limits {
   ApiLimits api;
   std::size_t max_elements = 256;  // strings in one inference: the configuration's max_batch_size
+  bool model_control = false;      // the repository's load and unload routes are served
 };
 
 // One per event loop: it owns a JSON parser whose buffers are reused between requests.
@@ -71,6 +78,8 @@ class V2Api {
   Response ready(const oip::ModelDescription* model = nullptr);
   // POST /v2/repository/index: every model with its state (Triton's model repository extension).
   Response repository_index(const Request& request);
+  // POST /v2/repository/models/NAME/load|unload (the same extension's model control).
+  V2Action repository_control(const Request& request, std::string_view rest);
   Response statistics(std::span<const oip::ModelCatalog::Model> models);
 
   V2Limits limits_;

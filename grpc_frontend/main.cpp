@@ -36,6 +36,9 @@ void add_flags(CLI::App& app, GrpcOptions& o, std::string& log_level) {
   app.add_option("--listen", o.listen, "ADDR:PORT to serve gRPC on ([ADDR]:PORT for IPv6; port 0: any free one)")
       ->capture_default_str();
   app.add_option("--socket", o.socket_path, "the daemon's control socket (default: the daemon's default path)");
+  app.add_flag("--model-control", o.model_control,
+               "serve RepositoryModelLoad and RepositoryModelUnload (Triton's explicit model control): anyone "
+               "who reaches this port may then unload a model");
   app.add_option("--clients", o.clients, "daemon clients, each with its own polling thread")
       ->capture_default_str()->check(CLI::Range(1U, 64U));
   app.add_option("--port-file", o.port_file, "write the bound port here once listening (for --listen ...:0)");
@@ -123,6 +126,14 @@ int serve(const GrpcOptions& options, batchd::grants::GrantPolicy grants, const 
   context.ready_max_queue = options.ready_max_queue;
   context.pool = &pool;
   context.grants = std::move(grants);
+  std::unique_ptr<batchd::ModelControlQueue> model_control;
+  if (options.model_control) {
+    batchd::ClientOptions control_client;
+    control_client.socket_path = options.socket_path;
+    model_control = std::make_unique<batchd::ModelControlQueue>(control_client,
+                                                               std::chrono::milliseconds(options.max_timeout_ms));
+    context.model_control = model_control.get();
+  }
   batchd::grpcfront::StreamWatchdog watchdog(std::chrono::milliseconds(options.write_timeout_ms));
   context.watchdog = &watchdog;
   batchd::grpcfront::InferenceService service(context);
@@ -153,6 +164,7 @@ int serve(const GrpcOptions& options, batchd::grants::GrantPolicy grants, const 
   spdlog::info("batchd-grpc: signal {}: no new calls; finishing those in flight (at most {} ms)", sig, drain_ms);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(drain_ms));
   server->Wait();
+  model_control.reset();
   pool.stop();
   return 0;
 }

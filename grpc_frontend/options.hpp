@@ -9,6 +9,7 @@ namespace batchd::grpcfront {
 struct GrpcOptions {
   std::string listen = "127.0.0.1:8001";   // ADDR:PORT; port 0 picks a free one (see port_file)
   std::string socket_path;                 // the daemon's control socket; empty: its default
+  bool model_control = false;              // serve RepositoryModelLoad and RepositoryModelUnload
   unsigned clients = 1;                    // daemon clients, each with its own polling thread
   std::string port_file;                   // if set, the bound port is written here once listening
   std::string tls_cert;                    // PEM files: both set, the port serves TLS only

@@ -312,6 +312,60 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServer
   return finish(call, grpc::Status::OK);
 }
 
+namespace {
+
+// Model control on the context's queue; the RPC is finished from the queue's thread.
+// Triton's parameters: a configuration or files to load with, which batchd does not take (it loads
+// a model as its daemon's config declares it); "unload_dependents", which tritonclient sends and
+// which means nothing here (no model depends on another). Returns the first one not taken.
+template <class Parameters>
+std::optional<std::string> parameter_not_taken(const Parameters& parameters) {
+  for (const auto& [key, value] : parameters) {
+    if (key != "unload_dependents") return key;
+  }
+  return std::nullopt;
+}
+
+grpc::ServerUnaryReactor* control_model(grpc::CallbackServerContext* call, ServiceContext& context,
+                                        const std::string& model, std::optional<std::string> not_taken,
+                                        ModelAction action) {
+  if (context.model_control == nullptr) {
+    return finish(call, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                     "model control is off: batchd-grpc serves load and unload with --model-control"));
+  }
+  if (not_taken) {
+    return finish(call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                     "batchd loads a model as its daemon's config declares it: parameter \"" +
+                                         *not_taken + "\" is not taken"));
+  }
+  grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
+  const bool queued = context.model_control->submit(
+      model, action, [reactor](std::optional<std::string> account, const Error& error) {
+        reactor->Finish(account ? grpc::Status::OK : status_for_error(error));
+      });
+  if (!queued) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 "too many load and unload requests wait already; retry"));
+  }
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(grpc::CallbackServerContext* call,
+                                                                const inference::RepositoryModelLoadRequest* request,
+                                                                inference::RepositoryModelLoadResponse*) {
+  return control_model(call, context_, request->model_name(), parameter_not_taken(request->parameters()),
+                       ModelAction::kLoad);
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
+    grpc::CallbackServerContext* call, const inference::RepositoryModelUnloadRequest* request,
+    inference::RepositoryModelUnloadResponse*) {
+  return control_model(call, context_, request->model_name(), parameter_not_taken(request->parameters()),
+                       ModelAction::kUnload);
+}
+
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* call,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {

@@ -13,6 +13,7 @@
 
 #include "frontend/grant_counters.hpp"
 #include "frontend/priority_grants.hpp"
+#include "client_lib/model_control_queue.hpp"
 #include "grpc_frontend/daemon_pool.hpp"
 #include "grpc_frontend/infer_request.hpp"
 #include "grpc_frontend/options.hpp"
@@ -32,6 +33,7 @@ struct ServiceContext {
   std::uint64_t ready_max_queue = 65536;
   DaemonPool* pool = nullptr;
   StreamWatchdog* watchdog = nullptr;
+  ModelControlQueue* model_control = nullptr;  // --model-control: loads and unloads; else none
   oip::ModelInferCounters counters;  // by model id
   // The models requests may name: those the daemon publishes, read again at most once a second
   // (the default model alone until a daemon is attached). Any thread; the catalog returned stays
@@ -95,6 +97,12 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* call,
                                             const inference::RepositoryIndexRequest* request,
                                             inference::RepositoryIndexResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* call,
+                                                const inference::RepositoryModelLoadRequest* request,
+                                                inference::RepositoryModelLoadResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* call,
+                                                  const inference::RepositoryModelUnloadRequest* request,
+                                                  inference::RepositoryModelUnloadResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* call, const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(

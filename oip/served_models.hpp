@@ -30,8 +30,12 @@ inline std::shared_ptr<const ModelCatalog> served_catalog(const DaemonStatus& st
     models.push_back(served_model(model.name, model.version));
     models.back().id = static_cast<std::uint32_t>(m);
     if (model.state == "ready") continue;
-    models.back().unavailable = model.backend == "workers" ? "no worker serving model " + model.name + " is attached"
-                                                           : "no device can run model " + model.name + " now";
+    if (model.state == "unloading" || model.state == "unloaded" || model.state == "loading") {
+      models.back().unavailable = "model " + model.name + " is " + model.state;
+    } else {
+      models.back().unavailable = model.backend == "workers" ? "no worker serving model " + model.name + " is attached"
+                                                             : "no device can run model " + model.name + " now";
+    }
   }
   return std::make_shared<const ModelCatalog>(std::move(models));
 }

@@ -17,8 +17,9 @@ inline constexpr std::uint32_t kProtocolVersion = 2;
 
 // Hello::flags. 0 asks to attach. kHelloDeadLetters asks instead for the daemon's recent dead
 // letters (batchctl dead-letters): the reply is an AttachReply with one fd, a sealed memfd of
-// JSON lines (daemon/dead_letter_log.hpp), and the connection then closes. A daemon that
-// predates a flag refuses it as kBadHello.
+// JSON lines (daemon/dead_letter_log.hpp), and the connection then closes. kHelloWorker
+// (shm/worker_region.hpp) attaches a worker process; kHelloModelControl (shm/model_control.hpp)
+// loads or unloads a model. A daemon that predates a flag refuses it as kBadHello.
 inline constexpr std::uint32_t kHelloDeadLetters = 1;
 
 struct Hello {
@@ -39,6 +40,8 @@ enum class AttachStatus : std::int32_t {
   kTooManyClientsForUser = 7,  // this uid holds its maximum of attached clients
   kAttachTimeout = 8,          // no hello before the handshake's deadline, or evicted by newer ones
   kBusy = 9,                   // this uid starts handshakes faster than its rate: retry shortly
+  kUnknownModel = 10,          // model control named no model this daemon declares
+  kModelChanging = 11,         // model control: the model is being loaded or unloaded the other way
 };
 
 // Fds that follow a successful AttachReply, in this order.

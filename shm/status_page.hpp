@@ -194,6 +194,10 @@ enum class StatusModelState : std::uint32_t {
   kAbsent = 0,       // no model has this id
   kReady = 1,        // takes requests and has a device to run them
   kUnavailable = 2,  // takes requests, which wait for a device (a workers model with none attached)
+  // Model control (shm/model_control.hpp): requests are refused in these three.
+  kUnloading = 3,  // answers what it holds, then releases its devices
+  kUnloaded = 4,   // declared, not running: a load brings it back
+  kLoading = 5,    // its backend is being made
 };
 struct alignas(64) StatusModel {
   std::atomic<std::uint64_t> name[kStatusModelNameWords];

@@ -237,6 +237,28 @@ int list_dead_letters(const batchd::ClientOptions& options, bool json) {
   return 0;
 }
 
+// batchctl load/unload NAME: prints the daemon's account once the change is done.
+int control(const batchd::ClientOptions& options, const std::string& model, batchd::ModelAction action,
+            double timeout_s, bool json) {
+  batchd::Error error;
+  const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
+  const std::optional<std::string> done = batchd::control_model(options, model, action, timeout, &error);
+  if (!done) {
+    std::cerr << "batchctl: " << error.message << '\n';
+    return 1;
+  }
+  if (json) {
+    std::string out = "{\"model\":\"";
+    batchd::text::append_json_escaped(model, out);
+    out += action == batchd::ModelAction::kLoad ? "\",\"action\":\"load\",\"message\":\"" : "\",\"action\":\"unload\",\"message\":\"";
+    batchd::text::append_json_escaped(*done, out);
+    std::cout << out << "\"}\n";
+  } else {
+    std::cout << *done << '\n';
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -257,12 +279,26 @@ int main(int argc, char** argv) {
   top->add_option("--interval", top_options.interval_s, "seconds between frames")->capture_default_str();
   top->add_option("--frames", top_options.frames, "stop after this many frames (0: until q or a signal)")
       ->capture_default_str();
+  std::string model;
+  double control_timeout_s = 60;
+  CLI::App* load = app.add_subcommand(
+      "load", "load a model the daemon's config declares (after an unload); waits until it serves");
+  CLI::App* unload = app.add_subcommand(
+      "unload", "unload a model: refuse its new requests, answer those it holds, release its devices");
+  for (CLI::App* command : {load, unload}) {
+    command->fallthrough();
+    command->add_option("model", model, "the model's name")->required();
+    command->add_option("--timeout", control_timeout_s, "seconds to wait for the change to be done")
+        ->capture_default_str();
+  }
   CLI11_PARSE(app, argc, argv);
 
   batchd::ClientOptions options;
   options.socket_path = socket_path;
   options.connect_timeout = std::chrono::milliseconds(1000);
   if (dead_letters->parsed()) return list_dead_letters(options, json);
+  if (load->parsed()) return control(options, model, batchd::ModelAction::kLoad, control_timeout_s, json);
+  if (unload->parsed()) return control(options, model, batchd::ModelAction::kUnload, control_timeout_s, json);
   batchd::Error error;
   auto client = batchd::Client::connect(options, &error);
   if (!client) {

@@ -85,11 +85,13 @@ class Served:
                                       "--version", "3", "--log-level", "warn"])
         http_port = os.path.join(directory, "http.port")
         http = self._start("batchd-http", [_binary("BATCHD_HTTP_BIN"), "--listen", "127.0.0.1:0", "--port-file",
-                                           http_port, "--socket", self.socket, "--log-level", "warn"])
+                                           http_port, "--socket", self.socket, "--log-level", "warn",
+                                           "--model-control"])
         self.http = _port_file_address(http, http_port, "batchd-http")
         grpc_port = os.path.join(directory, "grpc.port")
         grpc = self._start("batchd-grpc", [_binary("BATCHD_GRPC_BIN"), "--listen", "127.0.0.1:0", "--port-file",
-                                           grpc_port, "--socket", self.socket, "--log-level", "warn"])
+                                           grpc_port, "--socket", self.socket, "--log-level", "warn",
+                                           "--model-control"])
         self.grpc = _port_file_address(grpc, grpc_port, "batchd-grpc")
         # Ready once both workers are attached and the front-ends have read the daemon's table
         # (at most a second old).
@@ -270,3 +272,38 @@ def test_perf_analyzer_picks_each_model(served: Served, model: str) -> None:
                                 "8", "--measurement-interval", "1500", "--max-trials", "3", "-s", "1000"])
     client_count = int(re.search(r"Client:\s+Request count: (\d+)", report).group(1))
     assert client_count > 0, report
+
+
+def _until(predicate: Callable[[], bool], what: str, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} within {seconds} s"
+        time.sleep(0.05)
+
+
+def test_tritonclient_unloads_and_loads_a_model(served: Served) -> None:
+    """Last: Triton's explicit model control, through tritonclient over both protocols. The other
+    models keep answering throughout."""
+    data = np.array([t.encode() for t in TEXTS[:3]], dtype=np.object_)
+    with triton_grpc.InferenceServerClient(served.grpc) as grpc_client, \
+            triton_http.InferenceServerClient(served.http) as http_client:
+        grpc_client.unload_model("batchstring")
+        _until(lambda: not http_client.is_model_ready("batchstring"), "batchstring not ready after its unload")
+        index = {m["name"]: m for m in http_client.get_model_repository_index()}
+        assert index["batchstring"]["state"] == "UNAVAILABLE"
+        assert index["batchstring"]["reason"] == "model batchstring is unloaded"
+        tensor = triton_http.InferInput("INPUT", [3], "BYTES")
+        tensor.set_data_from_numpy(data, binary_data=True)
+        with pytest.raises(InferenceServerException, match="model batchstring is unloaded"):
+            http_client.infer("batchstring", [tensor])
+        for model in ("langid", "reversed"):  # untouched
+            assert [x.decode() for x in http_client.infer(model, [tensor]).as_numpy("OUTPUT")] == \
+                [EXPECT[model](t) for t in TEXTS[:3]]
+        with pytest.raises(InferenceServerException, match="no model named nope"):
+            http_client.load_model("nope")
+        http_client.load_model("batchstring")
+        _until(lambda: grpc_client.is_model_ready("batchstring"), "batchstring ready after its load")
+        tensor = triton_grpc.InferInput("INPUT", [3], "BYTES")
+        tensor.set_data_from_numpy(data)
+        assert [x.decode() for x in grpc_client.infer("batchstring", [tensor]).as_numpy("OUTPUT")] == \
+            [sha256_hex(t) for t in TEXTS[:3]]

@@ -50,6 +50,7 @@ struct Setup {
     V2Limits limits;
     limits.api.max_body_bytes = 8192;  // past libFuzzer's -max_len
     limits.max_elements = max_elements;
+    limits.model_control = true;
     return limits;
   }
   V2Limits limits;
@@ -269,6 +270,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   V2Action action = setup.api.route(built.request);
   if (const auto* response = std::get_if<Response>(&action)) {
     check_response(*response);
+  } else if (const auto* control = std::get_if<V2ModelControl>(&action)) {
+    // A name is one path segment, never empty.
+    if (control->model.empty() || control->model.find('/') != std::string::npos) __builtin_trap();
   } else {
     check_infer(built, std::get<V2Infer>(action), setup);
   }

@@ -88,7 +88,7 @@ std::string binary_header(std::string_view shape, std::uint64_t binary_size) {
 // One V2Api over a fake context; each request is kept alive as long as the fixture, so the views
 // a V2Infer holds into its body stay valid.
 struct V2 {
-  V2() : api(V2Limits{ApiLimits{}, kMaxElements}, context) {}
+  explicit V2(bool model_control = false) : api(V2Limits{ApiLimits{}, kMaxElements, model_control}, context) {}
 
   V2Action route(verb method, std::string_view target, std::string body = {}, const Headers& headers = {}) {
     Request& request = requests.emplace_back(method, target, 11);
@@ -191,6 +191,31 @@ TEST_CASE("v2 routing: statistics are Triton's shape with the context's counts")
         {"inference_stats/compute_output/count", 5}, {"inference_stats/compute_output/ns", 0}};
     for (const auto& [field, count] : counts) CHECK(stats.num(std::string("/model_stats/0/") + field) == count);
   }
+}
+
+TEST_CASE("v2 model control: load and unload by name when served, a clear refusal otherwise") {
+  V2 off;
+  check_error(off.answer(verb::post, "/v2/repository/models/langid/unload"), 403, "--model-control");
+  V2 v2(true);
+  for (const auto& [target, action] : {std::pair{"/v2/repository/models/langid/load", ModelAction::kLoad},
+                                       std::pair{"/v2/repository/models/langid/unload", ModelAction::kUnload}}) {
+    for (const std::string body : {"", "{}", R"({"parameters": {"unload_dependents": false}})"}) {
+      V2Action routed = v2.route(verb::post, target, body);
+      const auto* control = std::get_if<V2ModelControl>(&routed);
+      REQUIRE(control != nullptr);
+      CHECK(control->model == "langid");
+      CHECK(control->action == action);
+    }
+  }
+  check_error(v2.answer(verb::post, "/v2/repository/models/langid/load", R"({"parameters":{"config":"{}"}})"), 400,
+              "parameter \"config\" is not taken");
+  check_error(v2.answer(verb::post, "/v2/repository/models/langid/load", R"({"parameters":[]})"), 400,
+              "must be a JSON object");
+  check_error(v2.answer(verb::post, "/v2/repository/models/langid/load", "[1]"), 400, "must be a JSON object");
+  CHECK(v2.answer(verb::get, "/v2/repository/models/langid/load").status == 405);
+  CHECK(v2.answer(verb::post, "/v2/repository/models/langid/reload").status == 404);
+  CHECK(v2.answer(verb::post, "/v2/repository/models//load").status == 404);
+  CHECK(v2.answer(verb::post, "/v2/repository/models/langid").status == 404);
 }
 
 TEST_CASE("v2 repository index and model readiness: each model with its state, a workers model unavailable") {

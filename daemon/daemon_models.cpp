@@ -1,0 +1,190 @@
+// Model control (shm/model_control.hpp: batchctl load/unload, the front-ends' repository routes):
+// an unload stops admitting the model's requests at once, answers what it holds, then releases
+// its lanes, router and backend; a load makes the backend again on a thread of its own (a GPU's
+// start may take seconds) and the drain loop runs it once made. Either leaves every other model
+// untouched. The caller's connection is answered once the change is done.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "daemon/daemon.hpp"
+
+namespace batchd {
+namespace {
+
+shm::AttachReply control_reply(shm::AttachStatus status, const std::string& message) {
+  shm::AttachReply reply{};
+  reply.magic = shm::kAttachMagic;
+  reply.protocol_version = shm::kProtocolVersion;
+  reply.status = status;
+  std::snprintf(reply.message, sizeof(reply.message), "%s", message.c_str());
+  return reply;
+}
+
+// Non-blocking, as every send to a peer: one that does not read loses only its answer.
+void send_reply(int connection, shm::AttachStatus status, const std::string& message) {
+  const shm::AttachReply reply = control_reply(status, message);
+  (void)shm::send_with_fds(connection, std::as_bytes(std::span(&reply, 1)), {});
+}
+
+const char* action_name(shm::ModelAction action) { return action == shm::ModelAction::kLoad ? "load" : "unload"; }
+
+}  // namespace
+
+void Daemon::answer_model_control(PendingAttach& pending, const shm::ModelControlHello& hello) {
+  const PeerCredentials& peer = pending.peer;
+  // An operator's act, like a restart: the daemon's own user (the front-ends' units run as it)
+  // or root.
+  if (peer.uid != ::geteuid() && peer.uid != 0) {
+    refuse(pending, shm::AttachStatus::kPermissionDenied,
+           "only the daemon's user (uid " + std::to_string(::geteuid()) + ") or root may load or unload models");
+    return;
+  }
+  if ((hello.action != shm::ModelAction::kLoad && hello.action != shm::ModelAction::kUnload) || hello.reserved != 0 ||
+      std::memchr(hello.model, '\0', sizeof(hello.model)) == nullptr) {
+    refuse(pending, shm::AttachStatus::kBadHello, "malformed model-control request");
+    return;
+  }
+  const std::string name(hello.model);
+  ModelPipeline* model = model_named(name);
+  if (model == nullptr) {
+    refuse(pending, shm::AttachStatus::kUnknownModel, "no model named " + name + " is declared here");
+    return;
+  }
+  const auto lifecycle = model->lifecycle();
+  using Lifecycle = ModelPipeline::Lifecycle;
+  const bool load = hello.action == shm::ModelAction::kLoad;
+  if (load ? lifecycle == Lifecycle::kLoaded : lifecycle == Lifecycle::kUnloaded) {
+    send_reply(pending.connection.get(), shm::AttachStatus::kOk,
+               "model " + name + (load ? " is loaded" : " is unloaded"));
+    return;
+  }
+  if (load ? lifecycle == Lifecycle::kUnloading : lifecycle == Lifecycle::kLoading) {
+    refuse(pending, shm::AttachStatus::kModelChanging,
+           "model " + name + (load ? " is unloading (answering what it holds); load it once that is done"
+                                   : " is loading; unload it once that is done"));
+    return;
+  }
+  std::unique_ptr<ModelChange>& change = changes_[model->id()];
+  if (change != nullptr && change->waiting.size() >= kMaxControlWaiting) {
+    refuse(pending, shm::AttachStatus::kBusy, "too many callers already wait for model " + name + "'s " +
+                                                  action_name(hello.action));
+    return;
+  }
+  if (load && lifecycle == Lifecycle::kUnloaded && !loader_) {
+    refuse(pending, shm::AttachStatus::kInternalError, "this daemon cannot load models (it has no model loader)");
+    return;
+  }
+  if (change == nullptr) {
+    change = std::make_unique<ModelChange>();
+    change->started_ns = shm::monotonic_ns();
+    if (load) {
+      model->begin_load();
+      ModelChange* raw = change.get();
+      // A copy: the loader must not read what the drain thread may change meanwhile.
+      raw->loader = std::thread([this, raw, config = model->config()] {
+        Expected<std::unique_ptr<Backend>> made = [&]() -> Expected<std::unique_ptr<Backend>> {
+          try {
+            return loader_(config);
+          } catch (const std::exception& e) {
+            return make_failure(std::errc::io_error, e.what());
+          }
+        }();
+        raw->result = std::move(made);
+        raw->made.store(true, std::memory_order_release);
+        ring_doorbell();
+      });
+      spdlog::info("model {}: loading (asked by pid {} uid {})", name, peer.pid, peer.uid);
+    } else {
+      model->begin_unload();
+      spdlog::info("model {}: unloading: admitting nothing more, answering the {} requests it holds (asked by "
+                   "pid {} uid {})",
+                   name, model->waiting(), peer.pid, peer.uid);
+    }
+  }
+  change->waiting.push_back(std::move(pending.connection));
+  ring_doorbell();  // the next pass looks at it
+}
+
+void Daemon::advance_model_changes(std::int64_t now_ns) {
+  for (auto& model : models_) {
+    ModelChange* change = changes_[model->id()].get();
+    if (change == nullptr) continue;
+    if (model->lifecycle() == ModelPipeline::Lifecycle::kUnloading) {
+      // A batch that waits for a worker waits no more once none is attached to run it.
+      if (model->workers() != nullptr && model->workers()->attached() == 0) model->router().abandon_waiting();
+      if (model->unloading_done()) finish_unload(*model);
+    } else if (change->made.load(std::memory_order_acquire)) {
+      finish_load(*model);
+    }
+  }
+  (void)now_ns;
+}
+
+void Daemon::finish_unload(ModelPipeline& model) {
+  // Its workers go first: their links reference the router's devices.
+  for (auto it = attached_workers_.begin(); it != attached_workers_.end();) {
+    const std::uint64_t id = it->first;
+    const bool its = it->second.model == &model;
+    ++it;
+    if (its) drop_worker(id, nullptr);
+  }
+  {
+    std::lock_guard lock(models_mu_);
+    model.release();
+  }
+  std::unique_ptr<ModelChange> change = std::move(changes_[model.id()]);
+  const double seconds = static_cast<double>(shm::monotonic_ns() - change->started_ns) / 1e9;
+  const std::string message = fmt::format("model {} is unloaded ({:.3f} s)", model.config().name, seconds);
+  spdlog::info("{}", message);
+  for (shm::UniqueFd& connection : change->waiting) {
+    send_reply(connection.get(), shm::AttachStatus::kOk, message);
+    release_connection(std::move(connection), 0);
+  }
+}
+
+void Daemon::finish_load(ModelPipeline& model) {
+  std::unique_ptr<ModelChange> change = std::move(changes_[model.id()]);
+  change->loader.join();
+  shm::AttachStatus status = shm::AttachStatus::kOk;
+  std::string message;
+  if (change->result) {
+    try {
+      std::lock_guard lock(models_mu_);
+      model.load(std::move(*change->result));
+    } catch (const std::exception& e) {
+      change->result = make_failure(std::errc::io_error, e.what());
+    }
+  }
+  const double seconds = static_cast<double>(shm::monotonic_ns() - change->started_ns) / 1e9;
+  if (change->result) {
+    message = fmt::format("model {} is loaded ({:.3f} s; backend {}, {} devices)", model.config().name, seconds,
+                          model.backend_name(), model.backend().devices());
+    spdlog::info("{}", message);
+    if (model.id() == 0) publish_policy();
+  } else {
+    model.abort_load();
+    status = shm::AttachStatus::kInternalError;
+    message = "model " + model.config().name + " did not load: " + change->result.error().message;
+    spdlog::error("{}", message);
+  }
+  for (shm::UniqueFd& connection : change->waiting) {
+    send_reply(connection.get(), status, message);
+    release_connection(std::move(connection), 0);
+  }
+}
+
+void Daemon::abandon_model_changes() {
+  for (auto& change : changes_) {
+    if (change == nullptr) continue;
+    if (change->loader.joinable()) change->loader.join();
+    for (shm::UniqueFd& connection : change->waiting) {
+      send_reply(connection.get(), shm::AttachStatus::kShuttingDown, "the daemon is shutting down");
+      release_connection(std::move(connection), 0);
+    }
+    change.reset();
+  }
+}
+
+}  // namespace batchd

@@ -1,0 +1,223 @@
+// Model control (daemon/daemon_models.cpp): unloading a model under load costs the other models
+// nothing, answers what the unloaded one had taken, then refuses its requests with the reason;
+// loading it again serves it. batchctl load/unload say what was done; an unknown model, or a
+// change the other way while one is under way, gets its clear error.
+#include <doctest/doctest.h>
+
+#include <future>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "backend/reference_batchstring.hpp"
+#include "backend/sim_reference.hpp"
+#include "client_lib/client.hpp"
+#include "tests/helpers.hpp"
+#include "tests/worker_process.hpp"
+
+using namespace batchd;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The default model on the cpu backend; `slow` on a sim device whose every batch takes 300 ms,
+// so what it has taken is still in flight when the unload comes.
+std::string two_models_config() {
+  return test::write_temp_file("control.toml",
+                               "backend = \"cpu\"\nmax_wait_ms = 1\n"
+                               "[models.slow]\nbackend = \"sim\"\npolicy = \"fixed\"\nmax_wait_ms = 1\n"
+                               "max_batch = 4\n[models.slow.sim]\ndevices = 1\nfixed_us = 300000\n");
+}
+
+DaemonStatus::Model model_status(const Client& client, const std::string& name) {
+  for (const DaemonStatus::Model& model : client.daemon_status().models) {
+    if (model.name == name) return model;
+  }
+  FAIL("no model " << name << " on the status page");
+  return {};
+}
+
+bool state_is(const Client& client, const std::string& name, const std::string& state) {
+  return test::eventually([&] { return model_status(client, name).state == state; }, test::grace(10s));
+}
+
+std::optional<std::string> control(const std::string& socket, const std::string& model, ModelAction action,
+                                   Error& error) {
+  ClientOptions options;
+  options.socket_path = socket;
+  return control_model(options, model, action, test::grace(30s), &error);
+}
+
+test::ProcessOutput batchctl(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{test::built_binary("BATCHD_CTL_BIN")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return test::run_captured(argv, test::grace(60s));
+}
+
+}  // namespace
+
+TEST_CASE("unloading a model under load answers what it took, refuses the rest, and costs the other model nothing; "
+          "loading it again serves it") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--config", two_models_config()});
+  std::unique_ptr<Client> client = test::connect(socket);
+  REQUIRE(state_is(*client, "slow", "ready"));
+
+  // The other model's load, closed loop, through the whole unload and load.
+  const double seconds = 4 * test::scale() + 2;
+  auto other = std::async(std::launch::async, [&] {
+    return test::run_stress({"--socket", socket, "--threads", "4", "--duration", std::to_string(seconds),
+                             "--timeout-ms", std::to_string(test::grace(5000ms).count())});
+  });
+
+  // Taken by the slow model and in flight (a batch of 4 runs 300 ms; the rest wait for it).
+  constexpr std::size_t kInFlight = 10;
+  std::vector<std::string> inputs;
+  std::vector<std::optional<Result>> answers(kInFlight);
+  for (std::size_t i = 0; i < kInFlight; ++i) inputs.push_back("in flight " + std::to_string(i));
+  std::vector<Client::AsyncSubmission> submissions(kInFlight);
+  for (std::size_t i = 0; i < kInFlight; ++i) {
+    submissions[i].input = inputs[i];
+    submissions[i].model = "slow";
+    submissions[i].done = [&answers, i](Result&& r) { answers[i] = std::move(r); };
+  }
+  const std::uint64_t taken_before = model_status(*client, "slow").requests_taken;
+  REQUIRE(client->submit_many_async(submissions, test::grace(30s)) == kInFlight);
+  REQUIRE(test::eventually([&] { return model_status(*client, "slow").requests_taken == taken_before + kInFlight; },
+                           test::grace(10s)));
+
+  Error error;
+  const auto unloaded_from = std::chrono::steady_clock::now();
+  const std::optional<std::string> unloaded = control(socket, "slow", ModelAction::kUnload, error);
+  const double unload_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - unloaded_from).count();
+  REQUIRE_MESSAGE(unloaded.has_value(), error.message);
+  MESSAGE("unload: ", *unloaded, " (", unload_s, " s for the caller)");
+  CHECK(unloaded->find("model slow is unloaded") != std::string::npos);
+  // Its answer came once what it held was answered: every request it had taken, right.
+  REQUIRE(test::eventually([&] {
+    client->poll();
+    return std::all_of(answers.begin(), answers.end(), [](const auto& a) { return a.has_value(); });
+  }, test::grace(10s)));
+  for (std::size_t i = 0; i < kInFlight; ++i) {
+    INFO(i, ": ", answers[i]->ok() ? answers[i]->output() : answers[i]->error().message);
+    REQUIRE(answers[i]->ok());
+    CHECK(answers[i]->output() == sim_expected_output(inputs[i], 1));
+  }
+  CHECK(unload_s >= 0.3);  // at least the batch that was running
+
+  // Unloaded: the status page says so, and a request is refused at once with the reason.
+  CHECK(state_is(*client, "slow", "unloaded"));  // as soon as the page is next published
+  CHECK(model_status(*client, "slow").lanes == 0);
+  const Result refused = client->submit("late", test::grace(10s), RequestOptions{Priority::kNormal, "slow"});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::kBackendUnavailable);
+  CHECK(refused.error().message.find("model slow is unloaded") != std::string::npos);
+  // Unloading it again has nothing to do.
+  const std::optional<std::string> again = control(socket, "slow", ModelAction::kUnload, error);
+  REQUIRE(again.has_value());
+  CHECK(*again == "model slow is unloaded");
+
+  // batchctl load: ready and answering again.
+  const test::ProcessOutput loaded = batchctl({"--socket", socket, "load", "slow"});
+  INFO(loaded.err);
+  CHECK(loaded.exit_code() == 0);
+  CHECK(loaded.out.find("model slow is loaded") != std::string::npos);
+  CHECK(state_is(*client, "slow", "ready"));
+  const Result back = client->submit("back", test::grace(10s), RequestOptions{Priority::kNormal, "slow"});
+  REQUIRE_MESSAGE(back.ok(), back.error().message);
+  CHECK(back.output() == sim_expected_output("back", 1));
+
+  // The other model, all along: nothing lost, nothing wrong.
+  const test::StressRun run = other.get();
+  INFO(run.process.err);
+  CHECK(run.process.exit_code() == 0);
+  CHECK(run.field("ok") > 0);
+  CHECK(run.field("errors") == 0);
+  CHECK(run.field("wrong") == 0);
+  daemon.stop();
+}
+
+TEST_CASE("model control refuses what it cannot do, with the reason") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--config", two_models_config()});
+  std::unique_ptr<Client> client = test::connect(socket);
+  Error error;
+  CHECK_FALSE(control(socket, "nope", ModelAction::kUnload, error).has_value());
+  CHECK(error.code == ErrorCode::kUnknownModel);
+  CHECK(error.message.find("no model named nope") != std::string::npos);
+  CHECK_FALSE(control(socket, std::string(64, 'x'), ModelAction::kLoad, error).has_value());
+  CHECK(error.code == ErrorCode::kUnknownModel);
+
+  // Loading a loaded model has nothing to do.
+  const std::optional<std::string> loaded = control(socket, "batchstring", ModelAction::kLoad, error);
+  REQUIRE(loaded.has_value());
+  CHECK(*loaded == "model batchstring is loaded");
+
+  // A load while the unload still answers what it holds: refused, saying so.
+  std::vector<std::optional<Result>> answers(4);
+  std::vector<Client::AsyncSubmission> submissions(4);
+  for (std::size_t i = 0; i < submissions.size(); ++i) {
+    submissions[i].input = "held";
+    submissions[i].model = "slow";
+    submissions[i].done = [&answers, i](Result&& r) { answers[i] = std::move(r); };
+  }
+  REQUIRE(client->submit_many_async(submissions, test::grace(30s)) == submissions.size());
+  REQUIRE(test::eventually([&] { return model_status(*client, "slow").requests_taken >= 4; }, test::grace(10s)));
+  auto unloading = std::async(std::launch::async, [&] {
+    Error unload_error;
+    return control(socket, "slow", ModelAction::kUnload, unload_error);
+  });
+  REQUIRE(state_is(*client, "slow", "unloading"));
+  const test::ProcessOutput busy = batchctl({"--socket", socket, "load", "slow"});
+  CHECK(busy.exit_code() == 1);
+  CHECK(busy.err.find("model slow is unloading") != std::string::npos);
+  REQUIRE(unloading.get().has_value());
+  CHECK(state_is(*client, "slow", "unloaded"));
+
+  // The default model too: the status page keeps being published without its devices.
+  const test::ProcessOutput json = batchctl({"--socket", socket, "--json", "unload", "batchstring"});
+  CHECK(json.exit_code() == 0);
+  CHECK(json.out.find(R"({"model":"batchstring","action":"unload","message":"model batchstring is unloaded)") == 0);
+  std::this_thread::sleep_for(300ms);
+  CHECK(client->daemon_status().age_ns < 250'000'000 * static_cast<std::int64_t>(test::slowdown()));
+  const Result refused = client->submit("x", test::grace(10s));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::kBackendUnavailable);
+  REQUIRE(control(socket, "batchstring", ModelAction::kLoad, error).has_value());
+  const Result served = client->submit("x", test::grace(10s));
+  REQUIRE(served.ok());
+  CHECK(served.output() == reference_batchstring("x", 1));
+  daemon.stop();
+}
+
+TEST_CASE("unloading a workers model lets its workers go; they attach again once it is loaded") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--cpu-threads", "1", "--max-wait-ms", "1", "--model",
+                                      "served:backend=workers"});
+  std::unique_ptr<Client> client = test::connect(socket);
+  // Without --once: it tries again (once a second) while refused, as while a daemon restarts.
+  test::WorkerProcess worker({test::built_binary("BATCHD_WORKER_BIN"), "--socket", socket, "--backend", "cpu",
+                              "--cost", "3", "--model", "served", "--log-level", "warn"});
+  REQUIRE(state_is(*client, "served", "ready"));
+  const Result before = client->submit("w", test::grace(10s), RequestOptions{Priority::kNormal, "served"});
+  REQUIRE(before.ok());
+  CHECK(before.output() == reference_batchstring("w", 3));
+
+  Error error;
+  REQUIRE_MESSAGE(control(socket, "served", ModelAction::kUnload, error).has_value(), error.message);
+  CHECK(state_is(*client, "served", "unloaded"));
+  CHECK(test::eventually([&] { return client->daemon_status().attached_workers.empty(); }, test::grace(5s)));
+  // Refused while unloaded, and it keeps trying: nothing attaches meanwhile.
+  std::this_thread::sleep_for(1500ms);
+  CHECK(client->daemon_status().attached_workers.empty());
+  const Result refused = client->submit("w", test::grace(10s), RequestOptions{Priority::kNormal, "served"});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::kBackendUnavailable);
+
+  REQUIRE_MESSAGE(control(socket, "served", ModelAction::kLoad, error).has_value(), error.message);
+  CHECK(state_is(*client, "served", "ready"));  // its worker is back within its retry
+  const Result after = client->submit("w", test::grace(10s), RequestOptions{Priority::kNormal, "served"});
+  REQUIRE_MESSAGE(after.ok(), after.error().message);
+  CHECK(after.output() == reference_batchstring("w", 3));
+  daemon.stop();
+}
