@@ -63,6 +63,15 @@ Error refusal_error(shm::AttachStatus status, const std::string& socket_path, co
       code = ErrorCode::kBackendUnavailable;
       reason = "the model is being loaded or unloaded";
       break;
+    case shm::AttachStatus::kModelLoadFailed:
+      code = ErrorCode::kBackendUnavailable;
+      reason = "the model did not load";
+      break;
+  }
+  // Model control's answers say all in their message.
+  if (status == shm::AttachStatus::kUnknownModel || status == shm::AttachStatus::kModelChanging ||
+      status == shm::AttachStatus::kModelLoadFailed) {
+    return {code, fmt::format("daemon at {}: {}", socket_path, message)};
   }
   return {code, fmt::format("daemon at {} refused to attach: {} ({})", socket_path, reason, message)};
 }

@@ -155,26 +155,7 @@ void Daemon::start() {
     spdlog::info("control socket: descriptors a peer sends are taken and closed on the reaper's "
                  "threads (this kernel cannot refuse them; SO_PASSRIGHTS needs Linux 6.16)");
   }
-  for (auto& model : models_) {
-    ModelPipeline* self = model.get();
-    ModelPipeline::Hooks hooks;
-    hooks.on_batch_freed = [this] {
-      // After the batch's seq_cst return to the pool (Router::release).
-      if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
-    };
-    hooks.on_tick = [this, self] {
-      // The default model's devices are the page's: its watchdog publishes at once what it saw
-      // (a failed batch's callers are answered after this), unless a load or unload holds the
-      // models (the publisher thread then catches up).
-      if (self->id() == 0) {
-        std::unique_lock lock(models_mu_, std::try_to_lock);
-        if (lock.owns_lock()) publish_status_locked();
-      }
-      if (self->router().all_devices_lost()) ring_doorbell();  // the drain loop exits (run())
-    };
-    hooks.dead_letters = dead_letters_.get();
-    model->prepare(std::move(hooks));
-  }
+  for (auto& model : models_) model->prepare(hooks_for(*model));
   publish_model_names();
   publish_policy();
   publish_status();
@@ -204,6 +185,27 @@ void Daemon::start() {
     spdlog::info("model {} (id {}, version {}): {}", models_[m]->config().name, m, models_[m]->config().version,
                  describe(*models_[m]));
   }
+}
+
+ModelPipeline::Hooks Daemon::hooks_for(ModelPipeline& model) {
+  ModelPipeline* self = &model;
+  ModelPipeline::Hooks hooks;
+  hooks.on_batch_freed = [this] {
+    // After the batch's seq_cst return to the pool (Router::release).
+    if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
+  };
+  hooks.on_tick = [this, self] {
+    // The default model's devices are the page's: its watchdog publishes at once what it saw (a
+    // failed batch's callers are answered after this), unless a load or unload holds the models
+    // (the publisher thread then catches up).
+    if (self->id() == 0) {
+      std::unique_lock lock(models_mu_, std::try_to_lock);
+      if (lock.owns_lock()) publish_status_locked();
+    }
+    if (self->router().all_devices_lost()) ring_doorbell();  // the drain loop exits (run())
+  };
+  hooks.dead_letters = dead_letters_.get();
+  return hooks;
 }
 
 void Daemon::create_status_file() {
@@ -238,16 +240,21 @@ void Daemon::create_status_file() {
 }
 
 void Daemon::publish_model_names() noexcept {
-  for (std::size_t m = 0; m < models_.size(); ++m) {
-    const ModelPipeline& model = *models_[m];
-    shm::StatusModel& out = models_page_->model[m];
-    put_text(model.config().name, out.name);
-    put_text(model.config().version, out.version);
-    put_text(model.backend_name(), out.backend);
-  }
-  models_page_->count.store(static_cast<std::uint32_t>(models_.size()), std::memory_order_release);
+  for (std::size_t m = 0; m < models_.size(); ++m) publish_model_name(m);
   // Last: a reader that sees the magic sees a table in this layout.
   models_page_->magic = shm::kStatusModelsMagic;
+}
+
+void Daemon::publish_model_name(std::size_t m) noexcept {
+  const ModelPipeline& model = *models_[m];
+  shm::StatusModel& out = models_page_->model[m];
+  put_text(model.config().name, out.name);  // never another's: an id is its name's for good
+  put_text(model.declared().version, out.version);
+  put_text(model.backend_name(), out.backend);
+  // Only grows, and only once the entry is written (a reload adds models at the end).
+  if (m + 1 > models_page_->count.load(std::memory_order_relaxed)) {
+    models_page_->count.store(static_cast<std::uint32_t>(m + 1), std::memory_order_release);
+  }
 }
 
 namespace {
@@ -257,6 +264,7 @@ shm::StatusModelState model_state(ModelPipeline::Lifecycle lifecycle, unsigned l
     case ModelPipeline::Lifecycle::kUnloading: return shm::StatusModelState::kUnloading;
     case ModelPipeline::Lifecycle::kUnloaded: return shm::StatusModelState::kUnloaded;
     case ModelPipeline::Lifecycle::kLoading: return shm::StatusModelState::kLoading;
+    case ModelPipeline::Lifecycle::kRemoved: return shm::StatusModelState::kAbsent;
     case ModelPipeline::Lifecycle::kLoaded: break;
   }
   return lanes > 0 ? shm::StatusModelState::kReady : shm::StatusModelState::kUnavailable;
@@ -477,12 +485,16 @@ void Daemon::publish_policy() noexcept {
 void Daemon::update_limits(const BatchLimits& limits) { update_limits(kDefaultModelName, limits); }
 
 ModelPipeline* Daemon::model_named(std::string_view name) const noexcept {
-  const auto it = std::find_if(models_.begin(), models_.end(), [&](const auto& m) { return m->config().name == name; });
+  const auto it = std::find_if(models_.begin(), models_.end(), [&](const auto& m) {
+    return m->config().name == name && m->lifecycle() != ModelPipeline::Lifecycle::kRemoved;
+  });
   return it != models_.end() ? it->get() : nullptr;
 }
 
 bool Daemon::update_limits(const std::string& model, const BatchLimits& limits) {
+  std::unique_lock lock(models_mu_);  // a reload on the drain thread may be adding a model
   ModelPipeline* named = model_named(model);
+  lock.unlock();
   if (named == nullptr) return false;
   named->update_limits(limits);
   limits_changed_.store(true, std::memory_order_release);
@@ -517,6 +529,7 @@ void Daemon::run() {
     handle_completions();
     if (listen_deferred_ && !stop_requested_.load(std::memory_order_relaxed)) accept_clients();
     read_due_hellos();
+    apply_reload();
     apply_pending_limits();
     const std::int64_t now_ns = shm::monotonic_ns();
     advance_model_changes(now_ns);

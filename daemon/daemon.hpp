@@ -89,6 +89,11 @@ class Daemon {
   void update_limits(const BatchLimits& limits);
   // The same for the model of that name; false when there is none.
   bool update_limits(const std::string& model, const BatchLimits& limits);
+  // Any thread (SIGHUP): the config re-read. The drain loop applies it before it next batches:
+  // the default model's limits; each declared model's limits at once and its other settings at
+  // its next load; a model added is loaded; one no longer declared is unloaded (what it holds is
+  // answered) and removed: its name is unknown from then on, and its id is never another's.
+  void reload(const DaemonConfig& fresh);
 
   // Makes a model's backend again when model control loads it (batchctl load); it runs on a
   // thread of its own, so it may take as long as a backend's start does. Without one, a load
@@ -155,6 +160,15 @@ class Daemon {
   void advance_model_changes(std::int64_t now_ns);
   void finish_unload(ModelPipeline& model);
   void finish_load(ModelPipeline& model);
+  // Starts a load (begin_load, the loader's thread) with nobody waiting for its answer yet; false
+  // (logged) when it cannot start: no loader, or a change under way.
+  bool start_load(ModelPipeline& model, const char* why);
+  // SIGHUP's part on the drain loop (daemon_models.cpp).
+  void apply_reload();
+  void add_model(const ModelConfig& config);
+  void remove_model(ModelPipeline& model);
+  // The hooks a model's router is made with (start-up, and a model a reload adds).
+  ModelPipeline::Hooks hooks_for(ModelPipeline& model);
   // Stopping: loads under way are waited for, and every caller still waiting is told.
   void abandon_model_changes();
   // Ends a handshake early: refuses it, stops waiting for its hello and forgets it.
@@ -169,7 +183,8 @@ class Daemon {
   // models workers serve), when none: a model run in process, or a name no model has while the
   // default model is not served by workers.
   ModelPipeline* model_for_worker(PendingAttach& pending, const std::string& name);
-  // The model of that name, or nullptr.
+  // The model of that name, or nullptr (as for one a reload removed). The drain thread's; any
+  // other holds models_mu_ (a reload adds models).
   [[nodiscard]] ModelPipeline* model_named(std::string_view name) const noexcept;
   void on_worker_readable(std::uint64_t id);
   // `connection_polled`: as for drop_session. `why` nullptr: it left (or stopped) cleanly.
@@ -229,8 +244,10 @@ class Daemon {
   // Writes the default model's batching policy into the status page (drain loop: it owns the
   // pipelines' limits).
   void publish_policy() noexcept;
-  // The models' table: who they are (start-up), and their counters (watchdog thread).
+  // The models' table: who they are (start-up, a model added or redeclared: drain thread), and
+  // their counters (the publisher).
   void publish_model_names() noexcept;
+  void publish_model_name(std::size_t m) noexcept;
   void publish_models() noexcept;
 
   DaemonConfig config_;
@@ -262,6 +279,7 @@ class Daemon {
   // once it is done, and a load's backend being made.
   struct ModelChange {
     std::vector<shm::UniqueFd> waiting;
+    bool remove_after = false;  // a reload dropped the model: removed once unloaded
     std::thread loader;
     std::atomic<bool> made{false};  // the loader thread has left its result
     Expected<std::unique_ptr<Backend>> result{std::unique_ptr<Backend>{}};
@@ -300,6 +318,9 @@ class Daemon {
   std::int64_t stop_at_ns_ = 0;  // when the drain loop first saw the stop request
 
   std::atomic<bool> limits_changed_{false};  // some model has new limits to apply
+  std::mutex reload_mu_;
+  std::optional<DaemonConfig> reload_;  // guarded by reload_mu_: the config a SIGHUP re-read
+  std::atomic<bool> reload_pending_{false};
 
   shm::SpinAdvisor drain_spin_;  // drain loop only: whether its idle spins pay
 

@@ -121,8 +121,12 @@ void Daemon::sleep_until_work() {
       const std::int64_t until_ping = std::max<std::int64_t>(0, next_watchdog_ns_ - shm::monotonic_ns());
       wait_ns = wait_ns < 0 ? until_ping : std::min(wait_ns, until_ping);
     }
-    if (stop_requested_.load(std::memory_order_relaxed)) {
-      // Stopping: poll for the last batches to come back rather than wait on clients.
+    const bool unloading = std::any_of(models_.begin(), models_.end(), [](const auto& model) {
+      return model->lifecycle() == ModelPipeline::Lifecycle::kUnloading;
+    });
+    if (stop_requested_.load(std::memory_order_relaxed) || unloading) {
+      // Stopping, or a model unloading: poll for the last batches to come back (a lane's doorbell
+      // may come before the router is idle) rather than wait on clients.
       wait_ns = wait_ns < 0 ? kStopPollNs : std::min(wait_ns, kStopPollNs);
     }
     io_uring_cqe* cqe = nullptr;

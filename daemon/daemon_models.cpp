@@ -2,7 +2,8 @@
 // an unload stops admitting the model's requests at once, answers what it holds, then releases
 // its lanes, router and backend; a load makes the backend again on a thread of its own (a GPU's
 // start may take seconds) and the drain loop runs it once made. Either leaves every other model
-// untouched. The caller's connection is answered once the change is done.
+// untouched. The caller's connection is answered once the change is done. A SIGHUP's re-read
+// config goes the same ways: a model added is loaded, one dropped is unloaded and removed.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -73,30 +74,16 @@ void Daemon::answer_model_control(PendingAttach& pending, const shm::ModelContro
     return;
   }
   if (load && lifecycle == Lifecycle::kUnloaded && !loader_) {
-    refuse(pending, shm::AttachStatus::kInternalError, "this daemon cannot load models (it has no model loader)");
+    refuse(pending, shm::AttachStatus::kModelLoadFailed, "this daemon cannot load models (it has no model loader)");
     return;
   }
   if (change == nullptr) {
-    change = std::make_unique<ModelChange>();
-    change->started_ns = shm::monotonic_ns();
     if (load) {
-      model->begin_load();
-      ModelChange* raw = change.get();
-      // A copy: the loader must not read what the drain thread may change meanwhile.
-      raw->loader = std::thread([this, raw, config = model->config()] {
-        Expected<std::unique_ptr<Backend>> made = [&]() -> Expected<std::unique_ptr<Backend>> {
-          try {
-            return loader_(config);
-          } catch (const std::exception& e) {
-            return make_failure(std::errc::io_error, e.what());
-          }
-        }();
-        raw->result = std::move(made);
-        raw->made.store(true, std::memory_order_release);
-        ring_doorbell();
-      });
-      spdlog::info("model {}: loading (asked by pid {} uid {})", name, peer.pid, peer.uid);
+      const std::string why = fmt::format("asked by pid {} uid {}", peer.pid, peer.uid);
+      start_load(*model, why.c_str());
     } else {
+      change = std::make_unique<ModelChange>();
+      change->started_ns = shm::monotonic_ns();
       model->begin_unload();
       spdlog::info("model {}: unloading: admitting nothing more, answering the {} requests it holds (asked by "
                    "pid {} uid {})",
@@ -105,6 +92,34 @@ void Daemon::answer_model_control(PendingAttach& pending, const shm::ModelContro
   }
   change->waiting.push_back(std::move(pending.connection));
   ring_doorbell();  // the next pass looks at it
+}
+
+bool Daemon::start_load(ModelPipeline& model, const char* why) {
+  std::unique_ptr<ModelChange>& change = changes_[model.id()];
+  if (change != nullptr || !loader_) {
+    spdlog::error("model {}: cannot load it now ({})", model.config().name,
+                  change != nullptr ? "it is being loaded or unloaded" : "this daemon has no model loader");
+    return false;
+  }
+  change = std::make_unique<ModelChange>();
+  change->started_ns = shm::monotonic_ns();
+  model.begin_load();
+  ModelChange* raw = change.get();
+  // A copy: the loader must not read what the drain thread may change meanwhile.
+  raw->loader = std::thread([this, raw, config = model.declared()] {
+    Expected<std::unique_ptr<Backend>> made = [&]() -> Expected<std::unique_ptr<Backend>> {
+      try {
+        return loader_(config);
+      } catch (const std::exception& e) {
+        return make_failure(std::errc::io_error, e.what());
+      }
+    }();
+    raw->result = std::move(made);
+    raw->made.store(true, std::memory_order_release);
+    ring_doorbell();
+  });
+  spdlog::info("model {}: loading ({})", model.config().name, why);
+  return true;
 }
 
 void Daemon::advance_model_changes(std::int64_t now_ns) {
@@ -138,6 +153,10 @@ void Daemon::finish_unload(ModelPipeline& model) {
   const double seconds = static_cast<double>(shm::monotonic_ns() - change->started_ns) / 1e9;
   const std::string message = fmt::format("model {} is unloaded ({:.3f} s)", model.config().name, seconds);
   spdlog::info("{}", message);
+  if (change->remove_after) {
+    model.remove();
+    spdlog::info("model {} is removed (a reload dropped it from the config)", model.config().name);
+  }
   for (shm::UniqueFd& connection : change->waiting) {
     send_reply(connection.get(), shm::AttachStatus::kOk, message);
     release_connection(std::move(connection), 0);
@@ -162,10 +181,11 @@ void Daemon::finish_load(ModelPipeline& model) {
     message = fmt::format("model {} is loaded ({:.3f} s; backend {}, {} devices)", model.config().name, seconds,
                           model.backend_name(), model.backend().devices());
     spdlog::info("{}", message);
+    publish_model_name(model.id());  // its backend by name ("auto" made one)
     if (model.id() == 0) publish_policy();
   } else {
     model.abort_load();
-    status = shm::AttachStatus::kInternalError;
+    status = shm::AttachStatus::kModelLoadFailed;
     message = "model " + model.config().name + " did not load: " + change->result.error().message;
     spdlog::error("{}", message);
   }
@@ -184,6 +204,107 @@ void Daemon::abandon_model_changes() {
       release_connection(std::move(connection), 0);
     }
     change.reset();
+  }
+}
+
+void Daemon::reload(const DaemonConfig& fresh) {
+  {
+    std::lock_guard lock(reload_mu_);
+    reload_ = fresh;
+  }
+  reload_pending_.store(true, std::memory_order_release);
+  ring_doorbell();
+}
+
+void Daemon::apply_reload() {
+  if (!reload_pending_.exchange(false, std::memory_order_acq_rel)) return;
+  std::optional<DaemonConfig> fresh;
+  {
+    std::lock_guard lock(reload_mu_);
+    fresh.swap(reload_);
+  }
+  if (!fresh || stop_requested_.load(std::memory_order_relaxed)) return;
+  models_.front()->update_limits(fresh->batch);  // logs the policy it applies
+  std::vector<bool> declared(models_.size(), false);
+  declared.front() = true;  // the top level: never removed
+  for (const ModelConfig& config : fresh->models) {
+    const auto it = std::find_if(models_.begin() + 1, models_.end(),
+                                 [&](const auto& m) { return m->config().name == config.name; });
+    if (it == models_.end()) {
+      add_model(config);
+      declared.push_back(true);
+      continue;
+    }
+    ModelPipeline& model = **it;
+    declared[model.id()] = true;
+    const bool was_removed = model.lifecycle() == ModelPipeline::Lifecycle::kRemoved;
+    {
+      std::lock_guard lock(models_mu_);
+      model.redeclare(config);
+    }
+    model.update_limits(config.settings.batch);
+    if (was_removed) {
+      // Declared again: back at its id, which clients may still hold.
+      model.restore();
+      publish_model_name(model.id());
+      start_load(model, "declared again by a reload");
+    } else if (model.lifecycle() == ModelPipeline::Lifecycle::kUnloaded) {
+      publish_model_name(model.id());
+    } else {
+      spdlog::info("model {}: reload: new batching limits now; its other settings at its next load", config.name);
+    }
+  }
+  limits_changed_.store(true, std::memory_order_release);
+  for (std::size_t m = 1; m < models_.size(); ++m) {
+    if (!declared[m]) remove_model(*models_[m]);
+  }
+}
+
+void Daemon::add_model(const ModelConfig& config) {
+  if (models_.size() >= kMaxModels) {
+    spdlog::error("reload: model {} not added: at most {} models in one daemon (removed ones keep their ids)",
+                  config.name, kMaxModels);
+    return;
+  }
+  const auto id = static_cast<std::uint32_t>(models_.size());
+  auto made = std::make_unique<ModelPipeline>(id, config, nullptr, stats_, completer_);
+  ModelPipeline& model = *made;
+  model.set_hooks(hooks_for(model));
+  {
+    std::lock_guard lock(models_mu_);  // the publisher walks models_ and workers_models_
+    models_.push_back(std::move(made));
+    if (model.by_workers()) workers_models_.push_back(&model);
+  }
+  changes_.resize(models_.size());
+  publish_model_name(id);
+  spdlog::info("model {} (id {}, version {}): added by a reload", config.name, id, config.version);
+  start_load(model, "added by a reload");
+}
+
+void Daemon::remove_model(ModelPipeline& model) {
+  using Lifecycle = ModelPipeline::Lifecycle;
+  std::unique_ptr<ModelChange>& change = changes_[model.id()];
+  switch (model.lifecycle()) {
+    case Lifecycle::kRemoved: return;
+    case Lifecycle::kUnloaded:
+      model.remove();
+      spdlog::info("model {} is removed (a reload dropped it from the config)", model.config().name);
+      return;
+    case Lifecycle::kUnloading:
+      change->remove_after = true;
+      return;
+    case Lifecycle::kLoading:
+      // Its backend is being made: it is unloaded once loaded, by the next reload.
+      spdlog::warn("model {}: reload: it is loading; reload again once it is loaded to remove it", model.config().name);
+      return;
+    case Lifecycle::kLoaded:
+      change = std::make_unique<ModelChange>();
+      change->started_ns = shm::monotonic_ns();
+      change->remove_after = true;
+      model.begin_unload();
+      spdlog::info("model {}: reload dropped it: admitting nothing more, answering the {} requests it holds",
+                   model.config().name, model.waiting());
+      return;
   }
 }
 

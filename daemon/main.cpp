@@ -15,7 +15,9 @@
 
 namespace {
 
-// SIGHUP: re-read the config file; only the batching policy changes on a running daemon.
+// SIGHUP: re-read the config file. The daemon applies it on its drain loop: every model's batching
+// limits, models added (loaded) and dropped (unloaded, then removed); a model's other settings at
+// its next load. A config that does not parse changes nothing.
 void reload(const std::vector<std::string>& args, batchd::Daemon& daemon) {
   batchd::DaemonOptions fresh;
   std::string message;
@@ -23,13 +25,7 @@ void reload(const std::vector<std::string>& args, batchd::Daemon& daemon) {
     spdlog::error("reload refused, keeping the running configuration: {}", message);
     return;
   }
-  daemon.update_limits(fresh.config.batch);  // logs the policy it applies
-  for (const batchd::ModelConfig& model : fresh.config.models) {
-    // Models added or removed take a restart for now; the running ones take their new limits.
-    if (!daemon.update_limits(model.name, model.settings.batch)) {
-      spdlog::warn("reload: model {} is not served by this daemon (adding a model takes a restart)", model.name);
-    }
-  }
+  daemon.reload(fresh.config);
 }
 
 // Takes signals on one thread with sigwait, so no handler ever runs inside the drain loop.

@@ -26,11 +26,28 @@ ModelPipeline::ModelPipeline(std::uint32_t id, ModelConfig config, std::unique_p
                              DaemonStats& stats, Completer& completer)
     : id_(id), config_(std::move(config)), backend_(std::move(backend)), stats_(stats), completer_(completer),
       batcher_(config_.settings.batch), policy_(config_.settings.batch) {
-  if (backend_ == nullptr) throw std::invalid_argument("model " + config_.name + " needs a backend");
+  declared_ = config_;
+  pending_.set_floors({0, config_.settings.normal_floor_percent / 100.0, config_.settings.low_floor_percent / 100.0});
+  if (backend_ == nullptr) {
+    backend_name_ = config_.settings.backend;
+    by_workers_ = config_.settings.backend == "workers";
+    lifecycle_.store(Lifecycle::kUnloaded, std::memory_order_relaxed);
+    return;
+  }
   backend_name_ = std::string(backend_->name());
   fit_to_new_backend("start");
   by_workers_ = workers_ != nullptr;
-  pending_.set_floors({0, config_.settings.normal_floor_percent / 100.0, config_.settings.low_floor_percent / 100.0});
+}
+
+void ModelPipeline::redeclare(const ModelConfig& config) {
+  declared_ = config;
+  // The running backend keeps the settings it was made with until the next load.
+  if (backend_ == nullptr) {
+    const BatchLimits batch = config_.settings.batch;
+    config_ = config;
+    config_.settings.batch = batch;  // update_limits carries the new ones
+    backend_name_ = config_.settings.backend;
+  }
 }
 
 void ModelPipeline::fit_to_new_backend(const char* when) {
@@ -63,7 +80,11 @@ void ModelPipeline::release() noexcept {
 
 void ModelPipeline::load(std::unique_ptr<Backend> backend) {
   if (backend == nullptr) throw std::invalid_argument("model " + config_.name + ": the loader made no backend");
+  const BatchLimits batch = config_.settings.batch;  // the latest, reloads included
+  config_ = declared_;
+  config_.settings.batch = batch;
   backend_ = std::move(backend);
+  backend_name_ = std::string(backend_->name());
   try {
     fit_to_new_backend("load");
     prepare(hooks_);
@@ -172,7 +193,11 @@ bool ModelPipeline::rejected_as_gone(const PendingRequest& request, std::int64_t
 }
 
 bool ModelPipeline::admit(PendingRequest request, std::int64_t now_ns) {
-  if (const Lifecycle now = lifecycle(); now != Lifecycle::kLoaded) {
+  if (const Lifecycle now = lifecycle(); now == Lifecycle::kRemoved) {
+    reject(request, shm::WireStatus::kUnknownModel,
+           ("model " + config_.name + " was removed from the daemon's config (a reload)").c_str());
+    return false;
+  } else if (now != Lifecycle::kLoaded) {
     const std::string why = "model " + config_.name +
                             (now == Lifecycle::kUnloading ? " is unloading"
                              : now == Lifecycle::kLoading ? " is loading"

@@ -39,8 +39,9 @@ class ModelPipeline {
     DeadLetterLog* dead_letters = nullptr;
   };
 
-  // `id`: the model id requests name it by (0: the default model). Throws std::invalid_argument
-  // without a backend. The batching limits are fitted to the backend here (logged).
+  // `id`: the model id requests name it by (0: the default model). The batching limits are fitted
+  // to the backend here (logged). Without a backend the model starts unloaded (a reload adds it,
+  // then loads it).
   ModelPipeline(std::uint32_t id, ModelConfig config, std::unique_ptr<Backend> backend, DaemonStats& stats,
                 Completer& completer);
   ~ModelPipeline();
@@ -51,12 +52,16 @@ class ModelPipeline {
   // the start. Then start_lanes() starts its lanes and watchdog.
   void prepare(Hooks hooks);
   void start_lanes() { router_->start(); }
+  // A model added unloaded (by a reload) is given the hooks its first load prepares with.
+  void set_hooks(Hooks hooks) { hooks_ = std::move(hooks); }
 
   // The model's life between the daemon's start and stop, as model control changes it
   // (shm/model_control.hpp): loaded; unloading (admits nothing, answers what it holds); unloaded
   // (its backend, router and lanes released); loading (a backend being made off the drain
-  // thread). Written by the drain thread; any thread reads it.
-  enum class Lifecycle : std::uint32_t { kLoaded, kUnloading, kUnloaded, kLoading };
+  // thread); removed (a reload dropped it from the config: unloaded, and its name unknown to
+  // requests, workers and control until a reload declares it again, at the same id). Written by
+  // the drain thread; any thread reads it.
+  enum class Lifecycle : std::uint32_t { kLoaded, kUnloading, kUnloaded, kLoading, kRemoved };
   [[nodiscard]] Lifecycle lifecycle() const noexcept { return lifecycle_.load(std::memory_order_acquire); }
   // Whether its backend and router exist (loaded or unloading): the drain thread's, or the
   // caller holds what keeps the drain thread from releasing them (Daemon::models_mu_).
@@ -73,6 +78,15 @@ class ModelPipeline {
   // start's hooks, then start_lanes(). Throws what stops it (the model stays unloaded).
   void load(std::unique_ptr<Backend> backend);
   void abort_load() noexcept { lifecycle_.store(Lifecycle::kUnloaded, std::memory_order_release); }
+  // A reload: an unloaded model is removed; a removed one comes back unloaded, to load.
+  void remove() noexcept { lifecycle_.store(Lifecycle::kRemoved, std::memory_order_release); }
+  void restore() noexcept { lifecycle_.store(Lifecycle::kUnloaded, std::memory_order_release); }
+  // A reload's declaration of the model, for its next load: the backend's settings (and the
+  // version) take effect then; the batching limits at once (update_limits). Drain thread, and
+  // only while unloaded or removed for the version (the status page shows it).
+  void redeclare(const ModelConfig& config);
+  // What the next load makes its backend from.
+  [[nodiscard]] const ModelConfig& declared() const noexcept { return declared_; }
   // Whether worker processes run it (config `backend = "workers"`), loaded or not.
   [[nodiscard]] bool by_workers() const noexcept { return by_workers_; }
   // Its backend's name ("cpu", "workers", ...), loaded or not.
@@ -173,6 +187,7 @@ class ModelPipeline {
 
   const std::uint32_t id_;
   ModelConfig config_;
+  ModelConfig declared_;  // as the config declares it (config_ is fitted to the backend)
   std::unique_ptr<Backend> backend_;  // none while unloaded
   WorkerBackend* workers_ = nullptr;  // backend_, when it is the workers backend
   bool by_workers_ = false;

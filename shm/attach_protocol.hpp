@@ -42,6 +42,7 @@ enum class AttachStatus : std::int32_t {
   kBusy = 9,                   // this uid starts handshakes faster than its rate: retry shortly
   kUnknownModel = 10,          // model control named no model this daemon declares
   kModelChanging = 11,         // model control: the model is being loaded or unloaded the other way
+  kModelLoadFailed = 12,       // model control: the model's backend could not be made (the message says why)
 };
 
 // Fds that follow a successful AttachReply, in this order.

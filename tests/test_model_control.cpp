@@ -1,12 +1,18 @@
 // Model control (daemon/daemon_models.cpp): unloading a model under load costs the other models
 // nothing, answers what the unloaded one had taken, then refuses its requests with the reason;
 // loading it again serves it. batchctl load/unload say what was done; an unknown model, or a
-// change the other way while one is under way, gets its clear error.
+// change the other way while one is under way, gets its clear error. SIGHUP adds, removes and
+// restores models the same way.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+
+#include <algorithm>
+#include <fstream>
 #include <future>
-#include <thread>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/reference_batchstring.hpp"
@@ -29,16 +35,25 @@ std::string two_models_config() {
                                "max_batch = 4\n[models.slow.sim]\ndevices = 1\nfixed_us = 300000\n");
 }
 
-DaemonStatus::Model model_status(const Client& client, const std::string& name) {
+std::optional<DaemonStatus::Model> find_model(const Client& client, const std::string& name) {
   for (const DaemonStatus::Model& model : client.daemon_status().models) {
     if (model.name == name) return model;
   }
-  FAIL("no model " << name << " on the status page");
-  return {};
+  return std::nullopt;
 }
 
+DaemonStatus::Model model_status(const Client& client, const std::string& name) {
+  std::optional<DaemonStatus::Model> found = find_model(client, name);
+  if (!found) FAIL("no model " << name << " on the status page");
+  return *found;
+}
+
+// Eventually: the page is published every few tens of milliseconds, and a reload adds models.
 bool state_is(const Client& client, const std::string& name, const std::string& state) {
-  return test::eventually([&] { return model_status(client, name).state == state; }, test::grace(10s));
+  return test::eventually([&] {
+    const std::optional<DaemonStatus::Model> found = find_model(client, name);
+    return found && found->state == state;
+  }, test::grace(10s));
 }
 
 std::optional<std::string> control(const std::string& socket, const std::string& model, ModelAction action,
@@ -219,5 +234,94 @@ TEST_CASE("unloading a workers model lets its workers go; they attach again once
   const Result after = client->submit("w", test::grace(10s), RequestOptions{Priority::kNormal, "served"});
   REQUIRE_MESSAGE(after.ok(), after.error().message);
   CHECK(after.output() == reference_batchstring("w", 3));
+  daemon.stop();
+}
+
+TEST_CASE("SIGHUP adds, removes and restores models under load; the other models lose nothing") {
+  // keep answers as the default model does: batchd-stress checks every answer with one cost.
+  const std::string base = "backend = \"cpu\"\nmax_wait_ms = 1\n[models.keep]\nversion = \"2\"\n";
+  const std::string slow = "[models.slow]\nbackend = \"sim\"\npolicy = \"fixed\"\nmax_wait_ms = 1\nmax_batch = 4\n"
+                           "[models.slow.sim]\ndevices = 1\nfixed_us = 300000\n";
+  const std::string added = "[models.added]\nbackend = \"sim\"\nversion = \"5\"\n";
+  const std::string path = test::write_temp_file("reload.toml", base + slow);
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--config", path});
+  std::unique_ptr<Client> client = test::connect(socket);
+  REQUIRE(state_is(*client, "slow", "ready"));
+  const std::uint32_t slow_id = [&] {
+    const auto models = client->daemon_status().models;
+    return static_cast<std::uint32_t>(std::find_if(models.begin(), models.end(),
+                                                   [](const auto& m) { return m.name == "slow"; }) - models.begin());
+  }();
+
+  const double seconds = 4 * test::scale() + 3;
+  auto others = std::async(std::launch::async, [&] {
+    return test::run_stress({"--socket", socket, "--threads", "4", "--model", "batchstring", "--model", "keep",
+                             "--duration", std::to_string(seconds), "--timeout-ms",
+                             std::to_string(test::grace(5000ms).count())});
+  });
+
+  // What slow has taken when the reload drops it is answered.
+  std::vector<std::optional<Result>> answers(6);
+  std::vector<std::string> held;
+  for (std::size_t i = 0; i < answers.size(); ++i) held.push_back("held " + std::to_string(i));
+  std::vector<Client::AsyncSubmission> submissions(answers.size());
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    submissions[i].input = held[i];
+    submissions[i].model = "slow";
+    submissions[i].done = [&answers, i](Result&& r) { answers[i] = std::move(r); };
+  }
+  const std::uint64_t taken_before = model_status(*client, "slow").requests_taken;
+  REQUIRE(client->submit_many_async(submissions, test::grace(30s)) == answers.size());
+  REQUIRE(test::eventually([&] { return model_status(*client, "slow").requests_taken == taken_before + 6; },
+                           test::grace(10s)));
+  std::ofstream(path) << base + added;
+  daemon.signal(SIGHUP);
+  REQUIRE(state_is(*client, "added", "ready"));
+  REQUIRE(state_is(*client, "slow", "absent"));
+  REQUIRE(test::eventually([&] {
+    client->poll();
+    return std::all_of(answers.begin(), answers.end(), [](const auto& a) { return a.has_value(); });
+  }, test::grace(10s)));
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    REQUIRE(answers[i]->ok());
+    CHECK(answers[i]->output() == sim_expected_output(held[i], 1));
+  }
+  CHECK(model_status(*client, "added").version == "5");
+  const Result fresh = client->submit("new", test::grace(10s), RequestOptions{Priority::kNormal, "added"});
+  REQUIRE_MESSAGE(fresh.ok(), fresh.error().message);
+  CHECK(fresh.output() == sim_expected_output("new", 1));
+  // Removed: its name is unknown, to a client that had its id and to one that looks it up.
+  const Result gone = client->submit("x", test::grace(10s), RequestOptions{Priority::kNormal, "slow"});
+  REQUIRE_FALSE(gone.ok());
+  CHECK(gone.error().code == ErrorCode::kUnknownModel);
+  const test::ProcessOutput looked_up = batchctl({"--socket", socket, "load", "slow"});
+  CHECK(looked_up.exit_code() == 1);
+  CHECK(looked_up.err.find("no model named slow") != std::string::npos);
+
+  // Declared again: back at its id.
+  std::ofstream(path) << base + added + slow;
+  daemon.signal(SIGHUP);
+  REQUIRE(state_is(*client, "slow", "ready"));
+  CHECK(client->daemon_status().models.at(slow_id).name == "slow");
+  const Result back = client->submit("back", test::grace(10s), RequestOptions{Priority::kNormal, "slow"});
+  REQUIRE_MESSAGE(back.ok(), back.error().message);
+  CHECK(back.output() == sim_expected_output("back", 1));
+
+  // A model whose backend cannot be made stays unloaded, and a load says why.
+  std::ofstream(path) << base + added + slow + "[models.broken]\nbackend = \"plugin:/nonexistent/model.so\"\n";
+  daemon.signal(SIGHUP);
+  REQUIRE(state_is(*client, "broken", "unloaded"));
+  const test::ProcessOutput broken = batchctl({"--socket", socket, "load", "broken"});
+  CHECK(broken.exit_code() == 1);
+  CHECK(broken.err.find("model broken did not load") != std::string::npos);
+  CHECK(broken.err.find("/nonexistent/model.so") != std::string::npos);
+
+  const test::StressRun run = others.get();
+  INFO(run.process.err);
+  CHECK(run.process.exit_code() == 0);
+  CHECK(run.field("ok") > 0);
+  CHECK(run.field("errors") == 0);
+  CHECK(run.field("wrong") == 0);
   daemon.stop();
 }
