@@ -181,17 +181,27 @@ Response V2Api::ready(const oip::ModelDescription* model) {
   return v2_ok("{}");
 }
 
+std::optional<Response> V2Api::read_optional_object(const Request& request, std::string_view what,
+                                                    std::optional<simdjson::dom::object>& root) {
+  const std::string& body = request.body();
+  if (text::trim(body).empty()) return std::nullopt;
+  simdjson::dom::element element;
+  simdjson::dom::object object;
+  if (json_.parse(body.data(), body.size()).get(element) != simdjson::SUCCESS ||
+      element.get_object().get(object) != simdjson::SUCCESS) {
+    return v2_error(400, std::string(what) + " must be a JSON object");
+  }
+  root = object;
+  return std::nullopt;
+}
+
 Response V2Api::repository_index(const Request& request) {
   // An empty body or {} lists every model; {"ready": true} only those ready now.
   bool only_ready = false;
-  const std::string& body = request.body();
-  if (!text::trim(body).empty()) {
-    simdjson::dom::element element;
-    simdjson::dom::object root;
-    if (json_.parse(body.data(), body.size()).get(element) != simdjson::SUCCESS ||
-        element.get_object().get(root) != simdjson::SUCCESS) {
-      return v2_error(400, "the repository index request must be a JSON object");
-    }
+  std::optional<simdjson::dom::object> body;
+  if (auto refused = read_optional_object(request, "the repository index request", body)) return *refused;
+  if (body) {
+    const simdjson::dom::object root = *body;
     simdjson::dom::element ready;
     if (root.at_key("ready").get(ready) == simdjson::SUCCESS && ready.get_bool().get(only_ready) != simdjson::SUCCESS) {
       return v2_error(400, "\"ready\" in the repository index request must be true or false");
@@ -228,14 +238,10 @@ V2Action V2Api::repository_control(const Request& request, std::string_view rest
   // Triton's body may carry "parameters": a configuration or files to load with, which batchd
   // does not take (it loads a model as its daemon's config declares it), and "unload_dependents",
   // which tritonclient sends and which means nothing here (no model depends on another).
-  const std::string& body = request.body();
-  if (!text::trim(body).empty()) {
-    simdjson::dom::element element;
-    simdjson::dom::object root;
-    if (json_.parse(body.data(), body.size()).get(element) != simdjson::SUCCESS ||
-        element.get_object().get(root) != simdjson::SUCCESS) {
-      return v2_error(400, "a load or unload request's body must be a JSON object");
-    }
+  std::optional<simdjson::dom::object> body;
+  if (auto refused = read_optional_object(request, "a load or unload request's body", body)) return *refused;
+  if (body) {
+    const simdjson::dom::object root = *body;
     simdjson::dom::element parameters;
     if (root.at_key("parameters").get(parameters) == simdjson::SUCCESS) {
       simdjson::dom::object named;

@@ -76,6 +76,10 @@ class V2Api {
                                        V2Infer& infer);
   // The daemon's readiness; for a model, also whether it can run requests now.
   Response ready(const oip::ModelDescription* model = nullptr);
+  // An optional body (empty: `root` stays empty) that must otherwise be a JSON object: the 400
+  // naming `what` when it is not.
+  std::optional<Response> read_optional_object(const Request& request, std::string_view what,
+                                               std::optional<simdjson::dom::object>& root);
   // POST /v2/repository/index: every model with its state (Triton's model repository extension).
   Response repository_index(const Request& request);
   // POST /v2/repository/models/NAME/load|unload (the same extension's model control).

@@ -63,6 +63,15 @@ std::optional<std::string> control(const std::string& socket, const std::string&
   return control_model(options, model, action, test::grace(30s), &error);
 }
 
+// The other models' load: every request answered, and right.
+void check_clean(const test::StressRun& run) {
+  INFO(run.process.err);
+  CHECK(run.process.exit_code() == 0);
+  CHECK(run.field("ok") > 0);
+  CHECK(run.field("errors") == 0);
+  CHECK(run.field("wrong") == 0);
+}
+
 test::ProcessOutput batchctl(const std::vector<std::string>& args) {
   std::vector<std::string> argv{test::built_binary("BATCHD_CTL_BIN")};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -143,12 +152,7 @@ TEST_CASE("unloading a model under load answers what it took, refuses the rest, 
   CHECK(back.output() == sim_expected_output("back", 1));
 
   // The other model, all along: nothing lost, nothing wrong.
-  const test::StressRun run = other.get();
-  INFO(run.process.err);
-  CHECK(run.process.exit_code() == 0);
-  CHECK(run.field("ok") > 0);
-  CHECK(run.field("errors") == 0);
-  CHECK(run.field("wrong") == 0);
+  check_clean(other.get());
   daemon.stop();
 }
 
@@ -317,11 +321,6 @@ TEST_CASE("SIGHUP adds, removes and restores models under load; the other models
   CHECK(broken.err.find("model broken did not load") != std::string::npos);
   CHECK(broken.err.find("/nonexistent/model.so") != std::string::npos);
 
-  const test::StressRun run = others.get();
-  INFO(run.process.err);
-  CHECK(run.process.exit_code() == 0);
-  CHECK(run.field("ok") > 0);
-  CHECK(run.field("errors") == 0);
-  CHECK(run.field("wrong") == 0);
+  check_clean(others.get());
   daemon.stop();
 }
