@@ -1,0 +1,296 @@
+// The status page the daemon publishes (shm/status_page.hpp): made at start-up, written by the
+// publisher thread every few tens of milliseconds (and by the default model's watchdog when it
+// sees a device change), with the models table's names written by the drain thread.
+#include <algorithm>
+#include <array>
+#include <bitset>
+#include <cstdio>
+#include <cstring>
+
+#include "daemon/daemon.hpp"
+#include "shm/memfd_region.hpp"
+
+namespace batchd {
+
+namespace {
+
+void publish_histogram(const LatencyHistogram& from, shm::StatusHistogram& to) noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  for (std::size_t b = 0; b < shm::kLatencyBuckets; ++b) to.buckets[b].store(from.buckets[b].load(relaxed), relaxed);
+  to.sum_ns.store(from.sum_ns.load(relaxed), relaxed);
+}
+
+// NUL-padded text into a status table's words (atomics: a reader in this process races nothing).
+template <std::size_t N>
+void put_text(std::string_view text, std::atomic<std::uint64_t> (&words)[N]) noexcept {
+  char padded[N * 8] = {};
+  std::memcpy(padded, text.data(), std::min(text.size(), sizeof(padded)));
+  for (std::size_t w = 0; w < N; ++w) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, padded + w * 8, 8);
+    words[w].store(word, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+void Daemon::create_status_file() {
+  // Start-up: a failure here is the operator's to see, so value() throws it.
+  status_fd_ = shm::create_memfd("batchd-status", shm::kStatusFileBytes).value();
+  status_map_ = shm::map_fd(status_fd_.get(), shm::kStatusFileBytes, true).value();
+  shm::seal_memfd(status_fd_.get(), true).value();
+  char* base = static_cast<char*>(status_map_.get_address());
+  status_ = new (base) shm::DaemonStatusPage{};
+  status_->magic = shm::kStatusMagic;
+  latency_ = new (base + shm::kStatusLatencyOffset) shm::StatusLatency{};
+  latency_->magic = shm::kStatusLatencyMagic;
+  latency_->version = shm::kStatusLatencyVersion;
+  latency_->buckets = shm::kLatencyBuckets;
+  latency_->classes = shm::kWirePriorities;
+  latency_->devices = shm::kStatusDevices;
+  workers_page_ = new (base + shm::kStatusWorkersOffset) shm::StatusWorkers{};
+  workers_page_->magic = shm::kStatusWorkersMagic;
+  workers_page_->version = shm::kStatusWorkersVersion;
+  workers_page_->places = shm::kStatusDevices;
+  models_page_ = new (base + shm::kStatusModelsOffset) shm::StatusModels{};
+  models_page_->version = shm::kStatusModelsVersion;
+  models_page_->capacity = shm::kStatusModels;
+  status_->daemon_pid = static_cast<std::uint32_t>(::getpid());
+  // Daemon-wide, each workers model's minimum counts: a model's own readiness is its state in
+  // the models table.
+  unsigned min_workers = 0;
+  for (const ModelPipeline* model : workers_models_) min_workers += model->config().settings.workers.min_workers;
+  status_->min_workers.store(min_workers, std::memory_order_relaxed);
+  const std::string_view backend = models_.front()->backend_name();
+  std::snprintf(status_->backend, sizeof(status_->backend), "%.*s", static_cast<int>(backend.size()), backend.data());
+}
+
+void Daemon::publish_model_names() noexcept {
+  for (std::size_t m = 0; m < models_.size(); ++m) publish_model_name(m);
+  // Last: a reader that sees the magic sees a table in this layout.
+  models_page_->magic = shm::kStatusModelsMagic;
+}
+
+void Daemon::publish_model_name(std::size_t m) noexcept {
+  const ModelPipeline& model = *models_[m];
+  shm::StatusModel& out = models_page_->model[m];
+  put_text(model.config().name, out.name);  // never another's: an id is its name's for good
+  put_text(model.declared().version, out.version);
+  put_text(model.backend_name(), out.backend);
+  // Only grows, and only once the entry is written (a reload adds models at the end).
+  if (m + 1 > models_page_->count.load(std::memory_order_relaxed)) {
+    models_page_->count.store(static_cast<std::uint32_t>(m + 1), std::memory_order_release);
+  }
+}
+
+namespace {
+
+shm::StatusModelState model_state(ModelPipeline::Lifecycle lifecycle, unsigned lanes) noexcept {
+  switch (lifecycle) {
+    case ModelPipeline::Lifecycle::kUnloading: return shm::StatusModelState::kUnloading;
+    case ModelPipeline::Lifecycle::kUnloaded: return shm::StatusModelState::kUnloaded;
+    case ModelPipeline::Lifecycle::kLoading: return shm::StatusModelState::kLoading;
+    case ModelPipeline::Lifecycle::kRemoved: return shm::StatusModelState::kAbsent;
+    case ModelPipeline::Lifecycle::kLoaded: break;
+  }
+  return lanes > 0 ? shm::StatusModelState::kReady : shm::StatusModelState::kUnavailable;
+}
+
+}  // namespace
+
+void Daemon::publish_models() noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const std::int64_t now_ns = shm::monotonic_ns();
+  for (std::size_t m = 0; m < models_.size(); ++m) {
+    const ModelPipeline& model = *models_[m];
+    shm::StatusModel& out = models_page_->model[m];
+    const unsigned lanes = model.running() ? model.router().lane_view(now_ns).lanes : 0;
+    out.lanes.store(lanes, relaxed);
+    out.state.store(static_cast<std::uint32_t>(model_state(model.lifecycle(), lanes)), relaxed);
+    const std::uint64_t taken = model.taken();
+    out.requests_taken.store(taken, relaxed);
+    const ModelCounters& counters = stats_.by_model[m];
+    const std::uint64_t ok = counters.requests_ok.load(relaxed);
+    const std::uint64_t failed = counters.requests_failed.load(relaxed);
+    out.requests_ok.store(ok, relaxed);
+    out.requests_failed.store(failed, relaxed);
+    out.batches.store(counters.batches.load(relaxed), relaxed);
+    out.inferences.store(counters.inferences.load(relaxed), relaxed);
+    const std::uint64_t queue_ns = counters.queue_ns.load(relaxed);
+    const std::uint64_t compute_ns = counters.compute_ns.load(relaxed);
+    out.queue_ns.store(queue_ns, relaxed);
+    out.compute_ns.store(compute_ns, relaxed);
+    out.request_ns.store(queue_ns + compute_ns, relaxed);  // a request's time in the daemon is both
+    // Taken, not answered and on no device: waiting for a batch. The counters are read apart, so
+    // a reading may undercount; never below zero.
+    std::uint64_t on_devices = 0;
+    if (model.running()) {
+      for (const auto& device : model.router().devices()) on_devices += device->outstanding_items.load(relaxed);
+    }
+    const std::uint64_t settled = ok + failed + on_devices;
+    out.pending.store(taken > settled ? taken - settled : 0, relaxed);
+  }
+}
+
+void Daemon::publish_until_stopped() noexcept {
+  std::unique_lock lock(publisher_mu_);
+  while (!publisher_stop_) {
+    publisher_cv_.wait_for(lock, publish_period_, [this] { return publisher_stop_; });
+    if (publisher_stop_) return;
+    lock.unlock();
+    publish_status();
+    lock.lock();
+  }
+}
+
+void Daemon::stop_publisher() noexcept {
+  if (!publisher_.joinable()) return;
+  {
+    std::lock_guard lock(publisher_mu_);
+    publisher_stop_ = true;
+  }
+  publisher_cv_.notify_all();
+  publisher_.join();
+}
+
+void Daemon::publish_status() noexcept {
+  std::lock_guard lock(models_mu_);
+  publish_status_locked();
+}
+
+void Daemon::publish_status_locked() noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  shm::DaemonStatusPage& page = *status_;
+  // The page's devices are the default model's (none while it is unloaded); each model's state
+  // is in the models' table.
+  const ModelPipeline& default_model = *models_.front();
+  static const std::vector<std::unique_ptr<DeviceHealth>> kNoDevices;
+  const Router* router = default_model.running() ? &default_model.router() : nullptr;
+  const auto& devices = router != nullptr ? router->devices() : kNoDevices;
+  const std::bitset<64> laggards = router != nullptr ? router->laggards(shm::monotonic_ns()) : std::bitset<64>{};
+  std::uint32_t healthy = 0;
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    const DeviceHealth& h = *devices[d];
+    if (h.present() && (h.state() == DeviceState::kHealthy || h.state() == DeviceState::kProbing)) ++healthy;
+    if (d >= shm::kStatusDevices) continue;
+    shm::StatusDevice& out = page.device[d];
+    out.state.store(h.present() ? static_cast<std::uint32_t>(h.state()) : shm::kStatusDeviceAbsent, relaxed);
+    out.batches_ok.store(h.batches_ok(), relaxed);
+    out.batches_failed.store(h.batches_failed(), relaxed);
+    out.timeouts.store(h.timeouts(), relaxed);
+    out.outstanding_requests.store(h.outstanding_items.load(relaxed), relaxed);
+    // What was measured, however long ago: the routing estimate reads 0 once it is stale, and an
+    // idle cpu device then showed a batch time of 0.
+    out.batch_ns.store(h.measured_batch_ns(), relaxed);
+    publish_memory(static_cast<unsigned>(d), out);
+    page.laggard[d].store(laggards.test(d) ? 1 : 0, relaxed);
+    page.probes[d].store(h.probes_ok(), relaxed);
+  }
+  page.devices.store(static_cast<std::uint32_t>(devices.size()), relaxed);
+  page.healthy_devices.store(healthy, relaxed);
+  page.clients.store(stats_.clients_attached.load(relaxed) - stats_.clients_detached.load(relaxed), relaxed);
+  page.requests_taken.store(stats_.requests_taken.load(relaxed), relaxed);
+  page.requests_ok.store(stats_.requests_ok.load(relaxed), relaxed);
+  page.requests_failed.store(stats_.requests_failed.load(relaxed), relaxed);
+  page.requests_rejected.store(stats_.requests_rejected.load(relaxed), relaxed);
+  page.in_flight.store(stats_.in_flight(), relaxed);
+  page.batches.store(stats_.batches.load(relaxed), relaxed);
+  page.batch_failures.store(stats_.batch_failures.load(relaxed), relaxed);
+  page.requests_abandoned.store(stats_.requests_abandoned.load(relaxed), relaxed);
+  for (std::size_t b = 0; b < shm::kBatchSizeBuckets; ++b) {
+    page.batch_sizes[b].store(stats_.batch_sizes[b].load(relaxed), relaxed);
+  }
+  for (std::size_t r = 0; r < shm::kFlushReasons; ++r) page.flushes[r].store(stats_.flushes[r].load(relaxed), relaxed);
+  page.arrivals_per_s.store(stats_.arrivals_per_s.load(relaxed), relaxed);
+  page.target_batch.store(stats_.target_batch.load(relaxed), relaxed);
+  for (std::size_t d = 0; d < std::min(devices.size(), shm::kStatusDevices); ++d) {
+    // Until it is trusted the policy uses the prior ("no cost"), so that is what is shown.
+    CostFit fit = router->cost_fit(static_cast<unsigned>(d));
+    if (!fit.fitted) fit.fixed_ns = fit.per_item_ns = fit.per_byte_ns = 0;
+    shm::StatusCost& out = page.cost[d];
+    out.fixed_ns.store(static_cast<std::uint64_t>(fit.fixed_ns), relaxed);
+    out.per_item_ps.store(static_cast<std::uint64_t>(fit.per_item_ns * 1000), relaxed);
+    out.per_byte_ps.store(static_cast<std::uint64_t>(fit.per_byte_ns * 1000), relaxed);
+    out.samples.store(fit.samples, relaxed);
+  }
+  for (std::size_t c = 0; c < shm::kWirePriorities; ++c) {
+    page.requests_taken_by_class[c].store(stats_.requests_taken_by_class[c].load(relaxed), relaxed);
+    page.requests_shed_by_class[c].store(stats_.requests_shed_by_class[c].load(relaxed), relaxed);
+    page.arrivals_per_s_by_class[c].store(stats_.arrivals_per_s_by_class[c].load(relaxed), relaxed);
+  }
+  page.dead_letters.store(dead_letters_->recorded(), relaxed);
+  page.dead_letters_dropped.store(dead_letters_->dropped(), relaxed);
+  page.priority_downgrades.store(stats_.priority_downgrades.load(relaxed), relaxed);
+  page.connections_shed.store(stats_.connections_shed.load(relaxed), relaxed);
+  publish_latency();
+  publish_workers();
+  publish_models();
+  page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
+}
+
+void Daemon::publish_workers() noexcept {
+  if (workers_models_.empty()) return;
+  constexpr auto relaxed = std::memory_order_relaxed;
+  // What readiness needs: the loaded workers models' minimums (an unloaded one needs none).
+  unsigned min_workers = 0;
+  for (const ModelPipeline* model : workers_models_) {
+    if (model->lifecycle() == ModelPipeline::Lifecycle::kLoaded) min_workers += model->config().settings.workers.min_workers;
+  }
+  status_->min_workers.store(min_workers, relaxed);
+  std::array<bool, shm::kStatusDevices> held{};
+  unsigned attached = 0;
+  for (ModelPipeline* model : workers_models_) {
+    if (model->workers() == nullptr) continue;  // unloaded
+    WorkerBackend& workers = *model->workers();
+    attached += workers.attached();
+    for (unsigned d = 0; d < workers.devices(); ++d) {
+      const std::shared_ptr<WorkerLink> link = workers.at(d);
+      if (link == nullptr || link->who().place >= shm::kStatusDevices) continue;
+      const unsigned place = link->who().place;
+      shm::StatusWorker& out = workers_page_->worker[place];
+      held[place] = true;
+      out.model.store(model->id(), relaxed);
+      out.device.store(d, relaxed);
+      out.lanes.store(link->buffers(), relaxed);
+      out.batches.store(link->batches(), relaxed);
+      put_text(link->who().name, out.name);
+      put_text(link->who().version, out.version);
+      out.pid.store(static_cast<std::uint32_t>(link->who().pid), relaxed);
+    }
+  }
+  for (std::size_t place = 0; place < shm::kStatusDevices; ++place) {
+    if (!held[place]) workers_page_->worker[place].pid.store(0, relaxed);
+    publish_histogram(stats_.latency.handoff_by_device[place], workers_page_->worker[place].handoff);
+  }
+  status_->workers.store(attached, relaxed);
+}
+
+void Daemon::publish_latency() noexcept {
+  for (std::size_t c = 0; c < shm::kWirePriorities; ++c) {
+    publish_histogram(stats_.latency.queue_by_class[c], latency_->queue_by_class[c]);
+  }
+  for (std::size_t d = 0; d < shm::kStatusDevices; ++d) {
+    publish_histogram(stats_.latency.compute_by_device[d], latency_->compute_by_device[d]);
+  }
+}
+
+void Daemon::publish_memory(unsigned device, shm::StatusDevice& out) noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const Router::MemoryView memory = models_.front()->router().device_memory(device);
+  // The batch policy's own limit bounds the budget too (a reload changes it; the page has it).
+  const std::uint64_t budget = std::min(memory.byte_budget, status_->max_batch_bytes.load(relaxed));
+  out.byte_budget.store(static_cast<std::uint32_t>(std::min<std::uint64_t>(budget, UINT32_MAX)), relaxed);
+  out.memory_free_bytes.store(memory.reading.free_bytes, relaxed);
+  out.memory_total_bytes.store(memory.reading.total_bytes, relaxed);
+}
+
+void Daemon::publish_policy() noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const BatchLimits& batch = models_.front()->limits();
+  status_->max_batch.store(static_cast<std::uint32_t>(batch.max_batch), relaxed);
+  status_->policy.store(static_cast<std::uint32_t>(batch.policy), relaxed);
+  status_->max_wait_ns.store(batch.max_wait.count(), relaxed);
+  status_->max_batch_bytes.store(batch.max_batch_bytes, relaxed);
+}
+
+}  // namespace batchd
