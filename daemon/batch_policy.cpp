@@ -71,6 +71,10 @@ FlushDecision BatchPolicy::decide_adaptive(const OpenBatchState& batch, const Po
     if (now_ns >= latest_ns) return flush(FlushReason::kDeadline);
     recheck_ns = std::min(recheck_ns, latest_ns);
   }
+  if (view.drain_backlog && view.runs_on_drain_thread && batch.count < std::min(kBacklogFill, limits_.max_batch)) {
+    const std::int64_t until_ns = batch.oldest_ns + kBacklogHoldNs;
+    if (now_ns < until_ns) return hold(std::min(recheck_ns, until_ns));
+  }
   const std::uint32_t target = target_batch(view);
   if (batch.count >= target) return flush(FlushReason::kTarget);
   // target > 1 implies a positive rate. Past the time n* should have taken to arrive, the rate

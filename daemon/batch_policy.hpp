@@ -16,6 +16,11 @@
 //       a lane is lost capacity). And no later than max_wait after the oldest arrived (a ceiling
 //       on waiting for a batch to fill), or than the earliest deadline in the batch minus its
 //       predicted run time and a margin.
+//     - a batch the drain thread would run itself, while the rings hold more that its next pass
+//       takes at once: held up to kBacklogFill requests (or kBacklogHoldNs). Flushed now, it runs
+//       on the very thread that would take those requests, so it answers nobody sooner by more
+//       than a pass and costs the daemon a batch's overhead per pass; with many models sharing
+//       the drain thread, each pass brings each model only a few.
 // Pure functions of their arguments (time included), so tests hand-compute decisions.
 #pragma once
 
@@ -45,6 +50,10 @@ struct PolicyView {
   double arrivals_per_s = 0;
   double mean_input_bytes = 0;
   CostFit cost;              // a lane's batch cost (the available devices' mean)
+  // The last drain pass left requests on a client's ring (the next pass takes them at once), and
+  // a batch of kBacklogFill would run on the drain thread itself (Router::would_run_inline).
+  bool drain_backlog = false;
+  bool runs_on_drain_thread = false;
 };
 
 enum class FlushReason : std::uint8_t {
@@ -85,6 +94,9 @@ class BatchPolicy {
   // While every lane is busy the batch waits for a lane's worker to wake the drain loop; this is
   // only a safety net for that wake-up.
   static constexpr std::int64_t kHeldRecheckNs = 5'000'000;
+  // The batch the drain thread's backlog fills before it runs it, and the longest it waits.
+  static constexpr std::uint32_t kBacklogFill = 32;
+  static constexpr std::int64_t kBacklogHoldNs = 250'000;
 
   explicit BatchPolicy(const BatchLimits& limits) noexcept : limits_(limits) {}
   void set_limits(const BatchLimits& limits) noexcept { limits_ = limits; }

@@ -36,6 +36,7 @@ bool Daemon::fill_batches(std::int64_t now_ns) {
 
 bool Daemon::drain_rings(std::int64_t now_ns) {
   bool progressed = false;
+  bool backlog = false;  // a client's burst was cut: its ring may hold more
   std::string why;
   const std::size_t clients = drain_order_.size();
   for (std::size_t visited = 0; visited < clients && !drain_order_.empty(); ++visited) {
@@ -59,9 +60,10 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
       admit(session, taken, now_ns);
       progressed = true;
     }
+    backlog = backlog || taken_here == kBurstPerClient;
     session->publish();
   }
-  for (auto& model : models_) model->end_pass(now_ns);
+  for (auto& model : models_) model->end_pass(now_ns, backlog);
   return progressed;
 }
 

@@ -223,7 +223,8 @@ void ModelPipeline::note_taken(shm::WirePriority priority, std::uint64_t bytes) 
   pass_bytes_[static_cast<std::size_t>(priority)] += bytes;
 }
 
-void ModelPipeline::end_pass(std::int64_t now_ns) noexcept {
+void ModelPipeline::end_pass(std::int64_t now_ns, bool backlog) noexcept {
+  drain_backlog_ = backlog;
   std::uint64_t taken = 0;
   for (std::size_t c = 0; c < arrivals_.size(); ++c) {
     if (pass_taken_[c] == 0) continue;
@@ -323,34 +324,33 @@ bool ModelPipeline::move_into_batch(PendingRequest& request, std::int64_t now_ns
   return true;
 }
 
-bool ModelPipeline::cut_for_fairness(const PendingRequest& request, std::optional<CostFit>& cost,
-                                     std::int64_t now_ns) const noexcept {
+bool ModelPipeline::cut_for_fairness(const PendingRequest& request, std::int64_t now_ns) noexcept {
   const uid_t tenant = request.session->uid();
   const std::size_t cls = rank_of(request.taken.priority);
   const std::uint32_t slice_us = config_.settings.fair_slice_us;
   if (slice_us == 0 || !shares_.holds_other_than(tenant, cls)) return false;
-  if (!cost) cost = router_->lane_view(now_ns).cost;  // once a pass, and only for a mixed batch
-  if (!cost->fitted) return false;
+  const CostFit& cost = pass_lanes(now_ns).cost;
+  if (!cost.fitted) return false;
   // A device whose every batch costs more than the slice still batches: the least run a cut
   // leaves is then twice its fixed cost, so at least half of each run is the requests' own work.
-  const double least_ns = std::max(static_cast<double>(slice_us) * 1e3, 2 * cost->fixed_ns);
-  return shares_.would_double_anothers(tenant, cls, request.taken.input_bytes, *cost, least_ns);
+  const double least_ns = std::max(static_cast<double>(slice_us) * 1e3, 2 * cost.fixed_ns);
+  return shares_.would_double_anothers(tenant, cls, request.taken.input_bytes, cost, least_ns);
 }
 
 bool ModelPipeline::fill_batches(std::int64_t now_ns) {
   if (router_ == nullptr) return false;  // unloaded: nothing waits
   bool progressed = false;
+  pass_lanes_.reset();
   const std::int64_t urgent_ns = pending_.empty() ? 0 : urgent_ns_before_deadline(now_ns);
   batcher_.cap_bytes(router_->byte_budget(now_ns));  // device memory (router_memory.cpp)
-  std::optional<CostFit> cost;  // the lanes' fitted cost, read when the fairness cut first needs it
   while (!pending_.empty()) {
     if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) break;
     // While the open batch is held for a lane, the rest wait here, in class order, until a lane
     // frees: a batch filled now would fix its members in arrival order, and a high-priority
     // request arriving meanwhile would wait behind them.
-    if (batcher_.count() > 0 && holding_for_lane(now_ns)) break;
+    if (batcher_.count() > 0 && holding_for_lane(pass_lanes(now_ns))) break;
     PendingRequest& request = pending_.front(now_ns, urgent_ns);
-    if (!batcher_.fits(request.taken.input_bytes) || cut_for_fairness(request, cost, now_ns)) {
+    if (!batcher_.fits(request.taken.input_bytes) || cut_for_fairness(request, now_ns)) {
       batcher_.mark_full();
       flush_open_batch(FlushReason::kFull);
       continue;  // the same request goes into the next batch
@@ -366,22 +366,30 @@ bool ModelPipeline::fill_batches(std::int64_t now_ns) {
   return progressed;
 }
 
-std::int64_t ModelPipeline::urgent_ns_before_deadline(std::int64_t now_ns) const noexcept {
+std::int64_t ModelPipeline::urgent_ns_before_deadline(std::int64_t now_ns) noexcept {
   // A request this close to its deadline must join the next batch: that batch's run (at most a
   // full one) and a margin. Admission already counted the higher classes that would pass it, so
   // this is the exception (the estimate was wrong), not the way lower classes get served.
-  const Router::LaneView lanes = router_->lane_view(now_ns);
+  const Router::LaneView& lanes = pass_lanes(now_ns);
   const double full_batch_ns =
       lanes.cost.fitted ? lanes.cost.predict_ns(config_.settings.batch.max_batch, 0) : 0;
   return static_cast<std::int64_t>(full_batch_ns) + BatchPolicy::kDeadlineMarginNs;
 }
 
-PolicyView ModelPipeline::policy_view(std::int64_t now_ns) const noexcept {
-  const Router::LaneView lanes = router_->lane_view(now_ns);
+const Router::LaneView& ModelPipeline::pass_lanes(std::int64_t now_ns) noexcept {
+  if (!pass_lanes_) pass_lanes_ = router_->lane_view(now_ns);
+  return *pass_lanes_;
+}
+
+PolicyView ModelPipeline::policy_view(const Router::LaneView& lanes, std::int64_t now_ns) const noexcept {
   PolicyView view;
   view.lanes = lanes.lanes;
   view.idle_lanes = lanes.idle_lanes;
   view.cost = lanes.cost;
+  view.drain_backlog = drain_backlog_;
+  view.runs_on_drain_thread =
+      drain_backlog_ &&
+      router_->would_run_inline(std::min(BatchPolicy::kBacklogFill, config_.settings.batch.max_batch), now_ns);
   view.arrivals_per_s = 0;
   double bytes_per_s = 0;
   for (const RateMeter& meter : arrivals_) {
@@ -396,7 +404,7 @@ void ModelPipeline::refresh_policy_stats(std::int64_t now_ns) noexcept {
   // The status page's policy figures are the default model's.
   if (id_ != 0 || router_ == nullptr || now_ns < next_policy_stats_ns_) return;
   next_policy_stats_ns_ = now_ns + kPolicyStatsPeriodNs;
-  const PolicyView view = policy_view(now_ns);
+  const PolicyView view = policy_view(router_->lane_view(now_ns), now_ns);
   stats_.arrivals_per_s.store(static_cast<std::uint64_t>(view.arrivals_per_s), std::memory_order_relaxed);
   for (std::size_t c = 0; c < arrivals_.size(); ++c) {
     stats_.arrivals_per_s_by_class[c].store(static_cast<std::uint64_t>(arrivals_[c].per_second(now_ns)),
@@ -407,9 +415,8 @@ void ModelPipeline::refresh_policy_stats(std::int64_t now_ns) noexcept {
                             std::memory_order_relaxed);
 }
 
-bool ModelPipeline::holding_for_lane(std::int64_t now_ns) const noexcept {
+bool ModelPipeline::holding_for_lane(const Router::LaneView& lanes) const noexcept {
   if (config_.settings.batch.policy != PolicyKind::kAdaptive || stopping_) return false;
-  const Router::LaneView lanes = router_->lane_view(now_ns);
   return lanes.lanes > 0 && lanes.idle_lanes == 0;
 }
 
@@ -420,7 +427,7 @@ FlushDecision ModelPipeline::decide_flush(std::int64_t now_ns) {
   const OpenBatchState state{batcher_.count(), batcher_.bytes(), batcher_.full(), batcher_.oldest_ns(),
                              batcher_.earliest_deadline_ns()};
   const PolicyView view =
-      config_.settings.batch.policy == PolicyKind::kAdaptive ? policy_view(now_ns) : PolicyView{};
+      config_.settings.batch.policy == PolicyKind::kAdaptive ? policy_view(pass_lanes(now_ns), now_ns) : PolicyView{};
   const FlushDecision decision = policy_.decide(state, view, now_ns);
   if (!decision.flush()) recheck_ns_ = decision.recheck_ns;
   held_for_lane_ = !decision.flush() && view.lanes > 0 && view.idle_lanes == 0;
@@ -432,6 +439,7 @@ void ModelPipeline::flush_open_batch(FlushReason reason) {
   stats_.flushes[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
   open_->id = next_batch_id_++;
   router_->run_or_dispatch(open_);
+  pass_lanes_.reset();  // a lane took it
   open_ = nullptr;
   batcher_.reset();
   shares_.clear();
@@ -441,9 +449,9 @@ bool ModelPipeline::work_waiting() {
   // The open batch was held because every lane was busy, and one has freed since: its worker's
   // doorbell may have come before the drain loop said it sleeps, so look rather than wait for it.
   if (router_ == nullptr) return false;
-  if (held_for_lane_ && !holding_for_lane(shm::monotonic_ns())) return true;
+  if (held_for_lane_ && !holding_for_lane(router_->lane_view(shm::monotonic_ns()))) return true;
   if (pending_.empty()) return false;
-  if (open_ != nullptr && batcher_.count() > 0 && holding_for_lane(shm::monotonic_ns())) {
+  if (open_ != nullptr && batcher_.count() > 0 && holding_for_lane(router_->lane_view(shm::monotonic_ns()))) {
     return false;  // a lane's worker rings the doorbell when it frees
   }
   return open_ != nullptr || (open_ = router_->try_acquire()) != nullptr;

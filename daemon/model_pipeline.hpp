@@ -108,7 +108,8 @@ class ModelPipeline {
   // The pass took these for this model (the arrival rates the policy and admission read).
   void note_taken(shm::WirePriority priority, std::uint64_t bytes) noexcept;
   // The pass is over: its arrivals are counted, and the next pass reads the lanes afresh.
-  void end_pass(std::int64_t now_ns) noexcept;
+  // `backlog`: it left requests on a ring, which the next pass takes at once (PolicyView).
+  void end_pass(std::int64_t now_ns, bool backlog) noexcept;
   // Moves waiting requests into batches and hands full or due ones to the router.
   bool fill_batches(std::int64_t now_ns);
   // Copies the policy's view (arrival rate, n*) into the stats every kPolicyStatsPeriodNs.
@@ -160,20 +161,21 @@ class ModelPipeline {
   // Whether `request` joining the open batch would make a request of another tenant (or class)
   // already in it wait more than twice its time alone, past the fair slice: then the batch is
   // cut and `request` opens the next. Never while one group fills the batch, so a lone tenant
-  // (or one behind a front-end) keeps full batches. `cost`: the lanes' fitted cost, read into it
-  // the first time a pass needs it.
-  [[nodiscard]] bool cut_for_fairness(const PendingRequest& request, std::optional<CostFit>& cost,
-                                      std::int64_t now_ns) const noexcept;
+  // (or one behind a front-end) keeps full batches.
+  [[nodiscard]] bool cut_for_fairness(const PendingRequest& request, std::int64_t now_ns) noexcept;
   // The policy's verdict on the open batch now; remembers when to look again while it holds.
   FlushDecision decide_flush(std::int64_t now_ns);
   // The adaptive rule holds the open batch until a lane frees (every lane is busy): requests
   // then wait in pending_ rather than join it.
-  [[nodiscard]] bool holding_for_lane(std::int64_t now_ns) const noexcept;
+  [[nodiscard]] bool holding_for_lane(const Router::LaneView& lanes) const noexcept;
   bool move_into_batch(PendingRequest& request, std::int64_t now_ns);
   void flush_open_batch(FlushReason reason);
-  [[nodiscard]] PolicyView policy_view(std::int64_t now_ns) const noexcept;
+  [[nodiscard]] PolicyView policy_view(const Router::LaneView& lanes, std::int64_t now_ns) const noexcept;
+  // The lanes as fill_batches sees them: read once, and again after each batch it hands them (a
+  // lane freeing meanwhile is seen by the next pass; work_waiting reads them afresh).
+  const Router::LaneView& pass_lanes(std::int64_t now_ns) noexcept;
   // How close to its deadline a waiting request of a lower class jumps the queue.
-  [[nodiscard]] std::int64_t urgent_ns_before_deadline(std::int64_t now_ns) const noexcept;
+  [[nodiscard]] std::int64_t urgent_ns_before_deadline(std::int64_t now_ns) noexcept;
   // The policy cut to what the backend can run (Backend::capacity), with a warning when it was.
   [[nodiscard]] BatchLimits fit_to_backend(BatchLimits limits, const char* when) const;
   // Raises the hang timeout to the backend's worst batch time (Backend::worst_batch_time).
@@ -210,6 +212,8 @@ class ModelPipeline {
   AdmissionView admission_;      // this pass's
   std::int64_t recheck_ns_ = 0;  // when the held open batch must be looked at again; 0: on events
   bool held_for_lane_ = false;   // the last decision held the open batch because no lane was idle
+  bool drain_backlog_ = false;   // the last pass left requests on a ring
+  std::optional<Router::LaneView> pass_lanes_;  // pass_lanes()'s
   static constexpr std::int64_t kPolicyStatsPeriodNs = 10'000'000;
   std::int64_t next_policy_stats_ns_ = 0;
   Batch* open_ = nullptr;  // the batch being filled, from the router's pool

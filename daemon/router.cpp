@@ -216,6 +216,17 @@ Router::Lane* Router::inline_lane(const Batch& batch, std::int64_t now_ns) noexc
   return item_ns * batch.size() <= budget_ns ? lane : nullptr;
 }
 
+bool Router::would_run_inline(std::uint32_t items, std::int64_t now_ns) const noexcept {
+  if (!backend_.runs_inline() || options_.inline_run_max.count() == 0) return false;
+  const auto budget_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.inline_run_max).count());
+  for (const auto& h : health_) {
+    const std::uint64_t item_ns = h->item_ns_estimate(now_ns);
+    if (h->state() == DeviceState::kHealthy && item_ns != 0 && item_ns * items <= budget_ns) return true;
+  }
+  return false;
+}
+
 BackendStatus Router::run_guarded(LaneId lane, const BatchInput& in, BatchOutput& out) noexcept {
   try {
     return backend_.run(lane, in, out);

@@ -144,6 +144,9 @@ class Router {
     CostFit cost;
   };
   [[nodiscard]] LaneView lane_view(std::int64_t now_ns) const noexcept;
+  // Whether a batch of `items` would run on the drain thread (run_or_dispatch): the backend runs
+  // inline and a healthy, measured device would run it within inline_run_max. Drain thread.
+  [[nodiscard]] bool would_run_inline(std::uint32_t items, std::int64_t now_ns) const noexcept;
 
   // Device memory (router_memory.cpp). The largest input bytes a batch may hold and still fit the
   // memory of some available device (kMaxBatchBytes when no device limits it): the drain loop

@@ -132,6 +132,37 @@ TEST_CASE("adaptive: with a lane idle, no request waits past its deadline minus 
   CHECK(d.recheck_ns == kT0 + static_cast<std::int64_t>(27 * 1e9 / 19'512));
 }
 
+TEST_CASE("adaptive: a batch the drain thread runs itself waits for its backlog, briefly") {
+  const BatchPolicy policy(adaptive_limits());
+  // The cpu backend at cost 1: n* = 1, so without a backlog every pass flushes what it brought.
+  PolicyView cheap = view(100);
+  CHECK(policy.decide(batch(4), cheap, kT0).reason == FlushReason::kTarget);
+  cheap.drain_backlog = true;
+  cheap.runs_on_drain_thread = true;
+  // The rings hold more for the next pass: the batch waits for kBacklogFill requests...
+  FlushDecision d = policy.decide(batch(4), cheap, kT0 + 1000);
+  CHECK_FALSE(d.flush());
+  CHECK(d.recheck_ns == kT0 + BatchPolicy::kBacklogHoldNs);
+  CHECK(policy.decide(batch(BatchPolicy::kBacklogFill), cheap, kT0 + 1000).reason == FlushReason::kTarget);
+  // ... or kBacklogHoldNs after its oldest arrived, and never past a deadline's reserve.
+  CHECK(policy.decide(batch(4), cheap, kT0 + BatchPolicy::kBacklogHoldNs).reason == FlushReason::kTarget);
+  // (the gpu-like fit's run of 4, 2.08 ms, with its quarter and the margin: 2.8 ms before it)
+  CHECK(policy.decide(batch(4, kT0 + 2 * kMs), cheap, kT0 + 1000).reason == FlushReason::kDeadline);
+  // A batch a lane's worker would run, or no backlog behind it: the rule does not apply.
+  PolicyView on_lane = cheap;
+  on_lane.runs_on_drain_thread = false;
+  CHECK(policy.decide(batch(4), on_lane, kT0 + 1000).reason == FlushReason::kTarget);
+  PolicyView no_backlog = cheap;
+  no_backlog.drain_backlog = false;
+  CHECK(policy.decide(batch(4), no_backlog, kT0 + 1000).reason == FlushReason::kTarget);
+  // A max_batch under kBacklogFill is the fill.
+  BatchLimits small = adaptive_limits();
+  small.max_batch = 8;
+  const BatchPolicy small_policy(small);
+  CHECK(small_policy.decide(batch(7), cheap, kT0 + 1000).flush() == false);
+  CHECK(small_policy.decide(batch(8), cheap, kT0 + 1000).reason == FlushReason::kFull);
+}
+
 TEST_CASE("adaptive: no available device flushes at once so the router answers") {
   const BatchPolicy policy(adaptive_limits());
   PolicyView none = view(19'512, 0);
