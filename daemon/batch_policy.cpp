@@ -71,8 +71,13 @@ FlushDecision BatchPolicy::decide_adaptive(const OpenBatchState& batch, const Po
     if (now_ns >= latest_ns) return flush(FlushReason::kDeadline);
     recheck_ns = std::min(recheck_ns, latest_ns);
   }
-  if (view.drain_backlog && view.runs_on_drain_thread && batch.count < std::min(kBacklogFill, limits_.max_batch)) {
-    const std::int64_t until_ns = batch.oldest_ns + kBacklogHoldNs;
+  const std::uint32_t fill = std::min(kBacklogFill, limits_.max_batch);
+  // Only for a model whose own arrivals bring a quarter of the fill within the hold: a light
+  // model beside another's flood has a backlog too, and its lone request would wait for nothing.
+  if (view.drain_backlog && view.runs_on_drain_thread && batch.count < fill &&
+      view.arrivals_per_s * static_cast<double>(kBacklogHoldNs) / 1e9 >= fill / 4.0) {
+    const auto fill_ns = static_cast<std::int64_t>(static_cast<double>(fill - 1) * 1e9 / view.arrivals_per_s);
+    const std::int64_t until_ns = batch.oldest_ns + std::min(kBacklogHoldNs, fill_ns);
     if (now_ns < until_ns) return hold(std::min(recheck_ns, until_ns));
   }
   const std::uint32_t target = target_batch(view);

@@ -17,7 +17,9 @@
 //       on waiting for a batch to fill), or than the earliest deadline in the batch minus its
 //       predicted run time and a margin.
 //     - a batch the drain thread would run itself, while the rings hold more that its next pass
-//       takes at once: held up to kBacklogFill requests (or kBacklogHoldNs). Flushed now, it runs
+//       takes at once, of a model whose arrivals bring a quarter of kBacklogFill within
+//       kBacklogHoldNs: held up to kBacklogFill requests (or kBacklogHoldNs, or the time the
+//       fill should take at its rate). Flushed now, it runs
 //       on the very thread that would take those requests, so it answers nobody sooner by more
 //       than a pass and costs the daemon a batch's overhead per pass; with many models sharing
 //       the drain thread, each pass brings each model only a few.

@@ -135,19 +135,30 @@ TEST_CASE("adaptive: with a lane idle, no request waits past its deadline minus 
 TEST_CASE("adaptive: a batch the drain thread runs itself waits for its backlog, briefly") {
   const BatchPolicy policy(adaptive_limits());
   // The cpu backend at cost 1: n* = 1, so without a backlog every pass flushes what it brought.
-  PolicyView cheap = view(100);
+  // 200,000/s: 8 in kBacklogHoldNs (a quarter of kBacklogFill); the fill's 31 take 155 us.
+  PolicyView cheap = view(200'000);
+  cheap.cost.fixed_ns = 0;
   CHECK(policy.decide(batch(4), cheap, kT0).reason == FlushReason::kTarget);
   cheap.drain_backlog = true;
   cheap.runs_on_drain_thread = true;
   // The rings hold more for the next pass: the batch waits for kBacklogFill requests...
+  const std::int64_t fill_by = kT0 + static_cast<std::int64_t>(31 * 1e9 / 200'000);
   FlushDecision d = policy.decide(batch(4), cheap, kT0 + 1000);
   CHECK_FALSE(d.flush());
-  CHECK(d.recheck_ns == kT0 + BatchPolicy::kBacklogHoldNs);
+  CHECK(d.recheck_ns == fill_by);
   CHECK(policy.decide(batch(BatchPolicy::kBacklogFill), cheap, kT0 + 1000).reason == FlushReason::kTarget);
-  // ... or kBacklogHoldNs after its oldest arrived, and never past a deadline's reserve.
-  CHECK(policy.decide(batch(4), cheap, kT0 + BatchPolicy::kBacklogHoldNs).reason == FlushReason::kTarget);
-  // (the gpu-like fit's run of 4, 2.08 ms, with its quarter and the margin: 2.8 ms before it)
-  CHECK(policy.decide(batch(4, kT0 + 2 * kMs), cheap, kT0 + 1000).reason == FlushReason::kDeadline);
+  // ... or until the fill should have arrived, and never past a deadline's reserve.
+  CHECK(policy.decide(batch(4), cheap, fill_by).reason == FlushReason::kTarget);
+  // At 100,000/s the fill would take 310 us: the hold stops at kBacklogHoldNs.
+  PolicyView slower = cheap;
+  slower.arrivals_per_s = 100'000;
+  CHECK(policy.decide(batch(4), slower, kT0 + 1000).recheck_ns == kT0 + BatchPolicy::kBacklogHoldNs);
+  // A light model beside another's flood (the backlog is not its own): its request goes at once.
+  PolicyView light = cheap;
+  light.arrivals_per_s = 200;
+  CHECK(policy.decide(batch(1), light, kT0 + 1000).reason == FlushReason::kTarget);
+  // (a run of 4 at 20 us each, with its quarter and the margin: 0.3 ms before it)
+  CHECK(policy.decide(batch(4, kT0 + 300'000), cheap, kT0 + 1000).reason == FlushReason::kDeadline);
   // A batch a lane's worker would run, or no backlog behind it: the rule does not apply.
   PolicyView on_lane = cheap;
   on_lane.runs_on_drain_thread = false;
