@@ -188,6 +188,10 @@ struct DaemonStatus {
     // for a batch now. Triton's nv_inference_* metrics (README.md, "Metrics") are these.
     std::uint64_t requests_ok = 0, requests_failed = 0, batches = 0, inferences = 0;
     std::uint64_t queue_ns = 0, compute_ns = 0, request_ns = 0, pending = 0;
+    // Its batches, as the daemon-wide flushes and batch_sizes count them; empty from a daemon
+    // that publishes none per model.
+    std::vector<std::pair<std::string, std::uint64_t>> flushes;
+    std::vector<std::uint64_t> batch_sizes;
   };
   std::vector<Model> models;
   // The histograms' bucket bounds; empty when the daemon publishes no histograms (one built

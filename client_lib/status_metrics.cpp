@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <iterator>
+#include <string_view>
+#include <vector>
 
 namespace batchd {
 
@@ -15,18 +17,29 @@ void family(std::string& out, std::string_view name, std::string_view type, std:
   fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
-void render_batch_sizes(const DaemonStatus& status, std::string& out) {
-  // The daemon counts batches of [2^b, 2^(b+1)) requests in bucket b, so bucket b's upper bound
-  // is 2^(b+1) - 1. It publishes no sum of sizes, so the histogram has no _sum series.
-  family(out, "batchd_daemon_batch_size", "histogram", "Requests per batch the daemon ran.");
+// One histogram's series of batch sizes. The daemon counts batches of [2^b, 2^(b+1)) requests in
+// bucket b, so bucket b's upper bound is 2^(b+1) - 1. It publishes no sum of sizes, so the
+// histogram has no _sum series. `labels`: those before le, each followed by a comma.
+void render_batch_size_series(std::string_view name, std::string_view labels, const std::vector<std::uint64_t>& buckets,
+                              std::string& out) {
   std::uint64_t cumulative = 0;
-  for (std::size_t b = 0; b < status.batch_sizes.size(); ++b) {
-    cumulative += status.batch_sizes[b];
-    fmt::format_to(std::back_inserter(out), "batchd_daemon_batch_size_bucket{{le=\"{}\"}} {}\n",
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    cumulative += buckets[b];
+    fmt::format_to(std::back_inserter(out), "{}_bucket{{{}le=\"{}\"}} {}\n", name, labels,
                    (std::uint64_t{2} << b) - 1, cumulative);
   }
-  fmt::format_to(std::back_inserter(out), "batchd_daemon_batch_size_bucket{{le=\"+Inf\"}} {}\n", cumulative);
-  fmt::format_to(std::back_inserter(out), "batchd_daemon_batch_size_count {}\n", cumulative);
+  fmt::format_to(std::back_inserter(out), "{}_bucket{{{}le=\"+Inf\"}} {}\n", name, labels, cumulative);
+  const std::string_view bare = labels.empty() ? labels : labels.substr(0, labels.size() - 1);
+  if (bare.empty()) {
+    fmt::format_to(std::back_inserter(out), "{}_count {}\n", name, cumulative);
+  } else {
+    fmt::format_to(std::back_inserter(out), "{}_count{{{}}} {}\n", name, bare, cumulative);
+  }
+}
+
+void render_batch_sizes(const DaemonStatus& status, std::string& out) {
+  family(out, "batchd_daemon_batch_size", "histogram", "Requests per batch the daemon ran, every model's.");
+  render_batch_size_series("batchd_daemon_batch_size", "", status.batch_sizes, out);
 }
 
 void render_cost_fits(const DaemonStatus& status, std::string& out) {
@@ -221,6 +234,19 @@ void render_models(const DaemonStatus& status, std::string& out) {
   for (const DaemonStatus::Model& model : status.models) {
     fmt::format_to(std::back_inserter(out), "batchd_model_requests_taken_total{{{}}} {}\n", labels(model),
                    model.requests_taken);
+  }
+  family(out, "batchd_model_flushes_total", "counter", "Each model's batches flushed, by why.");
+  for (const DaemonStatus::Model& model : status.models) {
+    for (const auto& [reason, count] : model.flushes) {
+      fmt::format_to(std::back_inserter(out), "batchd_model_flushes_total{{{},reason=\"{}\"}} {}\n", labels(model),
+                     reason, count);
+    }
+  }
+  family(out, "batchd_model_batch_size", "histogram", "Requests per batch each model ran.");
+  for (const DaemonStatus::Model& model : status.models) {
+    if (!model.batch_sizes.empty()) {
+      render_batch_size_series("batchd_model_batch_size", labels(model) + ",", model.batch_sizes, out);
+    }
   }
   struct Family {
     std::string_view name, type, help;

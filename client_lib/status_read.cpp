@@ -109,6 +109,38 @@ const shm::StatusModels* models_section(const shm::DaemonStatusPage& page, std::
   return ours ? models : nullptr;
 }
 
+// Each model's batch counts, or nullptr when the daemon publishes none (one from before them).
+const shm::StatusModelBatches* model_batches_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
+  if (file_bytes < shm::kStatusModelBatchesOffset + sizeof(shm::StatusModelBatches)) return nullptr;
+  const auto* batches = reinterpret_cast<const shm::StatusModelBatches*>(
+      reinterpret_cast<const char*>(&page) + shm::kStatusModelBatchesOffset);
+  const bool ours = batches->magic == shm::kStatusModelBatchesMagic &&
+                    batches->version == shm::kStatusModelBatchesVersion && batches->capacity == shm::kStatusModels;
+  return ours ? batches : nullptr;
+}
+
+constexpr const char* kFlushReasonNames[shm::kFlushReasons] = {
+    "hold", "full", "max_wait", "deadline", "target", "fill_time", "no_device", "stopping"};
+
+// Flushes by reason, as the daemon counts them (FlushReason's order); a held batch is not one.
+template <typename Counts>
+std::vector<std::pair<std::string, std::uint64_t>> read_flushes(const Counts& counts) {
+  std::vector<std::pair<std::string, std::uint64_t>> out;
+  for (std::size_t r = 1; r < shm::kFlushReasons; ++r) {
+    out.emplace_back(kFlushReasonNames[r], counts[r].load(std::memory_order_relaxed));
+  }
+  return out;
+}
+
+void read_model_batches(const shm::StatusModelBatches& in, DaemonStatus& out) {
+  // out.models holds at most kStatusModels entries (model_count).
+  for (std::size_t m = 0; m < out.models.size(); ++m) {
+    const shm::StatusModelBatch& batch = in.model[m];
+    out.models[m].flushes = read_flushes(batch.flushes);
+    for (const auto& bucket : batch.batch_sizes) out.models[m].batch_sizes.push_back(bucket.load(std::memory_order_relaxed));
+  }
+}
+
 // The daemon's page is shared memory: its count is bounded by the table, never trusted.
 std::uint32_t model_count(const shm::StatusModels& models) noexcept {
   return std::min<std::uint32_t>(models.count.load(std::memory_order_acquire), shm::kStatusModels);
@@ -205,11 +237,7 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
   out.policy = page.policy.load(std::memory_order_relaxed) == 1 ? "adaptive" : "fixed";
   out.target_batch = page.target_batch.load(std::memory_order_relaxed);
   out.arrivals_per_s = page.arrivals_per_s.load(std::memory_order_relaxed);
-  static constexpr const char* kFlushReasons[shm::kFlushReasons] = {
-      "hold", "full", "max_wait", "deadline", "target", "fill_time", "no_device", "stopping"};
-  for (std::size_t r = 1; r < shm::kFlushReasons; ++r) {  // a held batch is not a flush
-    out.flushes.emplace_back(kFlushReasons[r], page.flushes[r].load(std::memory_order_relaxed));
-  }
+  out.flushes = read_flushes(page.flushes);
   for (std::uint32_t wire = 0; wire < shm::kWirePriorities; ++wire) {
     const Priority priority = client_detail::priority_of(static_cast<shm::WirePriority>(wire));
     out.requests_taken_by_class[static_cast<std::size_t>(priority)] =
@@ -251,7 +279,10 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
     if (added.byte_budget == 0 && added.memory_total_bytes == 0) added.byte_budget = out.max_batch_bytes;
   }
   if (const shm::StatusLatency* latency = latency_section(page, file_bytes)) read_latency(*latency, out);
-  if (const shm::StatusModels* models = models_section(page, file_bytes)) read_models(*models, out);
+  if (const shm::StatusModels* models = models_section(page, file_bytes)) {
+    read_models(*models, out);
+    if (const shm::StatusModelBatches* batches = model_batches_section(page, file_bytes)) read_model_batches(*batches, out);
+  }
   if (const shm::StatusWorkers* workers = workers_section(page, file_bytes)) read_workers(*workers, out);
   return out;
 }

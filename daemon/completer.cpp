@@ -108,7 +108,7 @@ void Completer::complete_batch(Batch& batch, const BackendStatus& status) noexce
     error = fmt::format("backend error: backend returned {} results for {} inputs",
                         batch.output.size(), n);
   }
-  stats_.record_batch(n);
+  stats_.record_batch(n, n > 0 ? batch.requests.front().model : RequestRef::kNoModel);  // a batch is one model's
   if (!error.empty()) stats_.batch_failures.fetch_add(1, std::memory_order_relaxed);
   for (std::size_t i = 0; i < n; ++i) {
     const RequestRef& request = batch.requests[i];

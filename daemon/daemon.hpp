@@ -296,6 +296,7 @@ class Daemon {
   shm::StatusLatency* latency_ = nullptr;  // in status_map_, after the page
   shm::StatusWorkers* workers_page_ = nullptr;  // in status_map_, after the histograms
   shm::StatusModels* models_page_ = nullptr;    // in status_map_, after the workers
+  shm::StatusModelBatches* model_batches_page_ = nullptr;  // in status_map_, after the models
 
   io_uring ring_{};
   bool ring_ready_ = false;

@@ -55,6 +55,10 @@ void Daemon::create_status_file() {
   models_page_ = new (base + shm::kStatusModelsOffset) shm::StatusModels{};
   models_page_->version = shm::kStatusModelsVersion;
   models_page_->capacity = shm::kStatusModels;
+  model_batches_page_ = new (base + shm::kStatusModelBatchesOffset) shm::StatusModelBatches{};
+  model_batches_page_->magic = shm::kStatusModelBatchesMagic;
+  model_batches_page_->version = shm::kStatusModelBatchesVersion;
+  model_batches_page_->capacity = shm::kStatusModels;
   status_->daemon_pid = static_cast<std::uint32_t>(::getpid());
   // Daemon-wide, each workers model's minimum counts: a model's own readiness is its state in
   // the models table.
@@ -121,6 +125,11 @@ void Daemon::publish_models() noexcept {
     out.queue_ns.store(queue_ns, relaxed);
     out.compute_ns.store(compute_ns, relaxed);
     out.request_ns.store(queue_ns + compute_ns, relaxed);  // a request's time in the daemon is both
+    shm::StatusModelBatch& batches = model_batches_page_->model[m];
+    for (std::size_t r = 0; r < shm::kFlushReasons; ++r) batches.flushes[r].store(counters.flushes[r].load(relaxed), relaxed);
+    for (std::size_t b = 0; b < shm::kBatchSizeBuckets; ++b) {
+      batches.batch_sizes[b].store(counters.batch_sizes[b].load(relaxed), relaxed);
+    }
     // Taken, not answered and on no device: waiting for a batch. The counters are read apart, so
     // a reading may undercount; never below zero.
     std::uint64_t on_devices = 0;

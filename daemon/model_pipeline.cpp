@@ -437,6 +437,7 @@ FlushDecision ModelPipeline::decide_flush(std::int64_t now_ns) {
 void ModelPipeline::flush_open_batch(FlushReason reason) {
   if (open_ == nullptr || open_->requests.empty()) return;
   stats_.flushes[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+  stats_.by_model[id_].flushes[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
   open_->id = next_batch_id_++;
   router_->run_or_dispatch(open_);
   pass_lanes_.reset();  // a lane took it

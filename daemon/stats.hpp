@@ -51,7 +51,19 @@ struct ModelCounters {
   std::atomic<std::uint64_t> inferences{0};
   std::atomic<std::uint64_t> queue_ns{0};
   std::atomic<std::uint64_t> compute_ns{0};
+  // Its batches as the daemon-wide counts below have them: by why they were flushed, and by size
+  // (run, successful or not).
+  std::array<std::atomic<std::uint64_t>, shm::kFlushReasons> flushes{};
+  std::array<std::atomic<std::uint64_t>, shm::kBatchSizeBuckets> batch_sizes{};
 };
+
+// The bucket of DaemonStats::batch_sizes (and ModelCounters') a batch of `size` falls in:
+// [2^b, 2^(b+1)), the last open-ended.
+[[nodiscard]] inline std::size_t batch_size_bucket(std::size_t size) noexcept {
+  std::size_t bucket = 0;
+  while (bucket + 1 < shm::kBatchSizeBuckets && (std::size_t{2} << bucket) <= size) ++bucket;
+  return bucket;
+}
 
 struct DaemonStats {
   static constexpr std::size_t kBatchSizeBuckets = shm::kBatchSizeBuckets;
@@ -98,11 +110,12 @@ struct DaemonStats {
     return taken > done ? taken - done : 0;
   }
 
-  void record_batch(std::size_t size) noexcept {
+  // A batch of `model` (an id; kStatusModels or more: none) ran, or failed.
+  void record_batch(std::size_t size, std::uint32_t model) noexcept {
+    const std::size_t bucket = batch_size_bucket(size);
     batches.fetch_add(1, std::memory_order_relaxed);
-    std::size_t bucket = 0;
-    while (bucket + 1 < kBatchSizeBuckets && (std::size_t{2} << bucket) <= size) ++bucket;
     batch_sizes[bucket].fetch_add(1, std::memory_order_relaxed);
+    if (model < by_model.size()) by_model[model].batch_sizes[bucket].fetch_add(1, std::memory_order_relaxed);
   }
 };
 

@@ -229,9 +229,30 @@ struct alignas(64) StatusModels {
 static_assert(std::is_standard_layout_v<StatusModels>);
 static_assert(kStatusModelsOffset % alignof(StatusModels) == 0);
 
-// The memfd the daemon creates: the page, the histograms, the workers, the models, each in whole
-// pages.
-inline constexpr std::size_t kStatusFileBytes =
+// Each model's batches, after the models, in a section of its own (a reader of the models table
+// before it reads that table as it did): flushes by reason and batch sizes, as the page's
+// daemon-wide ones, at the model's id.
+inline constexpr std::size_t kStatusModelBatchesOffset =
     kStatusModelsOffset + (sizeof(StatusModels) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+inline constexpr std::uint64_t kStatusModelBatchesMagic = 0x484354414257445fULL;  // "_DWBATCH"
+inline constexpr std::uint32_t kStatusModelBatchesVersion = 1;
+struct alignas(64) StatusModelBatch {
+  std::atomic<std::uint64_t> flushes[kFlushReasons];         // as DaemonStatusPage::flushes
+  std::atomic<std::uint64_t> batch_sizes[kBatchSizeBuckets];  // as DaemonStatusPage::batch_sizes
+};
+struct alignas(64) StatusModelBatches {
+  std::uint64_t magic;     // kStatusModelBatchesMagic
+  std::uint32_t version;   // kStatusModelBatchesVersion
+  std::uint32_t capacity;  // kStatusModels
+  StatusModelBatch model[kStatusModels];
+};
+static_assert(std::is_standard_layout_v<StatusModelBatches>);
+static_assert(kStatusModelBatchesOffset % alignof(StatusModelBatches) == 0);
+
+// The memfd the daemon creates: the page, the histograms, the workers, the models, their
+// batches, each in whole pages.
+inline constexpr std::size_t kStatusFileBytes =
+    kStatusModelBatchesOffset +
+    (sizeof(StatusModelBatches) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
 
 }  // namespace batchd::shm

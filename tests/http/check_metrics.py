@@ -94,8 +94,9 @@ def value(samples, name, **labels):
     return samples[key]
 
 
-def histogram(samples, name, **labels):
-    """(cumulative buckets by le, count, sum); checks the buckets never decrease and +Inf == count."""
+def histogram(samples, name, summed=True, **labels):
+    """(cumulative buckets by le, count, sum or None where not `summed`); checks the buckets never
+    decrease and +Inf == count."""
     buckets = []
     for (n, ls), v in samples.items():
         d = dict(ls)
@@ -110,7 +111,7 @@ def histogram(samples, name, **labels):
     count = value(samples, name + "_count", **labels)
     if buckets[-1] != (float("inf"), count):
         fail(f"{name}{labels}: +Inf bucket {buckets[-1]} is not the count {count}")
-    return buckets, count, value(samples, name + "_sum", **labels)
+    return buckets, count, value(samples, name + "_sum", **labels) if summed else None
 
 
 def promtool(*args, stdin=None):
@@ -147,6 +148,19 @@ def check_models(samples, answered, second_answered):
             fail(f"{model}: requests pending with nothing sent")
         if value(samples, "batchd_model_state", backend="sim", state="ready", **labels) != 1:
             fail(f"{model}: not ready")
+        # Its own batches (a batch is one model's): as many by size as it ran, and flushed as many
+        # times (every batch ran; by why, none "stopping").
+        _, sized, _ = histogram(samples, "batchd_model_batch_size", summed=False, **labels)
+        if sized != executions:
+            fail(f"{model}: batchd_model_batch_size counts {sized} batches, it ran {executions}")
+        flushed = {dict(ls)["reason"]: v for (n, ls), v in samples.items()
+                   if n == "batchd_model_flushes_total" and all(dict(ls).get(k) == w for k, w in labels.items())}
+        if sum(flushed.values()) != executions or flushed.get("stopping", 0) != 0:
+            fail(f"{model}: flushes {flushed} for {executions} batches")
+    # The daemon-wide counts are every model's together.
+    if value(samples, "batchd_daemon_batch_size_count") < value(samples, "batchd_model_batch_size_count",
+                                                                 model=SECOND, version="7") + 1:
+        fail("batchd_daemon_batch_size counts fewer batches than the second model's and one more")
     # The default model's executions are the batches its devices ran (the page's devices are its).
     ran = sum(value(samples, "batchd_batch_compute_seconds_count", device=d) for d in ("0", "1"))
     if value(samples, "nv_inference_exec_count", model="batchstring", version="1") != ran:
