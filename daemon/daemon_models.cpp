@@ -225,6 +225,7 @@ void Daemon::apply_reload() {
   }
   if (!fresh || stop_requested_.load(std::memory_order_relaxed)) return;
   models_.front()->update_limits(fresh->batch);  // logs the policy it applies
+  models_.front()->set_floors(fresh->normal_floor_percent, fresh->low_floor_percent);
   std::vector<bool> declared(models_.size(), false);
   declared.front() = true;  // the top level: never removed
   for (const ModelConfig& config : fresh->models) {

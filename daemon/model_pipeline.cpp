@@ -27,7 +27,7 @@ ModelPipeline::ModelPipeline(std::uint32_t id, ModelConfig config, std::unique_p
     : id_(id), config_(std::move(config)), backend_(std::move(backend)), stats_(stats), completer_(completer),
       batcher_(config_.settings.batch), policy_(config_.settings.batch) {
   declared_ = config_;
-  pending_.set_floors({0, config_.settings.normal_floor_percent / 100.0, config_.settings.low_floor_percent / 100.0});
+  set_floors(config_.settings.normal_floor_percent, config_.settings.low_floor_percent);
   if (backend_ == nullptr) {
     backend_name_ = config_.settings.backend;
     by_workers_ = config_.settings.backend == "workers";
@@ -39,8 +39,16 @@ ModelPipeline::ModelPipeline(std::uint32_t id, ModelConfig config, std::unique_p
   by_workers_ = workers_ != nullptr;
 }
 
+void ModelPipeline::set_floors(std::uint32_t normal_percent, std::uint32_t low_percent) noexcept {
+  config_.settings.normal_floor_percent = normal_percent;
+  config_.settings.low_floor_percent = low_percent;
+  pending_.set_floors({0, normal_percent / 100.0, low_percent / 100.0});
+}
+
 void ModelPipeline::redeclare(const ModelConfig& config) {
   declared_ = config;
+  // Scheduling, not the backend's: at once, loaded or not.
+  set_floors(config.settings.normal_floor_percent, config.settings.low_floor_percent);
   // The running backend keeps the settings it was made with until the next load.
   if (backend_ == nullptr) {
     const BatchLimits batch = config_.settings.batch;

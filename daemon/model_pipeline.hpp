@@ -85,6 +85,9 @@ class ModelPipeline {
   // version) take effect then; the batching limits at once (update_limits). Drain thread, and
   // only while unloaded or removed for the version (the status page shows it).
   void redeclare(const ModelConfig& config);
+  // The class floors (PendingQueue::set_floors), in percent: at once, for what waits now too.
+  // Drain thread.
+  void set_floors(std::uint32_t normal_percent, std::uint32_t low_percent) noexcept;
   // What the next load makes its backend from.
   [[nodiscard]] const ModelConfig& declared() const noexcept { return declared_; }
   // Whether worker processes run it (config `backend = "workers"`), loaded or not.
