@@ -2,7 +2,8 @@
 // swapped for free ones): three nodes, each a batchd daemon and its batchd-http, under open-loop
 // load through the balancer. A node killed with SIGKILL and restarted, and a node stopped with
 // SIGTERM, must cost no request: the balancer retries what a dead node dropped (batchstring is
-// pure, so that is safe) and /readyz takes a draining node out of rotation before it closes.
+// pure, so that is safe) and /readyz takes a draining node out of rotation before it closes. A
+// model only some nodes serve reaches only them.
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -35,7 +36,8 @@ std::string env_or_fail(const char* name) {
   return value;
 }
 
-// The shipped configuration with the example's ports (balancer 8090, nodes 8081-8083) replaced.
+// The shipped configuration with the example's ports (balancer 8090, nodes 8081-8083, in the
+// backend of every node and in the example model's) replaced.
 std::string config_for(std::uint16_t front, const std::array<std::uint16_t, kNodes>& nodes) {
   std::ifstream in(env_or_fail("BATCHD_HAPROXY_CFG"));
   std::stringstream text;
@@ -51,6 +53,7 @@ std::string config_for(std::uint16_t front, const std::array<std::uint16_t, kNod
   swap("bind", "8090", front);
   for (std::size_t i = 0; i < kNodes; ++i) {
     swap("server node" + std::to_string(i + 1), "808" + std::to_string(i + 1), nodes[i]);
+    swap("server langid-node" + std::to_string(i + 1), "808" + std::to_string(i + 1), nodes[i]);
   }
   return config;
 }
@@ -86,9 +89,11 @@ struct Node {
   std::optional<DaemonProcess> daemon;
   std::optional<FrontendProcess> http;
 
-  void start(const std::vector<std::string>& http_args = {}) {
-    daemon.emplace(socket, std::vector<std::string>{"--backend", "sim", "--sim-devices", "2", "--sim-fixed-us",
-                                                    "2000", "--sim-per-item-us", "20"});
+  void start(const std::vector<std::string>& http_args = {}, const std::vector<std::string>& daemon_args = {}) {
+    std::vector<std::string> args_for_daemon{"--backend", "sim", "--sim-devices", "2", "--sim-fixed-us", "2000",
+                                             "--sim-per-item-us", "20"};
+    args_for_daemon.insert(args_for_daemon.end(), daemon_args.begin(), daemon_args.end());
+    daemon.emplace(socket, args_for_daemon);
     std::vector<std::string> args{"--listen", "127.0.0.1:" + std::to_string(port), "--workers", "1"};
     args.insert(args.end(), http_args.begin(), http_args.end());
     http.emplace(socket, args);
@@ -101,8 +106,15 @@ struct Node {
     daemon->kill9();
     daemon.reset();
   }
-  // Requests this node's daemon took since it started.
+  // Requests this node's daemon took since it started (for one model, by name: 0 where it serves
+  // no such model).
   [[nodiscard]] std::uint64_t taken() const { return connect(socket)->daemon_status().requests_taken; }
+  [[nodiscard]] std::uint64_t taken(const std::string& model) const {
+    for (const DaemonStatus::Model& m : connect(socket)->daemon_status().models) {
+      if (m.name == model) return m.requests_taken;
+    }
+    return 0;
+  }
 };
 
 // What the load generator's --csv rows say about one stretch of the run.
@@ -229,4 +241,44 @@ TEST_CASE("a node stopped with SIGTERM behind HAProxy: /readyz fails first while
   check_every_answer(run);
   const Stretch after = stretch(csv, 4, 1e9);
   CHECK(after.ok > 0);  // the other two nodes carried on
+}
+
+TEST_CASE("a model two of three nodes serve: through the shipped config its requests reach only those two") {
+  std::array<Node, kNodes> nodes;
+  nodes[0].start();
+  nodes[1].start({}, {"--model", "langid"});
+  nodes[2].start({}, {"--model", "langid"});
+  const std::uint16_t front = free_port();
+  Haproxy haproxy(config_for(front, {nodes[0].port, nodes[1].port, nodes[2].port}));
+  REQUIRE(answers_through(front));
+  // HAProxy counts a server up until its checks fail (2 at 500 ms): node 1, which has no langid,
+  // leaves the model's backend within about a second. Then ten in a row are answered.
+  const std::string infer = R"({"inputs":[{"name":"INPUT","datatype":"BYTES","shape":[1],"data":["routed"]}]})";
+  int in_a_row = 0;
+  CHECK(eventually([&] {
+    HttpClient client(front, 2s);
+    const auto r = client.round_trip(make_request("POST", "/v2/models/langid/infer", infer));
+    in_a_row = r && r->status == 200 ? in_a_row + 1 : 0;
+    return in_a_row >= 10;
+  }, grace(5s)));
+  const std::uint64_t default_before = nodes[0].taken();
+
+  const StressRun run =
+      run_stress({"--http", "http://127.0.0.1:" + std::to_string(front) + "/v2/models/langid/infer", "--protocol",
+                  "v2", "--rate", std::to_string(load_rate() / 2), "--duration", "3", "--connections", "32",
+                  "--pipeline-depth", "1", "--expect-sim", "1", "--input-bytes", "16:64", "--timeout-ms", "5000",
+                  "--quiet"});
+  // Node 1 would have refused each one (it serves no langid): every answer is right.
+  check_every_answer(run);
+  CHECK(nodes[1].taken("langid") > 0);
+  CHECK(nodes[2].taken("langid") > 0);
+  CHECK(nodes[0].taken() == default_before);
+  // The default model, which has no backend of its own, still goes to every node.
+  for (int i = 0; i < 30; ++i) {
+    HttpClient client(front, 2s);
+    const auto r = client.round_trip(batch_request("everywhere " + std::to_string(i)));
+    REQUIRE(r.has_value());
+    CHECK(r->status == 200);
+  }
+  CHECK(nodes[0].taken() > default_before);
 }
