@@ -203,28 +203,27 @@ void Router::enqueue_on(Lane& lane, Batch* batch) noexcept {
   lane.queue.enqueue(batch);
 }
 
-Router::Lane* Router::inline_lane(const Batch& batch, std::int64_t now_ns) noexcept {
-  if (!backend_.runs_inline() || options_.inline_run_max.count() == 0) return nullptr;
-  Lane* lane = pick_lane(batch, now_ns);
-  if (lane == nullptr) return nullptr;
-  const DeviceHealth& h = *health_[lane->id.device];
+std::uint64_t Router::inline_budget_ns() const noexcept {
+  if (!backend_.runs_inline()) return 0;
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(options_.inline_run_max).count());
+}
+
+bool Router::runs_inline_on(const DeviceHealth& h, std::size_t items, std::int64_t now_ns) const noexcept {
   // Unmeasured (or stale) runs go to a worker once, which measures them; so do probes.
   const std::uint64_t item_ns = h.item_ns_estimate(now_ns);
-  if (h.state() != DeviceState::kHealthy || item_ns == 0) return nullptr;
-  const auto budget_ns = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.inline_run_max).count());
-  return item_ns * batch.size() <= budget_ns ? lane : nullptr;
+  return h.state() == DeviceState::kHealthy && item_ns != 0 && item_ns * items <= inline_budget_ns();
+}
+
+Router::Lane* Router::inline_lane(const Batch& batch, std::int64_t now_ns) noexcept {
+  if (inline_budget_ns() == 0) return nullptr;
+  Lane* lane = pick_lane(batch, now_ns);
+  if (lane == nullptr) return nullptr;
+  return runs_inline_on(*health_[lane->id.device], batch.size(), now_ns) ? lane : nullptr;
 }
 
 bool Router::would_run_inline(std::uint32_t items, std::int64_t now_ns) const noexcept {
-  if (!backend_.runs_inline() || options_.inline_run_max.count() == 0) return false;
-  const auto budget_ns = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.inline_run_max).count());
-  for (const auto& h : health_) {
-    const std::uint64_t item_ns = h->item_ns_estimate(now_ns);
-    if (h->state() == DeviceState::kHealthy && item_ns != 0 && item_ns * items <= budget_ns) return true;
-  }
-  return false;
+  if (inline_budget_ns() == 0) return false;
+  return std::any_of(health_.begin(), health_.end(), [&](const auto& h) { return runs_inline_on(*h, items, now_ns); });
 }
 
 BackendStatus Router::run_guarded(LaneId lane, const BatchInput& in, BatchOutput& out) noexcept {

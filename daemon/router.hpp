@@ -196,6 +196,10 @@ class Router {
   };
 
   void worker(Lane& lane) noexcept;
+  // inline_run_max in nanoseconds; 0 where batches never run on the drain thread.
+  [[nodiscard]] std::uint64_t inline_budget_ns() const noexcept;
+  // Whether device h, healthy and measured, would run a batch of `items` within inline_run_max.
+  [[nodiscard]] bool runs_inline_on(const DeviceHealth& h, std::size_t items, std::int64_t now_ns) const noexcept;
   // The healthy lane whose device would run this batch within inline_run_max, or nullptr.
   Lane* inline_lane(const Batch& batch, std::int64_t now_ns) noexcept;
   BackendStatus run_guarded(LaneId lane, const BatchInput& in, BatchOutput& out) noexcept;
