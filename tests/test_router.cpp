@@ -114,8 +114,10 @@ TEST_CASE("sim: a device failing every 5th batch and a hanging one lose nothing 
   CHECK(devices[2]->timeouts() > 0);
 
   // What a client (batchctl, the front-end's /metrics) sees of the same, from the status page.
-  std::this_thread::sleep_for(200ms);  // a few watchdog ticks: the page is published periodically
-  const DaemonStatus status = client->daemon_status();
+  // The page is published periodically: wait for a publication that has seen every answer.
+  DaemonStatus status;
+  CHECK(test::eventually(
+      [&] { return (status = client->daemon_status()).requests_ok >= threads * per_thread; }, 5s));
   CHECK(status.backend == "sim");
   REQUIRE(status.devices.size() == 4);
   // Hanging, so never healthy; whether it is unhealthy or being probed right now is timing.
