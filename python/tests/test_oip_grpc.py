@@ -671,12 +671,14 @@ def test_perf_analyzer_picks_the_model_by_name(start_daemon: Callable[..., str],
 
 
 def _perf_analyzer(address: str, model: str, mode: list[str]) -> None:
-    # Three 5-second windows is the fewest its stability check takes. Synchronous gRPC on a small
-    # shared machine swings from window to window by more than perf_analyzer's default 10 %, and
-    # this asserts correctness, not speed: -s 1000 takes any three windows whose throughput and
-    # latency lie within a factor of 11, so the run ends after three (-r 3 bounds it either way).
+    # Three windows is the fewest its stability check takes, and 1.5 s windows hold thousands of
+    # requests each (5 s ones made these four runs a minute of the suite, every core busy).
+    # Synchronous gRPC on a small shared machine swings from window to window by more than
+    # perf_analyzer's default 10 %, and this asserts correctness, not speed: -s 1000 takes any
+    # three windows whose throughput and latency lie within a factor of 11, so the run ends after
+    # three (-r 3 bounds it either way).
     report = run_perf_analyzer(["-m", model, "-u", address, "-i", "grpc", *mode, "--concurrency-range", "16",
-                                "--measurement-interval", "5000", "--max-trials", "3", "-s", "1000"])
+                                "--measurement-interval", "1500", "--max-trials", "3", "-s", "1000"])
     throughput = re.search(r"^Concurrency: 16, throughput: ([\d.]+) infer/sec", report, re.MULTILINE)
     assert throughput and float(throughput.group(1)) > 0, report
     # What it counted against what the server's statistics counted over the same windows: they

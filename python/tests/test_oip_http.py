@@ -420,10 +420,10 @@ def test_a_client_that_half_closes_still_gets_its_answer(url: str) -> None:
 # --- perf_analyzer ------------------------------------------------------------------------------
 
 def test_perf_analyzer_measures_without_errors(url: str) -> None:
-    # Three 5-second windows is the fewest its stability check takes; -s 100 (the fastest window
-    # at most twice the slowest) since this asserts correctness, not speed, on a shared machine.
+    # Three windows is the fewest its stability check takes; short ones and -s 1000 (any three
+    # windows) since this asserts correctness, not speed, on a shared machine (test_oip_grpc.py).
     report = run_perf_analyzer(["-m", MODEL, "-u", url, "-i", "http", "--concurrency-range", "16",
-                                "--measurement-interval", "5000", "--max-trials", "4", "-s", "100"])
+                                "--measurement-interval", "1500", "--max-trials", "3", "-s", "1000"])
     throughput = re.search(r"^Concurrency: 16, throughput: ([\d.]+) infer/sec", report, re.MULTILINE)
     assert throughput and float(throughput.group(1)) > 0, report
     # What it counted against what the server's statistics counted over the same windows: they
