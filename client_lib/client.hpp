@@ -192,8 +192,15 @@ struct DaemonStatus {
     // that publishes none per model.
     std::vector<std::pair<std::string, std::uint64_t>> flushes;
     std::vector<std::uint64_t> batch_sizes;
+    // Its devices, as `devices` lists the default model's (compute_time is the default model's
+    // alone), and how many of them can run a batch now; none while it is unloaded.
+    std::vector<Device> devices;
+    std::uint32_t healthy_devices = 0;
   };
   std::vector<Model> models;
+  // Whether the daemon publishes each model's devices (Model::devices); one built before that
+  // lists only the default model's, in `devices`.
+  bool devices_by_model = false;
   // The histograms' bucket bounds; empty when the daemon publishes no histograms (one built
   // before them), and then the histograms are empty too.
   std::vector<std::int64_t> latency_bounds_ns;

@@ -17,6 +17,53 @@ void family(std::string& out, std::string_view name, std::string_view type, std:
   fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
+// A label value as Prometheus' text format wants it: backslash, quote and newline escaped.
+std::string label_value(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    if (c == '\\' || c == '"') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string model_labels(const DaemonStatus::Model& model) {
+  return fmt::format("model=\"{}\",version=\"{}\"", label_value(model.name), label_value(model.version));
+}
+
+// Whose devices a device series is about: each model's (labelled model, version) where the daemon
+// publishes them, else the page's, the default model's, unlabelled (a daemon from before that).
+struct DeviceGroup {
+  std::string labels;  // before `device`, each followed by a comma
+  const std::vector<DaemonStatus::Device>* devices;
+};
+
+std::vector<DeviceGroup> device_groups(const DaemonStatus& status) {
+  std::vector<DeviceGroup> groups;
+  if (!status.devices_by_model) {
+    groups.push_back({"", &status.devices});
+    return groups;
+  }
+  for (const DaemonStatus::Model& model : status.models) groups.push_back({model_labels(model) + ",", &model.devices});
+  return groups;
+}
+
+// One series per device of every group: `name{<group labels>device="d"<extra>} value_of(device)`.
+template <typename ValueOf>
+void per_device(std::string& out, const std::vector<DeviceGroup>& groups, std::string_view name, ValueOf value_of,
+                std::string_view extra = {}) {
+  for (const DeviceGroup& group : groups) {
+    for (std::size_t d = 0; d < group.devices->size(); ++d) {
+      fmt::format_to(std::back_inserter(out), "{}{{{}device=\"{}\"{}}} {}\n", name, group.labels, d, extra,
+                     value_of((*group.devices)[d]));
+    }
+  }
+}
+
 // One histogram's series of batch sizes. The daemon counts batches of [2^b, 2^(b+1)) requests in
 // bucket b, so bucket b's upper bound is 2^(b+1) - 1. It publishes no sum of sizes, so the
 // histogram has no _sum series. `labels`: those before le, each followed by a comma.
@@ -42,12 +89,10 @@ void render_batch_sizes(const DaemonStatus& status, std::string& out) {
   render_batch_size_series("batchd_daemon_batch_size", "", status.batch_sizes, out);
 }
 
-void render_cost_fits(const DaemonStatus& status, std::string& out) {
+void render_cost_fits(const std::vector<DeviceGroup>& groups, std::string& out) {
   const auto series = [&](std::string_view name, std::string_view type, std::string_view help, auto value_of) {
     family(out, name, type, help);
-    for (std::size_t d = 0; d < status.devices.size(); ++d) {
-      fmt::format_to(std::back_inserter(out), "{}{{device=\"{}\"}} {}\n", name, d, value_of(status.devices[d]));
-    }
+    per_device(out, groups, name, value_of);
   };
   series("batchd_daemon_device_cost_fixed_seconds", "gauge",
          "Fitted batch cost per device: the fixed part of a batch's time.",
@@ -85,22 +130,25 @@ void render_policy(const DaemonStatus& status, std::string& out) {
 }
 
 // Device memory: free and total where the backend reports it, and the byte budget everywhere.
-void render_device_memory(const DaemonStatus& status, std::string& out) {
-  const auto per_device = [&](std::string_view name, std::string_view help, auto value, bool reported_only) {
+void render_device_memory(const std::vector<DeviceGroup>& groups, std::string& out) {
+  using Device = DaemonStatus::Device;
+  const auto reported_only = [&](std::string_view name, std::string_view help, auto value) {
     family(out, name, "gauge", help);
-    for (std::size_t d = 0; d < status.devices.size(); ++d) {
-      if (reported_only && status.devices[d].memory_total_bytes == 0) continue;
-      fmt::format_to(std::back_inserter(out), "{}{{device=\"{}\"}} {}\n", name, d, value(status.devices[d]));
+    for (const DeviceGroup& group : groups) {
+      for (std::size_t d = 0; d < group.devices->size(); ++d) {
+        const Device& dev = (*group.devices)[d];
+        if (dev.memory_total_bytes == 0) continue;
+        fmt::format_to(std::back_inserter(out), "{}{{{}device=\"{}\"}} {}\n", name, group.labels, d, value(dev));
+      }
     }
   };
-  using Device = DaemonStatus::Device;
-  per_device("batchd_daemon_device_memory_free_bytes", "Each device's free memory.",
-             [](const Device& dev) { return dev.memory_free_bytes; }, true);
-  per_device("batchd_daemon_device_memory_total_bytes", "Each device's memory.",
-             [](const Device& dev) { return dev.memory_total_bytes; }, true);
-  per_device("batchd_daemon_device_byte_budget",
-             "The largest batch, in input bytes, each device's memory takes now.",
-             [](const Device& dev) { return dev.byte_budget; }, false);
+  reported_only("batchd_daemon_device_memory_free_bytes", "Each device's free memory.",
+                [](const Device& dev) { return dev.memory_free_bytes; });
+  reported_only("batchd_daemon_device_memory_total_bytes", "Each device's memory.",
+                [](const Device& dev) { return dev.memory_total_bytes; });
+  family(out, "batchd_daemon_device_byte_budget", "gauge",
+         "The largest batch, in input bytes, each device's memory takes now.");
+  per_device(out, groups, "batchd_daemon_device_byte_budget", [](const Device& dev) { return dev.byte_budget; });
 }
 
 // A duration in seconds as Prometheus writes a float: shortest round-trip form ("2.5e-05").
@@ -131,26 +179,16 @@ void render_latency(const DaemonStatus& status, std::string& out) {
     render_histogram(out, "batchd_request_queue_seconds", fmt::format("class=\"{}\"", priority_name(priority)),
                      status.queue_time_by_class[static_cast<std::size_t>(priority)], status.latency_bounds_ns);
   }
+  // The daemon times the default model's devices' runs alone: its group is the first.
   family(out, "batchd_batch_compute_seconds", "histogram",
-         "Each successful batch run's time on its device, by device.");
-  for (std::size_t d = 0; d < status.devices.size(); ++d) {
-    render_histogram(out, "batchd_batch_compute_seconds", fmt::format("device=\"{}\"", d),
-                     status.devices[d].compute_time, status.latency_bounds_ns);
+         "Each successful batch run's time on its device, by device of the default model.");
+  const std::vector<DeviceGroup> groups = device_groups(status);
+  if (groups.empty()) return;
+  const DeviceGroup& timed = groups.front();
+  for (std::size_t d = 0; d < timed.devices->size(); ++d) {
+    render_histogram(out, "batchd_batch_compute_seconds", fmt::format("{}device=\"{}\"", timed.labels, d),
+                     (*timed.devices)[d].compute_time, status.latency_bounds_ns);
   }
-}
-
-// A label value as Prometheus' text format wants it: backslash, quote and newline escaped.
-std::string label_value(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    if (c == '\\' || c == '"') out += '\\';
-    out += c;
-  }
-  return out;
 }
 
 // The worker processes: how many, how many the daemon needs, and who each is (by the model it
@@ -183,69 +221,62 @@ void render_workers(const DaemonStatus& status, std::string& out) {
 }
 
 void render_devices(const DaemonStatus& status, std::string& out) {
+  using Device = DaemonStatus::Device;
   static constexpr std::string_view kStates[] = {"healthy", "unhealthy", "probing", "lost", "absent"};
+  const std::vector<DeviceGroup> groups = device_groups(status);
   family(out, "batchd_daemon_device_state", "gauge", "1 for each device's current state.");
-  for (std::size_t d = 0; d < status.devices.size(); ++d) {
-    for (const std::string_view state : kStates) {
-      fmt::format_to(std::back_inserter(out), "batchd_daemon_device_state{{device=\"{}\",state=\"{}\"}} {}\n", d,
-                     state, status.devices[d].state == state ? 1 : 0);
-    }
+  for (const std::string_view state : kStates) {
+    per_device(out, groups, "batchd_daemon_device_state", [&](const Device& dev) { return dev.state == state ? 1 : 0; },
+               fmt::format(",state=\"{}\"", state));
   }
   family(out, "batchd_daemon_device_batches_total", "counter", "Batches each device ran, by result.");
-  for (std::size_t d = 0; d < status.devices.size(); ++d) {
-    const auto& dev = status.devices[d];
-    fmt::format_to(std::back_inserter(out), "batchd_daemon_device_batches_total{{device=\"{}\",result=\"ok\"}} {}\n",
-                   d, dev.batches_ok);
-    fmt::format_to(std::back_inserter(out),
-                   "batchd_daemon_device_batches_total{{device=\"{}\",result=\"failed\"}} {}\n", d,
-                   dev.batches_failed);
-  }
+  per_device(out, groups, "batchd_daemon_device_batches_total", [](const Device& dev) { return dev.batches_ok; },
+             ",result=\"ok\"");
+  per_device(out, groups, "batchd_daemon_device_batches_total", [](const Device& dev) { return dev.batches_failed; },
+             ",result=\"failed\"");
   family(out, "batchd_daemon_device_timeouts_total", "counter", "Batches that overran the device timeout.");
-  for (std::size_t d = 0; d < status.devices.size(); ++d) {
-    fmt::format_to(std::back_inserter(out), "batchd_daemon_device_timeouts_total{{device=\"{}\"}} {}\n", d,
-                   status.devices[d].timeouts);
-  }
+  per_device(out, groups, "batchd_daemon_device_timeouts_total", [](const Device& dev) { return dev.timeouts; });
   family(out, "batchd_daemon_device_outstanding_requests", "gauge", "Requests each device is running.");
-  for (std::size_t d = 0; d < status.devices.size(); ++d) {
-    fmt::format_to(std::back_inserter(out), "batchd_daemon_device_outstanding_requests{{device=\"{}\"}} {}\n", d,
-                   status.devices[d].outstanding_requests);
-  }
+  per_device(out, groups, "batchd_daemon_device_outstanding_requests",
+             [](const Device& dev) { return dev.outstanding_requests; });
   family(out, "batchd_daemon_device_batch_seconds", "gauge", "Each device's measured time per batch.");
-  for (std::size_t d = 0; d < status.devices.size(); ++d) {
-    fmt::format_to(std::back_inserter(out), "batchd_daemon_device_batch_seconds{{device=\"{}\"}} {}\n", d,
-                   static_cast<double>(status.devices[d].batch_ns) / 1e9);
-  }
-  render_cost_fits(status, out);
-  render_device_memory(status, out);
+  per_device(out, groups, "batchd_daemon_device_batch_seconds",
+             [](const Device& dev) { return static_cast<double>(dev.batch_ns) / 1e9; });
+  render_cost_fits(groups, out);
+  render_device_memory(groups, out);
 }
 
 // Each model's state and counters: batchd's own names, and Triton's (nv_inference_*), with Triton's
 // meaning and labels, for the dashboards and autoscalers that read them.
 void render_models(const DaemonStatus& status, std::string& out) {
-  const auto labels = [](const DaemonStatus::Model& model) {
-    return fmt::format("model=\"{}\",version=\"{}\"", label_value(model.name), label_value(model.version));
-  };
   family(out, "batchd_model_state", "gauge", "1 for each model's state: ready, or unavailable (no lane can run it).");
   for (const DaemonStatus::Model& model : status.models) {
-    fmt::format_to(std::back_inserter(out), "batchd_model_state{{{},backend=\"{}\",state=\"{}\"}} 1\n", labels(model),
+    fmt::format_to(std::back_inserter(out), "batchd_model_state{{{},backend=\"{}\",state=\"{}\"}} 1\n", model_labels(model),
                    label_value(model.backend), model.state);
+  }
+  if (status.devices_by_model) {
+    family(out, "batchd_model_healthy_devices", "gauge", "Devices that can run each model's batches now.");
+    for (const DaemonStatus::Model& model : status.models) {
+      fmt::format_to(std::back_inserter(out), "batchd_model_healthy_devices{{{}}} {}\n", model_labels(model),
+                     model.healthy_devices);
+    }
   }
   family(out, "batchd_model_requests_taken_total", "counter", "Requests the daemon took for each model.");
   for (const DaemonStatus::Model& model : status.models) {
-    fmt::format_to(std::back_inserter(out), "batchd_model_requests_taken_total{{{}}} {}\n", labels(model),
+    fmt::format_to(std::back_inserter(out), "batchd_model_requests_taken_total{{{}}} {}\n", model_labels(model),
                    model.requests_taken);
   }
   family(out, "batchd_model_flushes_total", "counter", "Each model's batches flushed, by why.");
   for (const DaemonStatus::Model& model : status.models) {
     for (const auto& [reason, count] : model.flushes) {
-      fmt::format_to(std::back_inserter(out), "batchd_model_flushes_total{{{},reason=\"{}\"}} {}\n", labels(model),
+      fmt::format_to(std::back_inserter(out), "batchd_model_flushes_total{{{},reason=\"{}\"}} {}\n", model_labels(model),
                      reason, count);
     }
   }
   family(out, "batchd_model_batch_size", "histogram", "Requests per batch each model ran.");
   for (const DaemonStatus::Model& model : status.models) {
     if (!model.batch_sizes.empty()) {
-      render_batch_size_series("batchd_model_batch_size", labels(model) + ",", model.batch_sizes, out);
+      render_batch_size_series("batchd_model_batch_size", model_labels(model) + ",", model.batch_sizes, out);
     }
   }
   struct Family {
@@ -275,7 +306,7 @@ void render_models(const DaemonStatus& status, std::string& out) {
     family(out, f.name, f.type, f.help);
     for (const DaemonStatus::Model& model : status.models) {
       const std::uint64_t value = model.*f.value;
-      fmt::format_to(std::back_inserter(out), "{}{{{}}} {}\n", f.name, labels(model),
+      fmt::format_to(std::back_inserter(out), "{}{{{}}} {}\n", f.name, model_labels(model),
                      f.microseconds ? value / 1000 : value);
     }
   }

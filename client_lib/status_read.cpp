@@ -119,6 +119,63 @@ const shm::StatusModelBatches* model_batches_section(const shm::DaemonStatusPage
   return ours ? batches : nullptr;
 }
 
+// Each model's devices, or nullptr when the daemon publishes none (one from before them).
+const shm::StatusModelDevices* model_devices_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
+  if (file_bytes < shm::kStatusModelDevicesOffset + sizeof(shm::StatusModelDevices)) return nullptr;
+  const auto* devices = reinterpret_cast<const shm::StatusModelDevices*>(
+      reinterpret_cast<const char*>(&page) + shm::kStatusModelDevicesOffset);
+  const bool ours = devices->magic == shm::kStatusModelDevicesMagic &&
+                    devices->version == shm::kStatusModelDevicesVersion &&
+                    devices->capacity == shm::kStatusModels && devices->places == shm::kStatusDevices;
+  return ours ? devices : nullptr;
+}
+
+// One device's row, the page's or a model's table's; `max_batch_bytes` stands for the byte budget
+// of a daemon from before memory feedback, which left the field 0 and held nothing back.
+DaemonStatus::Device read_device(const shm::StatusDevice& dev, const shm::StatusCost& cost,
+                                 const std::atomic<std::uint32_t>& laggard, const std::atomic<std::uint64_t>& probes,
+                                 std::uint64_t max_batch_bytes) {
+  static constexpr const char* kStates[] = {"healthy", "unhealthy", "probing", "lost", "absent"};
+  constexpr auto relaxed = std::memory_order_relaxed;
+  DaemonStatus::Device out;
+  const std::uint32_t state = dev.state.load(relaxed);
+  out.state = state < std::size(kStates) ? kStates[state] : "unknown";
+  out.batches_ok = dev.batches_ok.load(relaxed);
+  out.batches_failed = dev.batches_failed.load(relaxed);
+  out.timeouts = dev.timeouts.load(relaxed);
+  out.outstanding_requests = dev.outstanding_requests.load(relaxed);
+  out.batch_ns = dev.batch_ns.load(relaxed);
+  out.fixed_ns = static_cast<double>(cost.fixed_ns.load(relaxed));
+  out.per_item_ns = static_cast<double>(cost.per_item_ps.load(relaxed)) / 1000;
+  out.per_byte_ns = static_cast<double>(cost.per_byte_ps.load(relaxed)) / 1000;
+  out.cost_samples = cost.samples.load(relaxed);
+  out.memory_free_bytes = dev.memory_free_bytes.load(relaxed);
+  out.memory_total_bytes = dev.memory_total_bytes.load(relaxed);
+  out.byte_budget = dev.byte_budget.load(relaxed);
+  out.laggard = laggard.load(relaxed) != 0;
+  out.probes = probes.load(relaxed);
+  if (out.byte_budget == 0 && out.memory_total_bytes == 0) out.byte_budget = max_batch_bytes;
+  return out;
+}
+
+// out.models and out.devices (the page's: the default model's, with their compute times) are
+// read already.
+void read_model_devices(const shm::StatusModelDevices& in, DaemonStatus& out) {
+  out.devices_by_model = true;
+  // out.models holds at most kStatusModels entries (model_count).
+  for (std::size_t m = 0; m < out.models.size(); ++m) {
+    const shm::StatusModelDeviceTable& table = in.model[m];
+    DaemonStatus::Model& model = out.models[m];
+    model.healthy_devices = table.healthy.load(std::memory_order_relaxed);
+    const std::size_t listed = std::min<std::size_t>(table.devices.load(std::memory_order_relaxed), shm::kStatusDevices);
+    for (std::size_t d = 0; d < listed; ++d) {
+      const shm::StatusModelDevice& row = table.device[d];
+      model.devices.push_back(read_device(row.device, row.cost, row.laggard, row.probes, out.max_batch_bytes));
+      if (m == 0 && d < out.devices.size()) model.devices.back().compute_time = out.devices[d].compute_time;
+    }
+  }
+}
+
 constexpr const char* kFlushReasonNames[shm::kFlushReasons] = {
     "hold", "full", "max_wait", "deadline", "target", "fill_time", "no_device", "stopping"};
 
@@ -215,7 +272,6 @@ std::uint64_t DaemonStatus::Histogram::count() const noexcept {
 }
 
 DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
-  static constexpr const char* kStates[] = {"healthy", "unhealthy", "probing", "lost", "absent"};
   DaemonStatus out;
   char backend[sizeof(page.backend) + 1] = {};
   std::memcpy(backend, page.backend, sizeof(page.backend));
@@ -257,31 +313,13 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
   for (const auto& bucket : page.batch_sizes) out.batch_sizes.push_back(bucket.load(std::memory_order_relaxed));
   const std::size_t listed = std::min<std::size_t>(page.devices.load(std::memory_order_relaxed), shm::kStatusDevices);
   for (std::size_t d = 0; d < listed; ++d) {
-    const shm::StatusDevice& dev = page.device[d];
-    const std::uint32_t state = dev.state.load(std::memory_order_relaxed);
-    const shm::StatusCost& cost = page.cost[d];
-    out.devices.push_back({state < std::size(kStates) ? kStates[state] : "unknown", dev.batches_ok.load(std::memory_order_relaxed),
-                           dev.batches_failed.load(std::memory_order_relaxed),
-                           dev.timeouts.load(std::memory_order_relaxed),
-                           dev.outstanding_requests.load(std::memory_order_relaxed),
-                           dev.batch_ns.load(std::memory_order_relaxed),
-                           static_cast<double>(cost.fixed_ns.load(std::memory_order_relaxed)),
-                           static_cast<double>(cost.per_item_ps.load(std::memory_order_relaxed)) / 1000,
-                           static_cast<double>(cost.per_byte_ps.load(std::memory_order_relaxed)) / 1000,
-                           cost.samples.load(std::memory_order_relaxed)});
-    DaemonStatus::Device& added = out.devices.back();
-    added.memory_free_bytes = dev.memory_free_bytes.load(std::memory_order_relaxed);
-    added.memory_total_bytes = dev.memory_total_bytes.load(std::memory_order_relaxed);
-    added.byte_budget = dev.byte_budget.load(std::memory_order_relaxed);
-    added.laggard = page.laggard[d].load(std::memory_order_relaxed) != 0;
-    added.probes = page.probes[d].load(std::memory_order_relaxed);
-    // A daemon from before memory feedback left the field 0 and held nothing back.
-    if (added.byte_budget == 0 && added.memory_total_bytes == 0) added.byte_budget = out.max_batch_bytes;
+    out.devices.push_back(read_device(page.device[d], page.cost[d], page.laggard[d], page.probes[d], out.max_batch_bytes));
   }
   if (const shm::StatusLatency* latency = latency_section(page, file_bytes)) read_latency(*latency, out);
   if (const shm::StatusModels* models = models_section(page, file_bytes)) {
     read_models(*models, out);
     if (const shm::StatusModelBatches* batches = model_batches_section(page, file_bytes)) read_model_batches(*batches, out);
+    if (const shm::StatusModelDevices* devices = model_devices_section(page, file_bytes)) read_model_devices(*devices, out);
   }
   if (const shm::StatusWorkers* workers = workers_section(page, file_bytes)) read_workers(*workers, out);
   return out;

@@ -237,8 +237,6 @@ class Daemon {
   void create_status_file();
   // The latency histograms into the pages after the status page (watchdog thread).
   void publish_latency() noexcept;
-  // A device's memory and byte budget into its status entry (watchdog thread).
-  void publish_memory(unsigned device, shm::StatusDevice& out) noexcept;
   // Who each worker is, into the pages after the histograms (watchdog thread).
   void publish_workers() noexcept;
   // Writes the default model's batching policy into the status page (drain loop: it owns the
@@ -297,6 +295,7 @@ class Daemon {
   shm::StatusWorkers* workers_page_ = nullptr;  // in status_map_, after the histograms
   shm::StatusModels* models_page_ = nullptr;    // in status_map_, after the workers
   shm::StatusModelBatches* model_batches_page_ = nullptr;  // in status_map_, after the models
+  shm::StatusModelDevices* model_devices_page_ = nullptr;  // in status_map_, after their batches
 
   io_uring ring_{};
   bool ring_ready_ = false;

@@ -20,6 +20,55 @@ void publish_histogram(const LatencyHistogram& from, shm::StatusHistogram& to) n
   to.sum_ns.store(from.sum_ns.load(relaxed), relaxed);
 }
 
+// Where one device's figures go: the page's columns for the default model's devices, a row of
+// the models' device table for each model's.
+struct DeviceOut {
+  shm::StatusDevice& device;
+  shm::StatusCost& cost;
+  std::atomic<std::uint32_t>& laggard;
+  std::atomic<std::uint64_t>& probes;
+};
+
+// A router's devices into the status file (the first shm::kStatusDevices of them); returns how
+// many are healthy or being probed, of all. `max_batch_bytes`, the model's policy's limit, bounds
+// the byte budgets shown.
+template <typename OutAt>
+std::uint32_t publish_devices(const Router& router, std::uint64_t max_batch_bytes, OutAt out_at) noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const auto& devices = router.devices();
+  const std::bitset<64> laggards = router.laggards(shm::monotonic_ns());
+  std::uint32_t healthy = 0;
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    const DeviceHealth& h = *devices[d];
+    if (h.present() && (h.state() == DeviceState::kHealthy || h.state() == DeviceState::kProbing)) ++healthy;
+    if (d >= shm::kStatusDevices) continue;
+    const DeviceOut out = out_at(d);
+    out.device.state.store(h.present() ? static_cast<std::uint32_t>(h.state()) : shm::kStatusDeviceAbsent, relaxed);
+    out.device.batches_ok.store(h.batches_ok(), relaxed);
+    out.device.batches_failed.store(h.batches_failed(), relaxed);
+    out.device.timeouts.store(h.timeouts(), relaxed);
+    out.device.outstanding_requests.store(h.outstanding_items.load(relaxed), relaxed);
+    // What was measured, however long ago: the routing estimate reads 0 once it is stale, and an
+    // idle cpu device then showed a batch time of 0.
+    out.device.batch_ns.store(h.measured_batch_ns(), relaxed);
+    const Router::MemoryView memory = router.device_memory(static_cast<unsigned>(d));
+    const std::uint64_t budget = std::min(memory.byte_budget, max_batch_bytes);
+    out.device.byte_budget.store(static_cast<std::uint32_t>(std::min<std::uint64_t>(budget, UINT32_MAX)), relaxed);
+    out.device.memory_free_bytes.store(memory.reading.free_bytes, relaxed);
+    out.device.memory_total_bytes.store(memory.reading.total_bytes, relaxed);
+    out.laggard.store(laggards.test(d) ? 1 : 0, relaxed);
+    out.probes.store(h.probes_ok(), relaxed);
+    // Until it is trusted the policy uses the prior ("no cost"), so that is what is shown.
+    CostFit fit = router.cost_fit(static_cast<unsigned>(d));
+    if (!fit.fitted) fit.fixed_ns = fit.per_item_ns = fit.per_byte_ns = 0;
+    out.cost.fixed_ns.store(static_cast<std::uint64_t>(fit.fixed_ns), relaxed);
+    out.cost.per_item_ps.store(static_cast<std::uint64_t>(fit.per_item_ns * 1000), relaxed);
+    out.cost.per_byte_ps.store(static_cast<std::uint64_t>(fit.per_byte_ns * 1000), relaxed);
+    out.cost.samples.store(fit.samples, relaxed);
+  }
+  return healthy;
+}
+
 // NUL-padded text into a status table's words (atomics: a reader in this process races nothing).
 template <std::size_t N>
 void put_text(std::string_view text, std::atomic<std::uint64_t> (&words)[N]) noexcept {
@@ -59,6 +108,11 @@ void Daemon::create_status_file() {
   model_batches_page_->magic = shm::kStatusModelBatchesMagic;
   model_batches_page_->version = shm::kStatusModelBatchesVersion;
   model_batches_page_->capacity = shm::kStatusModels;
+  model_devices_page_ = new (base + shm::kStatusModelDevicesOffset) shm::StatusModelDevices{};
+  model_devices_page_->magic = shm::kStatusModelDevicesMagic;
+  model_devices_page_->version = shm::kStatusModelDevicesVersion;
+  model_devices_page_->capacity = shm::kStatusModels;
+  model_devices_page_->places = shm::kStatusDevices;
   status_->daemon_pid = static_cast<std::uint32_t>(::getpid());
   // Daemon-wide, each workers model's minimum counts: a model's own readiness is its state in
   // the models table.
@@ -138,6 +192,18 @@ void Daemon::publish_models() noexcept {
     }
     const std::uint64_t settled = ok + failed + on_devices;
     out.pending.store(taken > settled ? taken - settled : 0, relaxed);
+    shm::StatusModelDeviceTable& table = model_devices_page_->model[m];
+    std::uint32_t devices = 0;
+    std::uint32_t healthy = 0;
+    if (model.running()) {
+      devices = static_cast<std::uint32_t>(model.router().devices().size());
+      healthy = publish_devices(model.router(), model.limits().max_batch_bytes, [&](std::size_t d) {
+        shm::StatusModelDevice& row = table.device[d];
+        return DeviceOut{row.device, row.cost, row.laggard, row.probes};
+      });
+    }
+    table.devices.store(devices, relaxed);
+    table.healthy.store(healthy, relaxed);
   }
 }
 
@@ -170,32 +236,19 @@ void Daemon::publish_status() noexcept {
 void Daemon::publish_status_locked() noexcept {
   constexpr auto relaxed = std::memory_order_relaxed;
   shm::DaemonStatusPage& page = *status_;
-  // The page's devices are the default model's (none while it is unloaded); each model's state
-  // is in the models' table.
+  // The page's devices are the default model's (none while it is unloaded); each model's are in
+  // the models' device table.
   const ModelPipeline& default_model = *models_.front();
-  static const std::vector<std::unique_ptr<DeviceHealth>> kNoDevices;
-  const Router* router = default_model.running() ? &default_model.router() : nullptr;
-  const auto& devices = router != nullptr ? router->devices() : kNoDevices;
-  const std::bitset<64> laggards = router != nullptr ? router->laggards(shm::monotonic_ns()) : std::bitset<64>{};
+  std::uint32_t devices = 0;
   std::uint32_t healthy = 0;
-  for (std::size_t d = 0; d < devices.size(); ++d) {
-    const DeviceHealth& h = *devices[d];
-    if (h.present() && (h.state() == DeviceState::kHealthy || h.state() == DeviceState::kProbing)) ++healthy;
-    if (d >= shm::kStatusDevices) continue;
-    shm::StatusDevice& out = page.device[d];
-    out.state.store(h.present() ? static_cast<std::uint32_t>(h.state()) : shm::kStatusDeviceAbsent, relaxed);
-    out.batches_ok.store(h.batches_ok(), relaxed);
-    out.batches_failed.store(h.batches_failed(), relaxed);
-    out.timeouts.store(h.timeouts(), relaxed);
-    out.outstanding_requests.store(h.outstanding_items.load(relaxed), relaxed);
-    // What was measured, however long ago: the routing estimate reads 0 once it is stale, and an
-    // idle cpu device then showed a batch time of 0.
-    out.batch_ns.store(h.measured_batch_ns(), relaxed);
-    publish_memory(static_cast<unsigned>(d), out);
-    page.laggard[d].store(laggards.test(d) ? 1 : 0, relaxed);
-    page.probes[d].store(h.probes_ok(), relaxed);
+  if (default_model.running()) {
+    devices = static_cast<std::uint32_t>(default_model.router().devices().size());
+    // The batch policy's own limit bounds the budget too (a reload changes it; the page has it).
+    healthy = publish_devices(default_model.router(), page.max_batch_bytes.load(relaxed), [&](std::size_t d) {
+      return DeviceOut{page.device[d], page.cost[d], page.laggard[d], page.probes[d]};
+    });
   }
-  page.devices.store(static_cast<std::uint32_t>(devices.size()), relaxed);
+  page.devices.store(devices, relaxed);
   page.healthy_devices.store(healthy, relaxed);
   page.clients.store(stats_.clients_attached.load(relaxed) - stats_.clients_detached.load(relaxed), relaxed);
   page.requests_taken.store(stats_.requests_taken.load(relaxed), relaxed);
@@ -212,16 +265,6 @@ void Daemon::publish_status_locked() noexcept {
   for (std::size_t r = 0; r < shm::kFlushReasons; ++r) page.flushes[r].store(stats_.flushes[r].load(relaxed), relaxed);
   page.arrivals_per_s.store(stats_.arrivals_per_s.load(relaxed), relaxed);
   page.target_batch.store(stats_.target_batch.load(relaxed), relaxed);
-  for (std::size_t d = 0; d < std::min(devices.size(), shm::kStatusDevices); ++d) {
-    // Until it is trusted the policy uses the prior ("no cost"), so that is what is shown.
-    CostFit fit = router->cost_fit(static_cast<unsigned>(d));
-    if (!fit.fitted) fit.fixed_ns = fit.per_item_ns = fit.per_byte_ns = 0;
-    shm::StatusCost& out = page.cost[d];
-    out.fixed_ns.store(static_cast<std::uint64_t>(fit.fixed_ns), relaxed);
-    out.per_item_ps.store(static_cast<std::uint64_t>(fit.per_item_ns * 1000), relaxed);
-    out.per_byte_ps.store(static_cast<std::uint64_t>(fit.per_byte_ns * 1000), relaxed);
-    out.samples.store(fit.samples, relaxed);
-  }
   for (std::size_t c = 0; c < shm::kWirePriorities; ++c) {
     page.requests_taken_by_class[c].store(stats_.requests_taken_by_class[c].load(relaxed), relaxed);
     page.requests_shed_by_class[c].store(stats_.requests_shed_by_class[c].load(relaxed), relaxed);
@@ -281,16 +324,6 @@ void Daemon::publish_latency() noexcept {
   for (std::size_t d = 0; d < shm::kStatusDevices; ++d) {
     publish_histogram(stats_.latency.compute_by_device[d], latency_->compute_by_device[d]);
   }
-}
-
-void Daemon::publish_memory(unsigned device, shm::StatusDevice& out) noexcept {
-  constexpr auto relaxed = std::memory_order_relaxed;
-  const Router::MemoryView memory = models_.front()->router().device_memory(device);
-  // The batch policy's own limit bounds the budget too (a reload changes it; the page has it).
-  const std::uint64_t budget = std::min(memory.byte_budget, status_->max_batch_bytes.load(relaxed));
-  out.byte_budget.store(static_cast<std::uint32_t>(std::min<std::uint64_t>(budget, UINT32_MAX)), relaxed);
-  out.memory_free_bytes.store(memory.reading.free_bytes, relaxed);
-  out.memory_total_bytes.store(memory.reading.total_bytes, relaxed);
 }
 
 void Daemon::publish_policy() noexcept {

@@ -249,10 +249,40 @@ struct alignas(64) StatusModelBatches {
 static_assert(std::is_standard_layout_v<StatusModelBatches>);
 static_assert(kStatusModelBatchesOffset % alignof(StatusModelBatches) == 0);
 
-// The memfd the daemon creates: the page, the histograms, the workers, the models, their
-// batches, each in whole pages.
-inline constexpr std::size_t kStatusFileBytes =
+// Each model's devices, after the models' batches, in a section of its own: what the page holds
+// for the default model's devices (state, counters, memory, fitted cost, laggard, probes), for
+// every model at its id. Pages of models never declared are never touched.
+inline constexpr std::size_t kStatusModelDevicesOffset =
     kStatusModelBatchesOffset +
     (sizeof(StatusModelBatches) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+inline constexpr std::uint64_t kStatusModelDevicesMagic = 0x5345434956454431ULL;  // "1DEVICES"
+inline constexpr std::uint32_t kStatusModelDevicesVersion = 1;
+struct alignas(64) StatusModelDevice {
+  StatusDevice device;
+  StatusCost cost;
+  std::atomic<std::uint32_t> laggard;  // as DaemonStatusPage::laggard
+  std::atomic<std::uint32_t> reserved;
+  std::atomic<std::uint64_t> probes;   // as DaemonStatusPage::probes
+};
+struct alignas(64) StatusModelDeviceTable {
+  std::atomic<std::uint32_t> devices;  // its backend's (listed: min(devices, kStatusDevices)); 0 unloaded
+  std::atomic<std::uint32_t> healthy;
+  StatusModelDevice device[kStatusDevices];
+};
+struct alignas(64) StatusModelDevices {
+  std::uint64_t magic;     // kStatusModelDevicesMagic
+  std::uint32_t version;   // kStatusModelDevicesVersion
+  std::uint32_t capacity;  // kStatusModels
+  std::uint32_t places;    // kStatusDevices
+  StatusModelDeviceTable model[kStatusModels];
+};
+static_assert(std::is_standard_layout_v<StatusModelDevices>);
+static_assert(kStatusModelDevicesOffset % alignof(StatusModelDevices) == 0);
+
+// The memfd the daemon creates: the page, the histograms, the workers, the models, their
+// batches, their devices, each in whole pages.
+inline constexpr std::size_t kStatusFileBytes =
+    kStatusModelDevicesOffset +
+    (sizeof(StatusModelDevices) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
 
 }  // namespace batchd::shm

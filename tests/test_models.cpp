@@ -13,6 +13,7 @@
 
 #include "backend/reference_batchstring.hpp"
 #include "client_lib/client.hpp"
+#include "client_lib/status_metrics.hpp"
 #include "daemon/options.hpp"
 #include "tests/helpers.hpp"
 
@@ -218,6 +219,56 @@ TEST_CASE("two models in one daemon answer by name with their own settings; an u
   const test::ProcessOutput missing = send({"--socket", socket, "--model", "nope", "hello"});
   CHECK(missing.exit_code() == 1);
   CHECK(missing.err.find("unknown_model") != std::string::npos);
+  daemon.stop();
+}
+
+TEST_CASE("each model's devices are its own on the status page and in the metrics") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "sim", "--sim-devices", "2", "--sim-fixed-us", "100",
+                                      "--max-wait-ms", "1", "--model", "second:sim_devices=1,version=7"});
+  std::unique_ptr<Client> client = test::connect(socket);
+  (void)published(*client, "second");
+  constexpr std::uint64_t kDefault = 30, kSecond = 11;
+  for (std::uint64_t i = 0; i < kDefault; ++i) REQUIRE(client->submit("d" + std::to_string(i), 10s).ok());
+  for (std::uint64_t i = 0; i < kSecond; ++i) {
+    REQUIRE(client->submit("s" + std::to_string(i), 10s, RequestOptions{Priority::kNormal, "second"}).ok());
+  }
+  // A device's batches are its model's: each model's devices ran exactly its batches.
+  const auto batches_on = [](const DaemonStatus::Model& model) {
+    std::uint64_t ran = 0;
+    for (const DaemonStatus::Device& device : model.devices) ran += device.batches_ok;
+    return ran;
+  };
+  DaemonStatus status;
+  REQUIRE(test::eventually([&] {
+    status = client->daemon_status();
+    return status.models.size() == 2 && status.models[0].requests_ok == kDefault &&
+           status.models[1].requests_ok == kSecond && batches_on(status.models[0]) == status.models[0].batches &&
+           batches_on(status.models[1]) == status.models[1].batches;
+  }, 10s));
+  CHECK(status.devices_by_model);
+  REQUIRE(status.models[0].devices.size() == 2);
+  REQUIRE(status.models[1].devices.size() == 1);
+  CHECK(status.models[0].healthy_devices == 2);
+  CHECK(status.models[1].healthy_devices == 1);
+  CHECK(status.models[1].devices[0].state == "healthy");
+  CHECK(status.models[1].batches > 0);
+  // The page's devices are the default model's, with their compute times.
+  REQUIRE(status.devices.size() == 2);
+  CHECK(status.models[0].devices[0].batches_ok == status.devices[0].batches_ok);
+  CHECK(status.models[0].devices[1].compute_time.count() == status.devices[1].compute_time.count());
+
+  std::string metrics;
+  render_daemon_status(&status, metrics);
+  const auto has = [&](const std::string& line) { return metrics.find(line) != std::string::npos; };
+  CHECK(has("batchd_daemon_device_state{model=\"second\",version=\"7\",device=\"0\",state=\"healthy\"} 1\n"));
+  CHECK_FALSE(has("batchd_daemon_device_state{model=\"second\",version=\"7\",device=\"1\""));
+  CHECK(has("batchd_daemon_device_state{model=\"batchstring\",version=\"1\",device=\"1\",state=\"healthy\"} 1\n"));
+  CHECK(has("batchd_daemon_device_batches_total{model=\"second\",version=\"7\",device=\"0\",result=\"ok\"} " +
+            std::to_string(status.models[1].devices[0].batches_ok) + "\n"));
+  CHECK(has("batchd_model_healthy_devices{model=\"second\",version=\"7\"} 1\n"));
+  CHECK(has("batchd_batch_compute_seconds_count{model=\"batchstring\",version=\"1\",device=\"0\"}"));
+  CHECK_FALSE(has("batchd_batch_compute_seconds_count{model=\"second\""));
   daemon.stop();
 }
 

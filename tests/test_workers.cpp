@@ -138,7 +138,9 @@ TEST_CASE("a worker process runs the batches; the status names it; an empty plac
   CHECK(metrics.find("batchd_daemon_min_workers 1\n") != std::string::npos);
   CHECK(metrics.find("batchd_worker_info{device=\"0\",model=\"batchstring\",name=\"cpu\",version=\"7.1\",pid=\"" +
                      std::to_string(worker.pid()) + "\",lanes=\"2\"} 1") != std::string::npos);
-  CHECK(metrics.find("batchd_daemon_device_state{device=\"1\",state=\"absent\"} 1") != std::string::npos);
+  REQUIRE_FALSE(status.models.empty());
+  CHECK(metrics.find("batchd_daemon_device_state{model=\"batchstring\",version=\"" + status.models[0].version +
+                     "\",device=\"1\",state=\"absent\"} 1") != std::string::npos);
   CHECK(metrics.find("batchd_worker_handoff_seconds_count{device=\"0\",model=\"batchstring\"} " +
                      std::to_string(status.devices.at(0).worker_handoff.count())) != std::string::npos);
   const std::string ctl = test::built_binary("BATCHD_CTL_BIN");

@@ -109,8 +109,9 @@ std::string as_text(const batchd::DaemonStatus& s) {
   if (s.models.size() > 1) {
     out += "models:\n";
     for (const batchd::DaemonStatus::Model& model : s.models) {
-      out += fmt::format("  {} version {} ({}): {}, {} lanes, {} requests taken\n", model.name, model.version,
-                         model.backend, model.state, model.lanes, model.requests_taken);
+      out += fmt::format("  {} version {} ({}): {}, {} lanes, {} of {} devices healthy, {} requests taken\n",
+                         model.name, model.version, model.backend, model.state, model.lanes, model.healthy_devices,
+                         model.devices.size(), model.requests_taken);
     }
   }
   return out;
@@ -128,6 +129,22 @@ std::string worker_json(const batchd::DaemonStatus::Device& dev) {
                      dev.worker_pid, dev.worker_lanes, dev.worker_batches, fmt::join(dev.worker_handoff.buckets, ","),
                      dev.worker_handoff.sum_ns);
   return out;
+}
+
+// Devices (the default model's, or one model's) as a JSON array's contents.
+std::string devices_json(const std::vector<batchd::DaemonStatus::Device>& list) {
+  std::string devices;
+  for (const auto& dev : list) {
+    devices += fmt::format("{}{{\"state\":\"{}\",\"batches_ok\":{},\"batches_failed\":{},\"timeouts\":{},"
+                           "\"outstanding_requests\":{},\"batch_ns\":{},\"cost\":{{\"fixed_ns\":{},"
+                           "\"per_item_ns\":{},\"per_byte_ns\":{},\"samples\":{}}},\"memory_free_bytes\":{},"
+                           "\"memory_total_bytes\":{},\"byte_budget\":{},\"laggard\":{},\"probes\":{},\"worker\":{}}}",
+                           devices.empty() ? "" : ",", dev.state, dev.batches_ok, dev.batches_failed,
+                           dev.timeouts, dev.outstanding_requests, dev.batch_ns, dev.fixed_ns,
+                           dev.per_item_ns, dev.per_byte_ns, dev.cost_samples, dev.memory_free_bytes,
+                           dev.memory_total_bytes, dev.byte_budget, dev.laggard, dev.probes, worker_json(dev));
+  }
+  return devices;
 }
 
 // Every model's workers and the models themselves, as JSON arrays' contents.
@@ -154,24 +171,16 @@ std::string models_json(const batchd::DaemonStatus& s) {
     batchd::text::append_json_escaped(model.version, out);
     out += "\",\"backend\":\"";
     batchd::text::append_json_escaped(model.backend, out);
-    out += fmt::format("\",\"state\":\"{}\",\"lanes\":{},\"requests_taken\":{}}}", model.state, model.lanes,
-                       model.requests_taken);
+    out += fmt::format("\",\"state\":\"{}\",\"lanes\":{},\"requests_taken\":{},\"healthy_devices\":{},"
+                       "\"devices\":[{}]}}",
+                       model.state, model.lanes, model.requests_taken, model.healthy_devices,
+                       devices_json(model.devices));
   }
   return out;
 }
 
 std::string as_json(const batchd::DaemonStatus& s) {
-  std::string devices;
-  for (const auto& dev : s.devices) {
-    devices += fmt::format("{}{{\"state\":\"{}\",\"batches_ok\":{},\"batches_failed\":{},\"timeouts\":{},"
-                           "\"outstanding_requests\":{},\"batch_ns\":{},\"cost\":{{\"fixed_ns\":{},"
-                           "\"per_item_ns\":{},\"per_byte_ns\":{},\"samples\":{}}},\"memory_free_bytes\":{},"
-                           "\"memory_total_bytes\":{},\"byte_budget\":{},\"laggard\":{},\"probes\":{},\"worker\":{}}}",
-                           devices.empty() ? "" : ",", dev.state, dev.batches_ok, dev.batches_failed,
-                           dev.timeouts, dev.outstanding_requests, dev.batch_ns, dev.fixed_ns,
-                           dev.per_item_ns, dev.per_byte_ns, dev.cost_samples, dev.memory_free_bytes,
-                           dev.memory_total_bytes, dev.byte_budget, dev.laggard, dev.probes, worker_json(dev));
-  }
+  const std::string devices = devices_json(s.devices);
   std::string flushes;
   for (const auto& [reason, count] : s.flushes) {
     flushes += fmt::format("{}\"{}\":{}", flushes.empty() ? "" : ",", reason, count);

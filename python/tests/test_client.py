@@ -161,3 +161,6 @@ def test_models_by_name_sync_and_asyncio(start_daemon: Callable[..., str]) -> No
         assert [m["name"] for m in models] == ["batchstring", "reversed"]
         assert [m["backend"] for m in models] == ["cpu", "sim"]
         assert all(m["state"] == "ready" for m in models)
+        # Each model's devices are its own: the sim model's one, beside the cpu model's.
+        assert all(m["healthy_devices"] == len(m["devices"]) > 0 for m in models)
+        assert len(models[0]["devices"]) == len(client.status()["devices"])

@@ -9,7 +9,7 @@ over HTTP in every priority class, then checks that
 - the daemon's series read the same through either endpoint;
 - the listener answers 404 and 405 where it should;
 - each model's series in Triton's names (nv_inference_*) count its requests, batches and times,
-  and PromQL in those names (queue time per request, pending requests) evaluates per model
+  and its devices' series (labelled by model) its batches, and PromQL in those names (queue time per request, pending requests) evaluates per model
   (`promtool test rules` over two scrapes of the running daemon);
 - deploy/prometheus/prometheus.yml passes `promtool check config`;
 - deploy/grafana/batchd.json has a dashboard's fields, and every metric its queries name is one
@@ -148,6 +148,16 @@ def check_models(samples, answered, second_answered):
             fail(f"{model}: requests pending with nothing sent")
         if value(samples, "batchd_model_state", backend="sim", state="ready", **labels) != 1:
             fail(f"{model}: not ready")
+        # Each model's devices, under its labels: their batches are its executions.
+        devices = ("0", "1") if model == "batchstring" else ("0",)
+        if value(samples, "batchd_model_healthy_devices", **labels) != len(devices):
+            fail(f"{model}: not {len(devices)} healthy devices")
+        ran = sum(value(samples, "batchd_daemon_device_batches_total", device=d, result="ok", **labels)
+                  for d in devices)
+        if ran != executions:
+            fail(f"{model}: its devices ran {ran} batches, it counts {executions} executions")
+        if value(samples, "batchd_daemon_device_state", device=devices[0], state="healthy", **labels) != 1:
+            fail(f"{model}: device 0 not healthy")
         # Its own batches (a batch is one model's): as many by size as it ran, and flushed as many
         # times (every batch ran; by why, none "stopping").
         _, sized, _ = histogram(samples, "batchd_model_batch_size", summed=False, **labels)
@@ -162,7 +172,8 @@ def check_models(samples, answered, second_answered):
                                                                  model=SECOND, version="7") + 1:
         fail("batchd_daemon_batch_size counts fewer batches than the second model's and one more")
     # The default model's executions are the batches its devices ran (the page's devices are its).
-    ran = sum(value(samples, "batchd_batch_compute_seconds_count", device=d) for d in ("0", "1"))
+    ran = sum(value(samples, "batchd_batch_compute_seconds_count", model="batchstring", version="1", device=d)
+              for d in ("0", "1"))
     if value(samples, "nv_inference_exec_count", model="batchstring", version="1") != ran:
         fail(f"batchstring: executions differ from the {ran} batch compute times of its devices")
 
@@ -337,8 +348,9 @@ def main():
                     fail(f"class {c}: queue time sum {total}")
             batches = 0
             for d in ("0", "1"):
-                _, count, total = histogram(samples, "batchd_batch_compute_seconds", device=d)
-                ran = value(samples, "batchd_daemon_device_batches_total", device=d, result="ok")
+                default = {"model": "batchstring", "version": "1", "device": d}
+                _, count, total = histogram(samples, "batchd_batch_compute_seconds", **default)
+                ran = value(samples, "batchd_daemon_device_batches_total", result="ok", **default)
                 if count != ran:
                     fail(f"device {d}: {count} compute times for {ran} batches")
                 # The sim's cost model makes every batch take at least its 200 us fixed cost.
@@ -353,7 +365,7 @@ def main():
         if histogram_lines(daemon_text) != histogram_lines(http_text):
             fail("the daemon's histograms read differently through the two endpoints")
         print(f"histograms: {answered} requests answered, "
-              f"{int(sum(value(daemon, 'batchd_batch_compute_seconds_count', device=d) for d in '01'))} "
+              f"{int(sum(value(daemon, 'batchd_batch_compute_seconds_count', model='batchstring', version='1', device=d) for d in '01'))} "
               f"batches; both endpoints agree")
 
         # More of both models' requests between two scrapes: PromQL in Triton's names over them.

@@ -119,7 +119,7 @@ TEST_CASE("healthz, readyz, HEAD and metrics") {
   CHECK(metrics.header("content-type").starts_with("text/plain; version=0.0.4"));
   for (const char* name : {"batchd_http_requests_total{code=\"200\"}", "batchd_http_request_duration_seconds_bucket",
                            "batchd_http_requests_in_flight", "batchd_daemon_up 1", "batchd_daemon_queue_depth",
-                           "batchd_daemon_batch_size_bucket{le=\"1\"}", "batchd_daemon_device_state{device=\"0\"",
+                           "batchd_daemon_batch_size_bucket{le=\"1\"}", "batchd_daemon_device_state{model=\"batchstring\",version=\"1\",device=\"0\"",
                            "batchd_http_connections_open"}) {
     CAPTURE(name);
     CHECK(metrics.body.find(name) != std::string::npos);

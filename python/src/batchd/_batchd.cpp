@@ -184,6 +184,10 @@ nb::dict daemon_status(const batchd::DaemonStatus& s) {
     model["compute_ns"] = m.compute_ns;
     model["request_ns"] = m.request_ns;
     model["pending"] = m.pending;
+    nb::list model_devices;
+    for (const auto& d : m.devices) model_devices.append(device_status(d));
+    model["devices"] = model_devices;
+    model["healthy_devices"] = m.healthy_devices;
     models.append(model);
   }
   out["models"] = models;
