@@ -196,11 +196,22 @@ struct DaemonStatus {
     // alone), and how many of them can run a batch now; none while it is unloaded.
     std::vector<Device> devices;
     std::uint32_t healthy_devices = 0;
+    // Its batching policy, as the daemon-wide policy fields below have the default model's.
+    std::string policy;
+    std::uint32_t max_batch = 0, target_batch = 0;
+    std::int64_t max_wait_ns = 0;
+    std::uint64_t max_batch_bytes = 0, arrivals_per_s = 0;
+    // Its requests' queue times, by class, as queue_time_by_class below counts every model's;
+    // empty histograms from a daemon that publishes none per model.
+    std::array<Histogram, kPriorityClasses> queue_time_by_class{};
   };
   std::vector<Model> models;
-  // Whether the daemon publishes each model's devices (Model::devices); one built before that
-  // lists only the default model's, in `devices`.
+  // Whether the daemon publishes each model's devices (Model::devices) and policy (Model::policy
+  // and the rest); one built before that lists only the default model's, in `devices` and the
+  // policy fields.
   bool devices_by_model = false;
+  bool policies_by_model = false;
+  bool queue_times_by_model = false;  // Model::queue_time_by_class
   // The histograms' bucket bounds; empty when the daemon publishes no histograms (one built
   // before them), and then the histograms are empty too.
   std::vector<std::int64_t> latency_bounds_ns;

@@ -174,10 +174,19 @@ void render_latency(const DaemonStatus& status, std::string& out) {
   if (status.latency_bounds_ns.empty()) return;
   family(out, "batchd_request_queue_seconds", "histogram",
          "Each answered request's wait from the daemon taking it to the start of the batch run that "
-         "answered it, by priority class.");
+         "answered it, by model and priority class.");
   for (const Priority priority : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
-    render_histogram(out, "batchd_request_queue_seconds", fmt::format("class=\"{}\"", priority_name(priority)),
-                     status.queue_time_by_class[static_cast<std::size_t>(priority)], status.latency_bounds_ns);
+    const auto c = static_cast<std::size_t>(priority);
+    if (!status.queue_times_by_model) {  // a daemon from before them: every model's together
+      render_histogram(out, "batchd_request_queue_seconds", fmt::format("class=\"{}\"", priority_name(priority)),
+                       status.queue_time_by_class[c], status.latency_bounds_ns);
+      continue;
+    }
+    for (const DaemonStatus::Model& model : status.models) {
+      render_histogram(out, "batchd_request_queue_seconds",
+                       fmt::format("{},class=\"{}\"", model_labels(model), priority_name(priority)),
+                       model.queue_time_by_class[c], status.latency_bounds_ns);
+    }
   }
   // The daemon times the default model's devices' runs alone: its group is the first.
   family(out, "batchd_batch_compute_seconds", "histogram",
@@ -246,6 +255,31 @@ void render_devices(const DaemonStatus& status, std::string& out) {
   render_device_memory(groups, out);
 }
 
+// Each model's batching policy, as batchd_daemon_policy_info and the rest have the default model's.
+void render_model_policies(const DaemonStatus& status, std::string& out) {
+  using Model = DaemonStatus::Model;
+  family(out, "batchd_model_policy_info", "gauge", "Each model's batching policy in force (label policy).");
+  for (const Model& model : status.models) {
+    fmt::format_to(std::back_inserter(out), "batchd_model_policy_info{{{},policy=\"{}\"}} 1\n", model_labels(model),
+                   model.policy);
+  }
+  const auto series = [&](std::string_view name, std::string_view help, auto value_of) {
+    family(out, name, "gauge", help);
+    for (const Model& model : status.models) {
+      fmt::format_to(std::back_inserter(out), "{}{{{}}} {}\n", name, model_labels(model), value_of(model));
+    }
+  };
+  series("batchd_model_max_batch", "Each model's batching policy: most requests in one batch.",
+         [](const Model& model) { return model.max_batch; });
+  series("batchd_model_max_wait_seconds", "Each model's batching policy: longest a request waits for its batch to fill.",
+         [](const Model& model) { return static_cast<double>(model.max_wait_ns) / 1e9; });
+  series("batchd_model_target_batch",
+         "The batch size each model's policy aims at now (adaptive: from the fitted cost and arrival rate).",
+         [](const Model& model) { return model.target_batch; });
+  series("batchd_model_arrival_rate", "Requests per second each model's policy sees arrive (EWMA).",
+         [](const Model& model) { return model.arrivals_per_s; });
+}
+
 // Each model's state and counters: batchd's own names, and Triton's (nv_inference_*), with Triton's
 // meaning and labels, for the dashboards and autoscalers that read them.
 void render_models(const DaemonStatus& status, std::string& out) {
@@ -261,6 +295,7 @@ void render_models(const DaemonStatus& status, std::string& out) {
                      model.healthy_devices);
     }
   }
+  if (status.policies_by_model) render_model_policies(status, out);
   family(out, "batchd_model_requests_taken_total", "counter", "Requests the daemon took for each model.");
   for (const DaemonStatus::Model& model : status.models) {
     fmt::format_to(std::back_inserter(out), "batchd_model_requests_taken_total{{{}}} {}\n", model_labels(model),

@@ -176,6 +176,58 @@ void read_model_devices(const shm::StatusModelDevices& in, DaemonStatus& out) {
   }
 }
 
+// Each model's policy, or nullptr when the daemon publishes none (one from before them).
+const shm::StatusModelPolicies* model_policies_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
+  if (file_bytes < shm::kStatusModelPoliciesOffset + sizeof(shm::StatusModelPolicies)) return nullptr;
+  const auto* policies = reinterpret_cast<const shm::StatusModelPolicies*>(
+      reinterpret_cast<const char*>(&page) + shm::kStatusModelPoliciesOffset);
+  const bool ours = policies->magic == shm::kStatusModelPoliciesMagic &&
+                    policies->version == shm::kStatusModelPoliciesVersion && policies->capacity == shm::kStatusModels;
+  return ours ? policies : nullptr;
+}
+
+const char* policy_name(std::uint32_t policy) noexcept { return policy == 1 ? "adaptive" : "fixed"; }
+
+void read_model_policies(const shm::StatusModelPolicies& in, DaemonStatus& out) {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  out.policies_by_model = true;
+  // out.models holds at most kStatusModels entries (model_count).
+  for (std::size_t m = 0; m < out.models.size(); ++m) {
+    const shm::StatusModelPolicy& row = in.model[m];
+    DaemonStatus::Model& model = out.models[m];
+    model.policy = policy_name(row.policy.load(relaxed));
+    model.max_batch = row.max_batch.load(relaxed);
+    model.max_wait_ns = row.max_wait_ns.load(relaxed);
+    model.max_batch_bytes = row.max_batch_bytes.load(relaxed);
+    model.arrivals_per_s = row.arrivals_per_s.load(relaxed);
+    model.target_batch = row.target_batch.load(relaxed);
+  }
+}
+
+// Each model's queue times, or nullptr when the daemon publishes none (one from before them) or
+// their header is not this build's.
+const shm::StatusModelLatency* model_latency_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
+  if (file_bytes < shm::kStatusModelLatencyOffset + sizeof(shm::StatusModelLatency)) return nullptr;
+  const auto* latency = reinterpret_cast<const shm::StatusModelLatency*>(
+      reinterpret_cast<const char*>(&page) + shm::kStatusModelLatencyOffset);
+  const bool ours = latency->magic == shm::kStatusModelLatencyMagic &&
+                    latency->version == shm::kStatusModelLatencyVersion && latency->capacity == shm::kStatusModels &&
+                    latency->buckets == shm::kLatencyBuckets && latency->classes == shm::kWirePriorities;
+  return ours ? latency : nullptr;
+}
+
+void read_model_latency(const shm::StatusModelLatency& in, DaemonStatus& out) {
+  out.queue_times_by_model = true;
+  // out.models holds at most kStatusModels entries (model_count).
+  for (std::size_t m = 0; m < out.models.size(); ++m) {
+    for (std::uint32_t wire = 0; wire < shm::kWirePriorities; ++wire) {
+      const Priority priority = client_detail::priority_of(static_cast<shm::WirePriority>(wire));
+      out.models[m].queue_time_by_class[static_cast<std::size_t>(priority)] =
+          read_histogram(in.model[m].queue_by_class[wire]);
+    }
+  }
+}
+
 constexpr const char* kFlushReasonNames[shm::kFlushReasons] = {
     "hold", "full", "max_wait", "deadline", "target", "fill_time", "no_device", "stopping"};
 
@@ -290,7 +342,7 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
   out.batches = page.batches.load(std::memory_order_relaxed);
   out.batch_failures = page.batch_failures.load(std::memory_order_relaxed);
   out.requests_abandoned = page.requests_abandoned.load(std::memory_order_relaxed);
-  out.policy = page.policy.load(std::memory_order_relaxed) == 1 ? "adaptive" : "fixed";
+  out.policy = policy_name(page.policy.load(std::memory_order_relaxed));
   out.target_batch = page.target_batch.load(std::memory_order_relaxed);
   out.arrivals_per_s = page.arrivals_per_s.load(std::memory_order_relaxed);
   out.flushes = read_flushes(page.flushes);
@@ -320,6 +372,13 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
     read_models(*models, out);
     if (const shm::StatusModelBatches* batches = model_batches_section(page, file_bytes)) read_model_batches(*batches, out);
     if (const shm::StatusModelDevices* devices = model_devices_section(page, file_bytes)) read_model_devices(*devices, out);
+    if (const shm::StatusModelPolicies* policies = model_policies_section(page, file_bytes)) {
+      read_model_policies(*policies, out);
+    }
+    // Read where the daemon-wide histograms are: their bounds are the same.
+    if (!out.latency_bounds_ns.empty()) {
+      if (const shm::StatusModelLatency* latency = model_latency_section(page, file_bytes)) read_model_latency(*latency, out);
+    }
   }
   if (const shm::StatusWorkers* workers = workers_section(page, file_bytes)) read_workers(*workers, out);
   return out;

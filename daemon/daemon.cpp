@@ -133,7 +133,7 @@ void Daemon::start() {
   }
   for (auto& model : models_) model->prepare(hooks_for(*model));
   publish_model_names();
-  publish_policy();
+  for (const auto& model : models_) publish_policy(*model);
   publish_status();
   start_metrics_listener();
   for (auto& model : models_) model->start_lanes();
@@ -224,7 +224,7 @@ bool Daemon::update_limits(const std::string& model, const BatchLimits& limits) 
 void Daemon::apply_pending_limits() {
   if (!limits_changed_.exchange(false, std::memory_order_acq_rel)) return;
   for (auto& model : models_) {
-    if (model->apply_pending_limits() && model->id() == 0) publish_policy();
+    if (model->apply_pending_limits()) publish_policy(*model);
   }
 }
 

@@ -239,9 +239,9 @@ class Daemon {
   void publish_latency() noexcept;
   // Who each worker is, into the pages after the histograms (watchdog thread).
   void publish_workers() noexcept;
-  // Writes the default model's batching policy into the status page (drain loop: it owns the
-  // pipelines' limits).
-  void publish_policy() noexcept;
+  // Writes a model's batching policy into its row of the status file, and the default model's into
+  // the page too (drain loop: it owns the pipelines' limits).
+  void publish_policy(const ModelPipeline& model) noexcept;
   // The models' table: who they are (start-up, a model added or redeclared: drain thread), and
   // their counters (the publisher).
   void publish_model_names() noexcept;
@@ -296,6 +296,8 @@ class Daemon {
   shm::StatusModels* models_page_ = nullptr;    // in status_map_, after the workers
   shm::StatusModelBatches* model_batches_page_ = nullptr;  // in status_map_, after the models
   shm::StatusModelDevices* model_devices_page_ = nullptr;  // in status_map_, after their batches
+  shm::StatusModelPolicies* model_policies_page_ = nullptr;  // in status_map_, after their devices
+  shm::StatusModelLatency* model_latency_page_ = nullptr;    // in status_map_, after their policies
 
   io_uring ring_{};
   bool ring_ready_ = false;

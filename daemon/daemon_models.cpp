@@ -182,7 +182,7 @@ void Daemon::finish_load(ModelPipeline& model) {
                           model.backend_name(), model.backend().devices());
     spdlog::info("{}", message);
     publish_model_name(model.id());  // its backend by name ("auto" made one)
-    if (model.id() == 0) publish_policy();
+    publish_policy(model);
   } else {
     model.abort_load();
     status = shm::AttachStatus::kModelLoadFailed;
@@ -278,6 +278,7 @@ void Daemon::add_model(const ModelConfig& config) {
   }
   changes_.resize(models_.size());
   publish_model_name(id);
+  publish_policy(model);
   spdlog::info("model {} (id {}, version {}): added by a reload", config.name, id, config.version);
   start_load(model, "added by a reload");
 }

@@ -113,6 +113,16 @@ void Daemon::create_status_file() {
   model_devices_page_->version = shm::kStatusModelDevicesVersion;
   model_devices_page_->capacity = shm::kStatusModels;
   model_devices_page_->places = shm::kStatusDevices;
+  model_policies_page_ = new (base + shm::kStatusModelPoliciesOffset) shm::StatusModelPolicies{};
+  model_policies_page_->magic = shm::kStatusModelPoliciesMagic;
+  model_policies_page_->version = shm::kStatusModelPoliciesVersion;
+  model_policies_page_->capacity = shm::kStatusModels;
+  model_latency_page_ = new (base + shm::kStatusModelLatencyOffset) shm::StatusModelLatency{};
+  model_latency_page_->magic = shm::kStatusModelLatencyMagic;
+  model_latency_page_->version = shm::kStatusModelLatencyVersion;
+  model_latency_page_->capacity = shm::kStatusModels;
+  model_latency_page_->buckets = shm::kLatencyBuckets;
+  model_latency_page_->classes = shm::kWirePriorities;
   status_->daemon_pid = static_cast<std::uint32_t>(::getpid());
   // Daemon-wide, each workers model's minimum counts: a model's own readiness is its state in
   // the models table.
@@ -192,12 +202,19 @@ void Daemon::publish_models() noexcept {
     }
     const std::uint64_t settled = ok + failed + on_devices;
     out.pending.store(taken > settled ? taken - settled : 0, relaxed);
+    for (std::size_t c = 0; c < shm::kWirePriorities; ++c) {
+      publish_histogram(counters.queue_by_class[c], model_latency_page_->model[m].queue_by_class[c]);
+    }
+    shm::StatusModelPolicy& policy = model_policies_page_->model[m];
+    policy.arrivals_per_s.store(counters.arrivals_per_s.load(relaxed), relaxed);
+    policy.target_batch.store(counters.target_batch.load(relaxed), relaxed);
     shm::StatusModelDeviceTable& table = model_devices_page_->model[m];
     std::uint32_t devices = 0;
     std::uint32_t healthy = 0;
     if (model.running()) {
       devices = static_cast<std::uint32_t>(model.router().devices().size());
-      healthy = publish_devices(model.router(), model.limits().max_batch_bytes, [&](std::size_t d) {
+      // Its limits are the drain thread's: their published copy bounds the budgets shown.
+      healthy = publish_devices(model.router(), policy.max_batch_bytes.load(relaxed), [&](std::size_t d) {
         shm::StatusModelDevice& row = table.device[d];
         return DeviceOut{row.device, row.cost, row.laggard, row.probes};
       });
@@ -326,9 +343,15 @@ void Daemon::publish_latency() noexcept {
   }
 }
 
-void Daemon::publish_policy() noexcept {
+void Daemon::publish_policy(const ModelPipeline& model) noexcept {
   constexpr auto relaxed = std::memory_order_relaxed;
-  const BatchLimits& batch = models_.front()->limits();
+  const BatchLimits& batch = model.limits();
+  shm::StatusModelPolicy& row = model_policies_page_->model[model.id()];
+  row.policy.store(static_cast<std::uint32_t>(batch.policy), relaxed);
+  row.max_batch.store(static_cast<std::uint32_t>(batch.max_batch), relaxed);
+  row.max_wait_ns.store(batch.max_wait.count(), relaxed);
+  row.max_batch_bytes.store(batch.max_batch_bytes, relaxed);
+  if (model.id() != 0) return;
   status_->max_batch.store(static_cast<std::uint32_t>(batch.max_batch), relaxed);
   status_->policy.store(static_cast<std::uint32_t>(batch.policy), relaxed);
   status_->max_wait_ns.store(batch.max_wait.count(), relaxed);

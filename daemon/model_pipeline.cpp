@@ -250,18 +250,23 @@ PolicyView ModelPipeline::policy_view(const Router::LaneView& lanes, std::int64_
 }
 
 void ModelPipeline::refresh_policy_stats(std::int64_t now_ns) noexcept {
-  // The status page's policy figures are the default model's.
-  if (id_ != 0 || router_ == nullptr || now_ns < next_policy_stats_ns_) return;
+  if (router_ == nullptr || now_ns < next_policy_stats_ns_) return;
   next_policy_stats_ns_ = now_ns + kPolicyStatsPeriodNs;
+  constexpr auto relaxed = std::memory_order_relaxed;
   const PolicyView view = policy_view(router_->lane_view(now_ns), now_ns);
-  stats_.arrivals_per_s.store(static_cast<std::uint64_t>(view.arrivals_per_s), std::memory_order_relaxed);
-  for (std::size_t c = 0; c < arrivals_.size(); ++c) {
-    stats_.arrivals_per_s_by_class[c].store(static_cast<std::uint64_t>(arrivals_[c].per_second(now_ns)),
-                                            std::memory_order_relaxed);
-  }
   const BatchLimits& batch = config_.settings.batch;
-  stats_.target_batch.store(batch.policy == PolicyKind::kAdaptive ? policy_.target_batch(view) : batch.max_batch,
-                            std::memory_order_relaxed);
+  const std::uint32_t target = static_cast<std::uint32_t>(
+      batch.policy == PolicyKind::kAdaptive ? policy_.target_batch(view) : batch.max_batch);
+  ModelCounters& mine = stats_.by_model[id_];
+  mine.arrivals_per_s.store(static_cast<std::uint64_t>(view.arrivals_per_s), relaxed);
+  mine.target_batch.store(target, relaxed);
+  // The status page's own policy figures are the default model's.
+  if (id_ != 0) return;
+  stats_.arrivals_per_s.store(static_cast<std::uint64_t>(view.arrivals_per_s), relaxed);
+  for (std::size_t c = 0; c < arrivals_.size(); ++c) {
+    stats_.arrivals_per_s_by_class[c].store(static_cast<std::uint64_t>(arrivals_[c].per_second(now_ns)), relaxed);
+  }
+  stats_.target_batch.store(target, relaxed);
 }
 
 bool ModelPipeline::holding_for_lane(const Router::LaneView& lanes) const noexcept {

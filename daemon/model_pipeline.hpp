@@ -115,7 +115,8 @@ class ModelPipeline {
   void end_pass(std::int64_t now_ns, bool backlog) noexcept;
   // Moves waiting requests into batches and hands full or due ones to the router.
   bool fill_batches(std::int64_t now_ns);
-  // Copies the policy's view (arrival rate, n*) into the stats every kPolicyStatsPeriodNs.
+  // Copies the policy's view (arrival rate, n*) into its counters (and, for the default model,
+  // the daemon-wide stats) every kPolicyStatsPeriodNs.
   void refresh_policy_stats(std::int64_t now_ns) noexcept;
 
   // Whether a pass would make progress now (the drain loop sleeps only when none would).

@@ -118,12 +118,15 @@ void Router::record_latency(unsigned device, const Batch& batch, std::int64_t st
     ++counts[c][LatencyHistogram::bucket_of(waited_ns)];
     sums[c] += static_cast<std::uint64_t>(waited_ns);
   }
-  for (std::size_t c = 0; c < counts.size(); ++c) {
-    LatencyHistogram& histogram = latency_->queue_by_class[c];
+  const auto add = [&](std::size_t c, LatencyHistogram& histogram) {
     for (std::size_t b = 0; b < shm::kLatencyBuckets; ++b) {
       if (counts[c][b] != 0) histogram.buckets[b].fetch_add(counts[c][b], std::memory_order_relaxed);
     }
     if (sums[c] != 0) histogram.sum_ns.fetch_add(sums[c], std::memory_order_relaxed);
+  };
+  for (std::size_t c = 0; c < counts.size(); ++c) {
+    add(c, latency_->queue_by_class[c]);
+    if (counters_ != nullptr) add(c, counters_->queue_by_class[c]);
   }
   if (counters_ == nullptr) return;
   constexpr auto relaxed = std::memory_order_relaxed;

@@ -55,6 +55,12 @@ struct ModelCounters {
   // (run, successful or not).
   std::array<std::atomic<std::uint64_t>, shm::kFlushReasons> flushes{};
   std::array<std::atomic<std::uint64_t>, shm::kBatchSizeBuckets> batch_sizes{};
+  // Its policy's view, refreshed by the drain thread: the arrival rate it sees and the batch size
+  // it aims at now (DaemonStats' are the default model's).
+  std::atomic<std::uint64_t> arrivals_per_s{0};
+  std::atomic<std::uint32_t> target_batch{0};
+  // Its requests' queue times, by class (LatencyStats' count every model's).
+  std::array<LatencyHistogram, shm::kWirePriorities> queue_by_class{};
 };
 
 // The bucket of DaemonStats::batch_sizes (and ModelCounters') a batch of `size` falls in:

@@ -279,10 +279,55 @@ struct alignas(64) StatusModelDevices {
 static_assert(std::is_standard_layout_v<StatusModelDevices>);
 static_assert(kStatusModelDevicesOffset % alignof(StatusModelDevices) == 0);
 
-// The memfd the daemon creates: the page, the histograms, the workers, the models, their
-// batches, their devices, each in whole pages.
-inline constexpr std::size_t kStatusFileBytes =
+// Each model's batching policy, after their devices: what the page holds for the default
+// model's (the policy in force, its limits, the arrival rate it sees and the batch it aims at).
+inline constexpr std::size_t kStatusModelPoliciesOffset =
     kStatusModelDevicesOffset +
     (sizeof(StatusModelDevices) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+inline constexpr std::uint64_t kStatusModelPoliciesMagic = 0x53454943494c4f50ULL;  // "POLICIES"
+inline constexpr std::uint32_t kStatusModelPoliciesVersion = 1;
+struct alignas(64) StatusModelPolicy {
+  std::atomic<std::uint32_t> policy;  // as DaemonStatusPage::policy: 0 fixed, 1 adaptive
+  std::atomic<std::uint32_t> max_batch;
+  std::atomic<std::int64_t> max_wait_ns;
+  std::atomic<std::uint64_t> max_batch_bytes;
+  std::atomic<std::uint64_t> arrivals_per_s;
+  std::atomic<std::uint32_t> target_batch;
+};
+struct alignas(64) StatusModelPolicies {
+  std::uint64_t magic;     // kStatusModelPoliciesMagic
+  std::uint32_t version;   // kStatusModelPoliciesVersion
+  std::uint32_t capacity;  // kStatusModels
+  StatusModelPolicy model[kStatusModels];
+};
+static_assert(std::is_standard_layout_v<StatusModelPolicies>);
+static_assert(kStatusModelPoliciesOffset % alignof(StatusModelPolicies) == 0);
+
+// Each model's requests' queue times by class, after their policies: StatusLatency's
+// queue_by_class (every model's together), for each model at its id, in the same buckets.
+inline constexpr std::size_t kStatusModelLatencyOffset =
+    kStatusModelPoliciesOffset +
+    (sizeof(StatusModelPolicies) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+inline constexpr std::uint64_t kStatusModelLatencyMagic = 0x45554555515f4d31ULL;  // "1M_QUEUE"
+inline constexpr std::uint32_t kStatusModelLatencyVersion = 1;
+struct alignas(64) StatusModelQueue {
+  StatusHistogram queue_by_class[kWirePriorities];
+};
+struct alignas(64) StatusModelLatency {
+  std::uint64_t magic;     // kStatusModelLatencyMagic
+  std::uint32_t version;   // kStatusModelLatencyVersion
+  std::uint32_t capacity;  // kStatusModels
+  std::uint32_t buckets;   // kLatencyBuckets
+  std::uint32_t classes;   // kWirePriorities
+  StatusModelQueue model[kStatusModels];
+};
+static_assert(std::is_standard_layout_v<StatusModelLatency>);
+static_assert(kStatusModelLatencyOffset % alignof(StatusModelLatency) == 0);
+
+// The memfd the daemon creates: the page, the histograms, the workers, the models, their
+// batches, devices, policies and queue times, each in whole pages.
+inline constexpr std::size_t kStatusFileBytes =
+    kStatusModelLatencyOffset +
+    (sizeof(StatusModelLatency) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
 
 }  // namespace batchd::shm

@@ -222,10 +222,11 @@ TEST_CASE("two models in one daemon answer by name with their own settings; an u
   daemon.stop();
 }
 
-TEST_CASE("each model's devices are its own on the status page and in the metrics") {
+TEST_CASE("each model's devices, policy and queue times are its own on the status page and in the metrics") {
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--backend", "sim", "--sim-devices", "2", "--sim-fixed-us", "100",
-                                      "--max-wait-ms", "1", "--model", "second:sim_devices=1,version=7"});
+                                      "--max-wait-ms", "1", "--model",
+                                      "second:sim_devices=1,version=7,policy=fixed,max_batch=16,max_wait_ms=3"});
   std::unique_ptr<Client> client = test::connect(socket);
   (void)published(*client, "second");
   constexpr std::uint64_t kDefault = 30, kSecond = 11;
@@ -239,13 +240,23 @@ TEST_CASE("each model's devices are its own on the status page and in the metric
     for (const DaemonStatus::Device& device : model.devices) ran += device.batches_ok;
     return ran;
   };
+  const auto queued = [](const DaemonStatus::Model& model) {
+    std::uint64_t counted = 0;
+    for (const DaemonStatus::Histogram& histogram : model.queue_time_by_class) counted += histogram.count();
+    return counted;
+  };
   DaemonStatus status;
   REQUIRE(test::eventually([&] {
     status = client->daemon_status();
-    return status.models.size() == 2 && status.models[0].requests_ok == kDefault &&
+    return status.models.size() == 2 && status.models[1].target_batch == 16 &&
+           status.models[0].requests_ok == kDefault &&
            status.models[1].requests_ok == kSecond && batches_on(status.models[0]) == status.models[0].batches &&
-           batches_on(status.models[1]) == status.models[1].batches;
+           batches_on(status.models[1]) == status.models[1].batches && queued(status.models[0]) == kDefault &&
+           queued(status.models[1]) == kSecond;
   }, 10s));
+  // Each model's queue times are its own requests', all of them normal here.
+  CHECK(status.queue_times_by_model);
+  CHECK(status.models[1].queue_time_by_class[static_cast<std::size_t>(Priority::kNormal)].count() == kSecond);
   CHECK(status.devices_by_model);
   REQUIRE(status.models[0].devices.size() == 2);
   REQUIRE(status.models[1].devices.size() == 1);
@@ -258,9 +269,25 @@ TEST_CASE("each model's devices are its own on the status page and in the metric
   CHECK(status.models[0].devices[0].batches_ok == status.devices[0].batches_ok);
   CHECK(status.models[0].devices[1].compute_time.count() == status.devices[1].compute_time.count());
 
+  // Each model's policy: the second's as declared, the default model's as the page has it.
+  CHECK(status.policies_by_model);
+  CHECK(status.models[1].policy == "fixed");
+  CHECK(status.models[1].max_batch == 16);
+  CHECK(status.models[1].max_wait_ns == 3'000'000);
+  CHECK(status.models[0].policy == status.policy);
+  CHECK(status.models[0].max_batch == status.max_batch);
+  CHECK(status.models[0].max_wait_ns == 1'000'000);
+
   std::string metrics;
   render_daemon_status(&status, metrics);
   const auto has = [&](const std::string& line) { return metrics.find(line) != std::string::npos; };
+  CHECK(has("batchd_model_policy_info{model=\"second\",version=\"7\",policy=\"fixed\"} 1\n"));
+  CHECK(has("batchd_model_max_batch{model=\"second\",version=\"7\"} 16\n"));
+  CHECK(has("batchd_model_max_wait_seconds{model=\"second\",version=\"7\"} 0.003\n"));
+  CHECK(has("batchd_model_target_batch{model=\"second\",version=\"7\"} 16\n"));
+  CHECK(has("batchd_model_arrival_rate{model=\"batchstring\",version=\"1\"} "));
+  CHECK(has("batchd_request_queue_seconds_count{model=\"second\",version=\"7\",class=\"normal\"} 11\n"));
+  CHECK(has("batchd_request_queue_seconds_count{model=\"batchstring\",version=\"1\",class=\"normal\"} 30\n"));
   CHECK(has("batchd_daemon_device_state{model=\"second\",version=\"7\",device=\"0\",state=\"healthy\"} 1\n"));
   CHECK_FALSE(has("batchd_daemon_device_state{model=\"second\",version=\"7\",device=\"1\""));
   CHECK(has("batchd_daemon_device_state{model=\"batchstring\",version=\"1\",device=\"1\",state=\"healthy\"} 1\n"));

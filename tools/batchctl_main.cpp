@@ -109,9 +109,11 @@ std::string as_text(const batchd::DaemonStatus& s) {
   if (s.models.size() > 1) {
     out += "models:\n";
     for (const batchd::DaemonStatus::Model& model : s.models) {
-      out += fmt::format("  {} version {} ({}): {}, {} lanes, {} of {} devices healthy, {} requests taken\n",
+      out += fmt::format("  {} version {} ({}): {}, {} lanes, {} of {} devices healthy, {} requests taken; "
+                         "policy {}, target batch {}, {} requests/s\n",
                          model.name, model.version, model.backend, model.state, model.lanes, model.healthy_devices,
-                         model.devices.size(), model.requests_taken);
+                         model.devices.size(), model.requests_taken, model.policy.empty() ? "?" : model.policy,
+                         model.target_batch, model.arrivals_per_s);
     }
   }
   return out;
@@ -172,9 +174,11 @@ std::string models_json(const batchd::DaemonStatus& s) {
     out += "\",\"backend\":\"";
     batchd::text::append_json_escaped(model.backend, out);
     out += fmt::format("\",\"state\":\"{}\",\"lanes\":{},\"requests_taken\":{},\"healthy_devices\":{},"
-                       "\"devices\":[{}]}}",
+                       "\"devices\":[{}],\"policy\":\"{}\",\"max_batch\":{},\"max_wait_ns\":{},"
+                       "\"max_batch_bytes\":{},\"target_batch\":{},\"arrivals_per_s\":{}}}",
                        model.state, model.lanes, model.requests_taken, model.healthy_devices,
-                       devices_json(model.devices));
+                       devices_json(model.devices), model.policy, model.max_batch, model.max_wait_ns,
+                       model.max_batch_bytes, model.target_batch, model.arrivals_per_s);
   }
   return out;
 }

@@ -122,6 +122,7 @@ def promtool(*args, stdin=None):
 
 
 SECOND = "second"  # a second model, on one simulated device of its own, version 7
+MODELS = ({"model": "batchstring", "version": "1"}, {"model": SECOND, "version": "7"})
 
 
 def check_models(samples, answered, second_answered):
@@ -318,7 +319,8 @@ def main():
         all_answered = answered + second_answered
 
         def queue_count(samples):
-            return sum(value(samples, "batchd_request_queue_seconds_count", **{"class": c}) for c in CLASSES)
+            return sum(value(samples, "batchd_request_queue_seconds_count", **{"class": c}, **labels)
+                       for c in CLASSES for labels in MODELS)
         # The daemon publishes every few tens of milliseconds: wait for the last answers to show.
         wait_until("the histograms count every answered request",
                    lambda: queue_count(parse(get(daemon_url + "/metrics")[1])) == all_answered)
@@ -339,13 +341,25 @@ def main():
                 fail(f"queue-time histograms count {queue_count(samples)} requests, {all_answered} were answered")
             if value(samples, "batchd_daemon_requests_total", result="ok") != all_answered:
                 fail("the daemon's ok counter disagrees with the answers")
+            # By model and class: each class's over the models are the requests taken in it, each
+            # model's over the classes its inferences, their sum its queue time.
+            by_model = {(labels["model"], c): histogram(samples, "batchd_request_queue_seconds", **{"class": c}, **labels)
+                        for labels in MODELS for c in CLASSES}
             for c in CLASSES:
-                _, count, total = histogram(samples, "batchd_request_queue_seconds", **{"class": c})
+                count = sum(by_model[(labels["model"], c)][1] for labels in MODELS)
+                total = sum(by_model[(labels["model"], c)][2] for labels in MODELS)
                 taken = value(samples, "batchd_daemon_class_requests_taken_total", **{"class": c})
                 if count != taken or count == 0:
                     fail(f"class {c}: {count} queue times for {taken} requests taken")
                 if not total > 0:
                     fail(f"class {c}: queue time sum {total}")
+            for labels in MODELS:
+                count = sum(by_model[(labels["model"], c)][1] for c in CLASSES)
+                total_us = sum(by_model[(labels["model"], c)][2] for c in CLASSES) * 1e6
+                if count != value(samples, "nv_inference_count", **labels):
+                    fail(f"{labels['model']}: {count} queue times, not its nv_inference_count")
+                if abs(total_us - value(samples, "nv_inference_queue_duration_us", **labels)) > 2 + total_us * 1e-6:
+                    fail(f"{labels['model']}: queue times sum to {total_us} us, not its nv_inference_queue_duration_us")
             batches = 0
             for d in ("0", "1"):
                 default = {"model": "batchstring", "version": "1", "device": d}

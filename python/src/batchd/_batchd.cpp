@@ -188,6 +188,12 @@ nb::dict daemon_status(const batchd::DaemonStatus& s) {
     for (const auto& d : m.devices) model_devices.append(device_status(d));
     model["devices"] = model_devices;
     model["healthy_devices"] = m.healthy_devices;
+    model["policy"] = m.policy;
+    model["max_batch"] = m.max_batch;
+    model["max_wait_ns"] = m.max_wait_ns;
+    model["max_batch_bytes"] = m.max_batch_bytes;
+    model["target_batch"] = m.target_batch;
+    model["arrivals_per_s"] = m.arrivals_per_s;
     models.append(model);
   }
   out["models"] = models;
