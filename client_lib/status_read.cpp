@@ -22,12 +22,19 @@ std::string read_words(const std::atomic<std::uint64_t> (&words)[N]) {
   return text;
 }
 
+// The section of type Section at `offset` of the status file, or nullptr when the file is too
+// short to hold it (a daemon from before it); its header is the caller's to check.
+template <typename Section>
+const Section* section_at(const shm::DaemonStatusPage& page, std::size_t file_bytes, std::size_t offset) {
+  if (file_bytes < offset + sizeof(Section)) return nullptr;
+  return reinterpret_cast<const Section*>(reinterpret_cast<const char*>(&page) + offset);
+}
+
 // The histograms after the page, or nullptr when this daemon publishes none (its file is one page)
 // or their header is not this build's: the numbers would mean something else.
 const shm::StatusLatency* latency_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
-  if (file_bytes < shm::kStatusLatencyOffset + sizeof(shm::StatusLatency)) return nullptr;
-  const auto* latency = reinterpret_cast<const shm::StatusLatency*>(
-      reinterpret_cast<const char*>(&page) + shm::kStatusLatencyOffset);
+  const auto* latency = section_at<shm::StatusLatency>(page, file_bytes, shm::kStatusLatencyOffset);
+  if (latency == nullptr) return nullptr;
   const bool ours = latency->magic == shm::kStatusLatencyMagic &&
                     latency->version == shm::kStatusLatencyVersion &&
                     latency->buckets == shm::kLatencyBuckets && latency->classes == shm::kWirePriorities &&
@@ -57,9 +64,8 @@ void read_latency(const shm::StatusLatency& in, DaemonStatus& out) {
 
 // Who each device of a workers daemon is, or nullptr when the daemon publishes none.
 const shm::StatusWorkers* workers_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
-  if (file_bytes < shm::kStatusWorkersOffset + sizeof(shm::StatusWorkers)) return nullptr;
-  const auto* workers = reinterpret_cast<const shm::StatusWorkers*>(
-      reinterpret_cast<const char*>(&page) + shm::kStatusWorkersOffset);
+  const auto* workers = section_at<shm::StatusWorkers>(page, file_bytes, shm::kStatusWorkersOffset);
+  if (workers == nullptr) return nullptr;
   const bool ours = workers->magic == shm::kStatusWorkersMagic && workers->version == shm::kStatusWorkersVersion &&
                     workers->places == shm::kStatusDevices;
   return ours ? workers : nullptr;
@@ -101,9 +107,8 @@ void read_workers(const shm::StatusWorkers& in, DaemonStatus& out) {
 
 // The models the daemon serves, or nullptr when it publishes no table (one from before models).
 const shm::StatusModels* models_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
-  if (file_bytes < shm::kStatusModelsOffset + sizeof(shm::StatusModels)) return nullptr;
-  const auto* models = reinterpret_cast<const shm::StatusModels*>(
-      reinterpret_cast<const char*>(&page) + shm::kStatusModelsOffset);
+  const auto* models = section_at<shm::StatusModels>(page, file_bytes, shm::kStatusModelsOffset);
+  if (models == nullptr) return nullptr;
   const bool ours = models->magic == shm::kStatusModelsMagic && models->version == shm::kStatusModelsVersion &&
                     models->capacity == shm::kStatusModels;
   return ours ? models : nullptr;
@@ -111,9 +116,8 @@ const shm::StatusModels* models_section(const shm::DaemonStatusPage& page, std::
 
 // Each model's batch counts, or nullptr when the daemon publishes none (one from before them).
 const shm::StatusModelBatches* model_batches_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
-  if (file_bytes < shm::kStatusModelBatchesOffset + sizeof(shm::StatusModelBatches)) return nullptr;
-  const auto* batches = reinterpret_cast<const shm::StatusModelBatches*>(
-      reinterpret_cast<const char*>(&page) + shm::kStatusModelBatchesOffset);
+  const auto* batches = section_at<shm::StatusModelBatches>(page, file_bytes, shm::kStatusModelBatchesOffset);
+  if (batches == nullptr) return nullptr;
   const bool ours = batches->magic == shm::kStatusModelBatchesMagic &&
                     batches->version == shm::kStatusModelBatchesVersion && batches->capacity == shm::kStatusModels;
   return ours ? batches : nullptr;
@@ -121,9 +125,8 @@ const shm::StatusModelBatches* model_batches_section(const shm::DaemonStatusPage
 
 // Each model's devices, or nullptr when the daemon publishes none (one from before them).
 const shm::StatusModelDevices* model_devices_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
-  if (file_bytes < shm::kStatusModelDevicesOffset + sizeof(shm::StatusModelDevices)) return nullptr;
-  const auto* devices = reinterpret_cast<const shm::StatusModelDevices*>(
-      reinterpret_cast<const char*>(&page) + shm::kStatusModelDevicesOffset);
+  const auto* devices = section_at<shm::StatusModelDevices>(page, file_bytes, shm::kStatusModelDevicesOffset);
+  if (devices == nullptr) return nullptr;
   const bool ours = devices->magic == shm::kStatusModelDevicesMagic &&
                     devices->version == shm::kStatusModelDevicesVersion &&
                     devices->capacity == shm::kStatusModels && devices->places == shm::kStatusDevices;
@@ -178,9 +181,8 @@ void read_model_devices(const shm::StatusModelDevices& in, DaemonStatus& out) {
 
 // Each model's policy, or nullptr when the daemon publishes none (one from before them).
 const shm::StatusModelPolicies* model_policies_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
-  if (file_bytes < shm::kStatusModelPoliciesOffset + sizeof(shm::StatusModelPolicies)) return nullptr;
-  const auto* policies = reinterpret_cast<const shm::StatusModelPolicies*>(
-      reinterpret_cast<const char*>(&page) + shm::kStatusModelPoliciesOffset);
+  const auto* policies = section_at<shm::StatusModelPolicies>(page, file_bytes, shm::kStatusModelPoliciesOffset);
+  if (policies == nullptr) return nullptr;
   const bool ours = policies->magic == shm::kStatusModelPoliciesMagic &&
                     policies->version == shm::kStatusModelPoliciesVersion && policies->capacity == shm::kStatusModels;
   return ours ? policies : nullptr;
@@ -207,9 +209,8 @@ void read_model_policies(const shm::StatusModelPolicies& in, DaemonStatus& out) 
 // Each model's queue times, or nullptr when the daemon publishes none (one from before them) or
 // their header is not this build's.
 const shm::StatusModelLatency* model_latency_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
-  if (file_bytes < shm::kStatusModelLatencyOffset + sizeof(shm::StatusModelLatency)) return nullptr;
-  const auto* latency = reinterpret_cast<const shm::StatusModelLatency*>(
-      reinterpret_cast<const char*>(&page) + shm::kStatusModelLatencyOffset);
+  const auto* latency = section_at<shm::StatusModelLatency>(page, file_bytes, shm::kStatusModelLatencyOffset);
+  if (latency == nullptr) return nullptr;
   const bool ours = latency->magic == shm::kStatusModelLatencyMagic &&
                     latency->version == shm::kStatusModelLatencyVersion && latency->capacity == shm::kStatusModels &&
                     latency->buckets == shm::kLatencyBuckets && latency->classes == shm::kWirePriorities;
