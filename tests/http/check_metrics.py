@@ -321,9 +321,13 @@ def main():
         def queue_count(samples):
             return sum(value(samples, "batchd_request_queue_seconds_count", **{"class": c}, **labels)
                        for c in CLASSES for labels in MODELS)
-        # The daemon publishes every few tens of milliseconds: wait for the last answers to show.
-        wait_until("the histograms count every answered request",
-                   lambda: queue_count(parse(get(daemon_url + "/metrics")[1])) == all_answered)
+        # The daemon publishes every few tens of milliseconds, and counts a request answered just
+        # after its batch's queue times: wait for a publication that has both for the last answers.
+        def settled(samples, answered_now):
+            return (queue_count(samples) == answered_now and
+                    value(samples, "batchd_daemon_requests_total", result="ok") == answered_now)
+        wait_until("the histograms and the ok counter count every answered request",
+                   lambda: settled(parse(get(daemon_url + "/metrics")[1]), all_answered))
 
         status, daemon_text = get(daemon_url + "/metrics")
         if status != 200:
@@ -385,8 +389,8 @@ def main():
         # More of both models' requests between two scrapes: PromQL in Triton's names over them.
         more = stress(["--socket", sock, "--threads", "2", "--requests", str(REQUESTS // 2)])
         more += stress(["--socket", sock, "--threads", "2", "--requests", str(REQUESTS // 2), "--model", SECOND])
-        wait_until("the histograms count the second round",
-                   lambda: queue_count(parse(get(daemon_url + "/metrics")[1])) == all_answered + more)
+        wait_until("the histograms and the ok counter count the second round",
+                   lambda: settled(parse(get(daemon_url + "/metrics")[1]), all_answered + more))
         later = parse(get(daemon_url + "/metrics")[1])
         per_request = check_promql(daemon, later, tmp)
         print(f"PromQL in Triton's names per model: queue time per request (us) {per_request}, none pending")
