@@ -101,6 +101,13 @@ class Backend {
   [[nodiscard]] virtual unsigned streams_per_device() const noexcept { return 1; }
   // Default: no limit of the backend's own.
   [[nodiscard]] virtual BatchCapacity capacity() const noexcept { return {}; }
+  // Which devices these are when other backends in the same process may run on them too (each
+  // model the daemon serves has a backend of its own): backends that name the same group run on
+  // one set of devices, and the daemon makes their models take turns there. Empty: devices of
+  // the backend's own (worker processes, the cpu backend's threads). Default: empty.
+  [[nodiscard]] virtual std::string_view device_group() const noexcept { return {}; }
+  // A device's place in that group (a CUDA ordinal), for devices 0 .. devices() - 1.
+  [[nodiscard]] virtual unsigned device_in_group(unsigned device) const noexcept { return device; }
   // Whether the daemon may run a batch on its drain thread instead of handing it to a lane's
   // worker: run() then must never block, and must be safe to call from any thread at once, even
   // for a lane that is running. The daemon does so only while the measured run time of the

@@ -5,8 +5,9 @@
            spread evenly over the eight (batchd-stress --model, each in turn); turns alternate
   isolate  a flood on model A (open loop far past what it can run, the client's every slot in
            flight) beside a light client of model B at 200 req/s: B's p99, errors and timeouts
-           against B alone; on the sim backend (each model its own simulated devices, so the cores
-           are not the limit) and on the cpu backend
+           against B alone; on the sim backend (both models on the same simulated devices, where
+           they take turns, so the cores are not the limit) and on the cpu backend; and what A's
+           flood is answered alone and beside B
 Writes bench/results/models.json. Environment: BATCHD_BENCH_BUILD (default build-release),
 MODELS_TURNS (2), MODELS_RATES (the ladder), MODELS_STEP_S (seconds a rate)."""
 
@@ -73,29 +74,42 @@ def light_client(sock: Path, model: str, check: list) -> dict:
                                "--timeout-ms", "5000", *check, timeout_s=120)
 
 
+def start_flood(sock: Path, rate: int, check: list, duration_s: int) -> subprocess.Popen:
+    """Model A's flood: open loop far past what it can run, with a deadline long enough that its
+    client's slots fill and stay full (its refusals are "overloaded", counted, not waited for)."""
+    args = [benchlib.binary("tools/batchd-stress"), "--socket", str(sock), "--json", "--quiet",
+            "--rate", str(rate), "--duration", str(duration_s), "--timeout-ms", "60000", *check]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def flood_result(flood: subprocess.Popen) -> dict:
+    out, err = flood.communicate(timeout=180)
+    return benchlib.last_json_line(out + "\n" + err, "the flood")
+
+
 def isolation(work: Path, label: str, flags: list, flood_rate: int, check: list) -> dict:
     """`check`: batchd-stress's flags that say what the backend answers."""
     proc, sock = benchlib.start_daemon(work, *flags, "--model", "b")
     with proc:
         alone = light_client(sock, "b", check)
-        # The flood: open loop far past model A's capacity, with a deadline long enough that its
-        # client's slots fill and stay full (its refusals are "overloaded", counted, not waited for).
-        flood_args = [benchlib.binary("tools/batchd-stress"), "--socket", str(sock), "--json", "--quiet",
-                      "--rate", str(flood_rate), "--duration", "10", "--timeout-ms", "60000", *check]
-        flood = subprocess.Popen(flood_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # What A's flood is answered alone, every device its own: the price of the device B keeps.
+        a_alone = flood_result(start_flood(sock, flood_rate, check, 6))
+        flood = start_flood(sock, flood_rate, check, 10)
         threading.Event().wait(1.0)  # the flood's slots fill first
         beside = light_client(sock, "b", check)
-        out, err = flood.communicate(timeout=180)
-        flood_summary = benchlib.last_json_line(out + "\n" + err, "the flood")
+        flood_summary = flood_result(flood)
     ratio = beside["p99_us"] / alone["p99_us"] if alone["p99_us"] else 0.0
+    a_rate_alone = a_alone["ok"] / 6
+    a_rate_beside = flood_summary["ok"] / 10
     print(f"models: {label}: model B alone p99 {alone['p99_us']:.0f} us; beside A's flood p99 {beside['p99_us']:.0f} us "
           f"({ratio:.2f}x), errors {beside['errors']} (timeouts {beside['errors_by_kind'].get('timeout', 0)}); "
-          f"the flood: sent {flood_summary['sent']}, ok {flood_summary['ok']}, errors {flood_summary['errors']}",
-          flush=True)
+          f"the flood: sent {flood_summary['sent']}, ok {flood_summary['ok']}, errors {flood_summary['errors']}; "
+          f"A answered {a_rate_alone:.0f}/s alone, {a_rate_beside:.0f}/s beside B", flush=True)
     keep = ("sent", "ok", "errors", "wrong", "errors_by_kind", "p50_us", "p99_us", "max_us")
     return {"flags": flags, "flood_rate": flood_rate, "b_alone": {k: alone[k] for k in keep},
             "b_beside_flood": {k: beside[k] for k in keep}, "flood": {k: flood_summary[k] for k in keep},
-            "p99_ratio": ratio}
+            "a_alone": {k: a_alone[k] for k in keep}, "a_answered_per_s_alone": a_rate_alone,
+            "a_answered_per_s_beside": a_rate_beside, "p99_ratio": ratio}
 
 
 def main():

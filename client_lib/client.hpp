@@ -196,6 +196,10 @@ struct DaemonStatus {
     // alone), and how many of them can run a batch now; none while it is unloaded.
     std::vector<Device> devices;
     std::uint32_t healthy_devices = 0;
+    // Its devices are shared with other models' (the daemon's sim or cuda models), where its
+    // runs take turns: the runs that waited for one, and how long in all.
+    bool shares_devices = false;
+    std::uint64_t turns_waited = 0, turn_wait_ns = 0;
     // Its batching policy, as the daemon-wide policy fields below have the default model's.
     std::string policy;
     std::uint32_t max_batch = 0, target_batch = 0;

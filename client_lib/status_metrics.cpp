@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iterator>
 #include <string_view>
 #include <vector>
@@ -280,6 +281,25 @@ void render_model_policies(const DaemonStatus& status, std::string& out) {
          [](const Model& model) { return model.arrivals_per_s; });
 }
 
+// The turns of models whose devices are shared with other models' (daemon/device_group.hpp).
+void render_model_turns(const DaemonStatus& status, std::string& out) {
+  using Model = DaemonStatus::Model;
+  family(out, "batchd_model_device_turns_waited_total", "counter",
+         "Batch runs of each model that waited for its turn on devices shared with other models.");
+  for (const Model& model : status.models) {
+    if (!model.shares_devices) continue;
+    fmt::format_to(std::back_inserter(out), "batchd_model_device_turns_waited_total{{{}}} {}\n", model_labels(model),
+                   model.turns_waited);
+  }
+  family(out, "batchd_model_device_turn_wait_seconds_total", "counter",
+         "Time each model's batch runs waited for turns on devices shared with other models.");
+  for (const Model& model : status.models) {
+    if (!model.shares_devices) continue;
+    fmt::format_to(std::back_inserter(out), "batchd_model_device_turn_wait_seconds_total{{{}}} {}\n",
+                   model_labels(model), static_cast<double>(model.turn_wait_ns) / 1e9);
+  }
+}
+
 // Each model's state and counters: batchd's own names, and Triton's (nv_inference_*), with Triton's
 // meaning and labels, for the dashboards and autoscalers that read them.
 void render_models(const DaemonStatus& status, std::string& out) {
@@ -294,6 +314,10 @@ void render_models(const DaemonStatus& status, std::string& out) {
       fmt::format_to(std::back_inserter(out), "batchd_model_healthy_devices{{{}}} {}\n", model_labels(model),
                      model.healthy_devices);
     }
+  }
+  if (std::any_of(status.models.begin(), status.models.end(),
+                  [](const DaemonStatus::Model& m) { return m.shares_devices; })) {
+    render_model_turns(status, out);
   }
   if (status.policies_by_model) render_model_policies(status, out);
   family(out, "batchd_model_requests_taken_total", "counter", "Requests the daemon took for each model.");

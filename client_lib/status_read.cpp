@@ -128,7 +128,7 @@ const shm::StatusModelDevices* model_devices_section(const shm::DaemonStatusPage
   const auto* devices = section_at<shm::StatusModelDevices>(page, file_bytes, shm::kStatusModelDevicesOffset);
   if (devices == nullptr) return nullptr;
   const bool ours = devices->magic == shm::kStatusModelDevicesMagic &&
-                    devices->version == shm::kStatusModelDevicesVersion &&
+                    (devices->version == 1 || devices->version == shm::kStatusModelDevicesVersion) &&
                     devices->capacity == shm::kStatusModels && devices->places == shm::kStatusDevices;
   return ours ? devices : nullptr;
 }
@@ -170,6 +170,11 @@ void read_model_devices(const shm::StatusModelDevices& in, DaemonStatus& out) {
     const shm::StatusModelDeviceTable& table = in.model[m];
     DaemonStatus::Model& model = out.models[m];
     model.healthy_devices = table.healthy.load(std::memory_order_relaxed);
+    if (in.version >= 2) {
+      model.shares_devices = table.shares_devices.load(std::memory_order_relaxed) != 0;
+      model.turns_waited = table.turns_waited.load(std::memory_order_relaxed);
+      model.turn_wait_ns = table.turn_wait_ns.load(std::memory_order_relaxed);
+    }
     const std::size_t listed = std::min<std::size_t>(table.devices.load(std::memory_order_relaxed), shm::kStatusDevices);
     for (std::size_t d = 0; d < listed; ++d) {
       const shm::StatusModelDevice& row = table.device[d];

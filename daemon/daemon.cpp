@@ -181,6 +181,7 @@ ModelPipeline::Hooks Daemon::hooks_for(ModelPipeline& model) {
     if (self->router().all_devices_lost()) ring_doorbell();  // the drain loop exits (run())
   };
   hooks.dead_letters = dead_letters_.get();
+  hooks.device_groups = &device_groups_;
   return hooks;
 }
 

@@ -266,6 +266,9 @@ class Daemon {
   Completer completer_{stats_};
   // Before models_: their lanes record into it until they stop.
   std::unique_ptr<DeadLetterLog> dead_letters_;
+  // Devices several models' backends run on (the sim's, CUDA's), where their lanes take turns.
+  // Before models_: their routers leave the groups as they stop.
+  DeviceGroups device_groups_;
   // By model id. Each holds its backend, router, waiting requests and open batch.
   std::vector<std::unique_ptr<ModelPipeline>> models_;
   std::vector<ModelPipeline*> workers_models_;  // those served by worker processes, by id

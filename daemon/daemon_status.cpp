@@ -221,6 +221,9 @@ void Daemon::publish_models() noexcept {
     }
     table.devices.store(devices, relaxed);
     table.healthy.store(healthy, relaxed);
+    table.shares_devices.store(model.running() && model.router().shares_devices() ? 1 : 0, relaxed);
+    table.turns_waited.store(counters.turns_waited.load(relaxed), relaxed);
+    table.turn_wait_ns.store(counters.turn_wait_ns.load(relaxed), relaxed);
   }
 }
 

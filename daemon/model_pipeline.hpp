@@ -37,6 +37,7 @@ class ModelPipeline {
     std::function<void()> on_batch_freed;  // a batch object returned to the pool (any thread)
     std::function<void()> on_tick;         // the router's watchdog pass (its thread)
     DeadLetterLog* dead_letters = nullptr;
+    DeviceGroups* device_groups = nullptr;  // where a backend's shared devices are taken turns on
   };
 
   // `id`: the model id requests name it by (0: the default model). The batching limits are fitted

@@ -150,6 +150,11 @@ void ModelPipeline::prepare(Hooks hooks) {
     // Every place starts empty: a worker that attaches opens one (daemon_workers.cpp).
     for (unsigned d = 0; d < backend_->devices(); ++d) router_->close_device(d);
   }
+  if (const std::string_view group = backend_->device_group(); !group.empty() && hooks_.device_groups != nullptr) {
+    router_->share_devices(hooks_.device_groups->get(group, backend_->streams_per_device()), config_.name);
+    spdlog::info("model {}: its {} devices are shared with the daemon's other {} models: they take turns there",
+                 config_.name, backend_->devices(), group);
+  }
   router_->set_dead_letters(hooks_.dead_letters, config_.name);
   router_->set_latency(&stats_.latency, &stats_.by_model[id_], id_ == 0);
 }

@@ -41,7 +41,30 @@ Router::Router(Backend& backend, Completer& completer, RouterOptions options,
   log_memory();
 }
 
-Router::~Router() { stop(); }
+Router::~Router() {
+  stop();
+  if (group_) group_->leave(member_);
+}
+
+void Router::share_devices(std::shared_ptr<DeviceGroup> group, std::string_view model) {
+  group_device_.clear();
+  for (unsigned d = 0; d < health_.size(); ++d) group_device_.push_back(backend_.device_in_group(d));
+  member_ = group->join(model, group_device_);
+  group_ = std::move(group);
+}
+
+DeviceGroup::Ticket Router::take_turn(const Lane& lane, double items, double bytes) noexcept {
+  if (!group_) return {};
+  const unsigned d = lane.id.device;
+  const auto predicted = static_cast<std::int64_t>(predict_run_ns(d, items, bytes));
+  const auto stale_after = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.device_timeout).count();
+  DeviceGroup::Ticket turn = group_->acquire(member_, group_device_[d], predicted, stale_after, leaving_group_);
+  if (turn.waited_ns != 0 && counters_ != nullptr) {
+    counters_->turns_waited.fetch_add(1, std::memory_order_relaxed);
+    counters_->turn_wait_ns.fetch_add(static_cast<std::uint64_t>(turn.waited_ns), std::memory_order_relaxed);
+  }
+  return turn;
+}
 
 void Router::place_batches_in(const InputArena& arena) {
   for (std::size_t i = 0; i < batches_.size() && i < arena.slots(); ++i) batches_[i]->place_in(arena.slot(i));
@@ -63,6 +86,8 @@ void Router::stop() noexcept {
   }
   watchdog_cv_.notify_all();
   watchdog_.join();
+  leaving_group_.store(true, std::memory_order_release);  // a lane waiting for a turn runs at once
+  if (group_) group_->wake_all();
   backend_.shutdown();  // a hung run returns so its worker can exit
   for (auto& lane : lanes_) lane->queue.enqueue(nullptr);
   for (auto& lane : lanes_) {
@@ -266,6 +291,9 @@ void Router::worker(Lane& lane) noexcept {
     lane.queue.wait_dequeue(batch);
     if (batch == nullptr) return;
     handoff_acquire(batch);
+    // Before the run starts: the hang timeout and the cost fit count the run, not the turn.
+    const DeviceGroup::Ticket turn =
+        take_turn(lane, static_cast<double>(batch->size()), static_cast<double>(batch->input_bytes.size()));
     const std::uint64_t token = batch->run_token;
     batch->run_state.store(make_run_state(token, RunPhase::kRunning), std::memory_order_release);
     lane.running_items.store(batch->size(), std::memory_order_relaxed);
@@ -275,6 +303,7 @@ void Router::worker(Lane& lane) noexcept {
     const std::uint64_t incarnation = health_[lane.id.device]->incarnation();
     BackendStatus status = run_guarded(lane.id, batch->input(), batch->output);
     lane.running.store(nullptr, std::memory_order_release);
+    if (group_) group_->release(member_, turn);
     if (!status.ok && status.device_fault) {
       rerun_after_device_fault(lane, incarnation, batch, std::move(status.message));
       continue;
@@ -349,7 +378,9 @@ Router::Verdict Router::check_with_canary(Lane& lane) noexcept {
   }
   const std::uint32_t offsets[2] = {0, static_cast<std::uint32_t>(input.size())};
   thread_local BatchOutput out;
+  const DeviceGroup::Ticket turn = take_turn(lane, 1, static_cast<double>(input.size()));
   const BackendStatus status = run_guarded(lane.id, BatchInput{input, offsets}, out);
+  if (group_) group_->release(member_, turn);
   return status.ok && out.size() == 1 ? Verdict::kInputFails : Verdict::kDeviceBroken;
 }
 

@@ -25,6 +25,7 @@
 #include "daemon/completer.hpp"
 #include "daemon/cost_model.hpp"
 #include "daemon/dead_letter_log.hpp"
+#include "daemon/device_group.hpp"
 #include "daemon/device_health.hpp"
 #include "daemon/memory_budget.hpp"
 #include "daemon/router_options.hpp"
@@ -51,6 +52,10 @@ class Router {
   // Before start(): where requests whose input fails alone are recorded (borrowed; none: not
   // recorded).
   // Where single requests that fail alone are recorded, tagged with `model`, the model's name.
+  // Its devices are shared with other models' routers (Backend::device_group()): each run waits
+  // for this model's turn on its device there. Before start().
+  void share_devices(std::shared_ptr<DeviceGroup> group, std::string_view model);
+  [[nodiscard]] bool shares_devices() const noexcept { return group_ != nullptr; }
   void set_dead_letters(DeadLetterLog* log, std::string model) {
     dead_letters_ = log;
     dead_letter_model_ = std::move(model);
@@ -196,6 +201,8 @@ class Router {
   };
 
   void worker(Lane& lane) noexcept;
+  // Waits for the model's turn on the lane's device, when it is shared (group_); counts the wait.
+  DeviceGroup::Ticket take_turn(const Lane& lane, double items, double bytes) noexcept;
   // inline_run_max in nanoseconds; 0 where batches never run on the drain thread.
   [[nodiscard]] std::uint64_t inline_budget_ns() const noexcept;
   // Whether device h, healthy and measured, would run a batch of `items` within inline_run_max.
@@ -308,6 +315,10 @@ class Router {
   std::vector<std::unique_ptr<DeviceHealth>> health_;  // by device index
   std::vector<std::unique_ptr<CostModel>> cost_;       // by device index
   std::vector<std::unique_ptr<Lane>> lanes_;           // device-major: device d, stream s
+  std::shared_ptr<DeviceGroup> group_;  // devices shared with other models; null: its own
+  DeviceGroup::MemberId member_ = 0;
+  std::vector<unsigned> group_device_;  // by device index: its place in group_
+  std::atomic<bool> leaving_group_{false};  // stopping: turns are no longer waited for
   std::mutex batches_mu_;                              // guards batches_ growth (rare path)
   std::vector<std::unique_ptr<Batch>> batches_;        // owns every batch; queues borrow
   moodycamel::ConcurrentQueue<Batch*> free_;

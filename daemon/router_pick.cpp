@@ -101,6 +101,8 @@ Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns, bool* m
       if (run_ns == 0 && fastest > 0) run_ns = fastest * std::max(items, 1.0) / kReferenceItems;
       busy_ns = static_cast<double>(queued) * run_ns;
     }
+    // An idle lane on a shared device still waits for the run another model has there.
+    if (group_ && queued == 0) busy_ns += static_cast<double>(group_->wait_ns(group_device_[d], now_ns));
     scores[i] = std::min<std::uint64_t>(static_cast<std::uint64_t>(busy_ns + run_ns) + queued, kLastResort - 1);
     best = std::min(best, scores[i]);
   }

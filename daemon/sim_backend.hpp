@@ -46,6 +46,8 @@ class SimBackend final : public Backend {
 
   [[nodiscard]] std::string_view name() const noexcept override { return "sim"; }
   [[nodiscard]] unsigned devices() const noexcept override { return options_.devices; }
+  // Every sim model in a daemon runs on the same simulated devices, as models share a GPU.
+  [[nodiscard]] std::string_view device_group() const noexcept override { return "sim"; }
   BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) override;
   void shutdown() noexcept override;
   [[nodiscard]] DeviceMemory memory(unsigned device) const noexcept override;

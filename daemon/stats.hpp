@@ -61,6 +61,9 @@ struct ModelCounters {
   std::atomic<std::uint32_t> target_batch{0};
   // Its requests' queue times, by class (LatencyStats' count every model's).
   std::array<LatencyHistogram, shm::kWirePriorities> queue_by_class{};
+  // Runs that waited for the model's turn on devices shared with other models, and how long.
+  std::atomic<std::uint64_t> turns_waited{0};
+  std::atomic<std::uint64_t> turn_wait_ns{0};
 };
 
 // The bucket of DaemonStats::batch_sizes (and ModelCounters') a batch of `size` falls in:

@@ -53,6 +53,10 @@ class CudaBackend final : public Backend {
     return static_cast<unsigned>(devices_.size());
   }
   [[nodiscard]] unsigned streams_per_device() const noexcept override { return streams_; }
+  [[nodiscard]] std::string_view device_group() const noexcept override { return "cuda"; }
+  [[nodiscard]] unsigned device_in_group(unsigned device) const noexcept override {
+    return static_cast<unsigned>(devices_[device]->ordinal());
+  }
   [[nodiscard]] BatchCapacity capacity() const noexcept override {
     return {limits_.max_inputs, limits_.max_bytes, fill_inputs_};
   }

@@ -256,7 +256,8 @@ inline constexpr std::size_t kStatusModelDevicesOffset =
     kStatusModelBatchesOffset +
     (sizeof(StatusModelBatches) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
 inline constexpr std::uint64_t kStatusModelDevicesMagic = 0x5345434956454431ULL;  // "1DEVICES"
-inline constexpr std::uint32_t kStatusModelDevicesVersion = 1;
+// 2: the tables' turns on shared devices (a page of version 1 has none: devices of its own).
+inline constexpr std::uint32_t kStatusModelDevicesVersion = 2;
 struct alignas(64) StatusModelDevice {
   StatusDevice device;
   StatusCost cost;
@@ -267,6 +268,12 @@ struct alignas(64) StatusModelDevice {
 struct alignas(64) StatusModelDeviceTable {
   std::atomic<std::uint32_t> devices;  // its backend's (listed: min(devices, kStatusDevices)); 0 unloaded
   std::atomic<std::uint32_t> healthy;
+  // Its devices are shared with other models' (1), where its runs wait for turns: those that
+  // waited, and how long in all (daemon/device_group.hpp).
+  std::atomic<std::uint32_t> shares_devices;
+  std::atomic<std::uint32_t> reserved;
+  std::atomic<std::uint64_t> turns_waited;
+  std::atomic<std::uint64_t> turn_wait_ns;
   StatusModelDevice device[kStatusDevices];
 };
 struct alignas(64) StatusModelDevices {

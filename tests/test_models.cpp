@@ -7,11 +7,14 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/reference_batchstring.hpp"
+#include "backend/sim_reference.hpp"
 #include "client_lib/client.hpp"
 #include "client_lib/status_metrics.hpp"
 #include "daemon/options.hpp"
@@ -152,6 +155,7 @@ TEST_CASE("two models in one daemon answer by name with their own settings; an u
   CHECK(models[0].state == "ready");
   CHECK(models[1].state == "ready");
   CHECK(models[1].lanes == 1);
+  CHECK_FALSE(models[1].shares_devices);  // a cpu model's threads are its own
 
   constexpr int kEach = 20;
   for (int i = 0; i < kEach; ++i) {
@@ -296,6 +300,63 @@ TEST_CASE("each model's devices, policy and queue times are its own on the statu
   CHECK(has("batchd_model_healthy_devices{model=\"second\",version=\"7\"} 1\n"));
   CHECK(has("batchd_batch_compute_seconds_count{model=\"batchstring\",version=\"1\",device=\"0\"}"));
   CHECK_FALSE(has("batchd_batch_compute_seconds_count{model=\"second\""));
+  daemon.stop();
+}
+
+TEST_CASE("sim models share the simulated devices: they take turns there, fairly") {
+  // One simulated device, 20 ms a batch of one: two models each flooded by three callers. On
+  // devices of their own they would run twice the batches the wall time holds.
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "sim", "--sim-devices", "1", "--sim-fixed-us", "20000",
+                                      "--sim-per-item-us", "0", "--policy", "fixed", "--max-batch", "1",
+                                      "--max-wait-ms", "1", "--model", "second"});
+  std::unique_ptr<Client> client = test::connect(socket);
+  (void)published(*client, "second");
+  constexpr auto kBatch = 20ms;
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0};
+  const auto flood = [&](std::string_view model, int caller) {
+    for (int i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      const std::string input = std::string(model) + "/" + std::to_string(caller) + "/" + std::to_string(i);
+      Result result = client->submit(input, 30s, RequestOptions{Priority::kNormal, model});
+      if (!result.ok() || result.output() != sim_expected_output(input, 1)) wrong.fetch_add(1);
+    }
+  };
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 3; ++c) {
+    callers.emplace_back(flood, "batchstring", c);
+    callers.emplace_back(flood, "second", c);
+  }
+  std::this_thread::sleep_for(1500ms);
+  stop.store(true);
+  for (std::thread& caller : callers) caller.join();
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  CHECK(wrong.load() == 0);
+  DaemonStatus status;
+  REQUIRE(test::eventually([&] {
+    status = client->daemon_status();
+    return status.models.size() == 2 && status.models[0].requests_ok == status.models[0].batches &&
+           status.models[1].requests_ok == status.models[1].batches;
+  }, 10s));
+  const std::uint64_t first = status.models[0].batches, second = status.models[1].batches;
+  const std::uint64_t fit = static_cast<std::uint64_t>(elapsed / kBatch) + 1;
+  INFO("batches: " << first << " and " << second << " in " << fit << " batch times");
+  CHECK(first + second <= fit);
+  // Turns by run time: neither model has twice the other's.
+  CHECK(first * 2 >= second);
+  CHECK(second * 2 >= first);
+  // Each waited for its turns, and says so.
+  for (const DaemonStatus::Model& model : status.models) {
+    CHECK(model.shares_devices);
+    CHECK(model.turns_waited > 0);
+    CHECK(model.turn_wait_ns >= model.turns_waited);
+  }
+  std::string metrics;
+  render_daemon_status(&status, metrics);
+  CHECK(metrics.find("batchd_model_device_turns_waited_total{model=\"second\",version=\"" + status.models[1].version +
+                     "\"} " + std::to_string(status.models[1].turns_waited) + "\n") != std::string::npos);
+  CHECK(metrics.find("batchd_model_device_turn_wait_seconds_total{model=\"batchstring\"") != std::string::npos);
   daemon.stop();
 }
 

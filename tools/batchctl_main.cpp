@@ -174,10 +174,12 @@ std::string models_json(const batchd::DaemonStatus& s) {
     out += "\",\"backend\":\"";
     batchd::text::append_json_escaped(model.backend, out);
     out += fmt::format("\",\"state\":\"{}\",\"lanes\":{},\"requests_taken\":{},\"healthy_devices\":{},"
-                       "\"devices\":[{}],\"policy\":\"{}\",\"max_batch\":{},\"max_wait_ns\":{},"
+                       "\"devices\":[{}],\"shares_devices\":{},\"turns_waited\":{},\"turn_wait_ns\":{},"
+                       "\"policy\":\"{}\",\"max_batch\":{},\"max_wait_ns\":{},"
                        "\"max_batch_bytes\":{},\"target_batch\":{},\"arrivals_per_s\":{}}}",
                        model.state, model.lanes, model.requests_taken, model.healthy_devices,
-                       devices_json(model.devices), model.policy, model.max_batch, model.max_wait_ns,
+                       devices_json(model.devices), model.shares_devices, model.turns_waited, model.turn_wait_ns,
+                       model.policy, model.max_batch, model.max_wait_ns,
                        model.max_batch_bytes, model.target_batch, model.arrivals_per_s);
   }
   return out;

@@ -188,6 +188,9 @@ nb::dict daemon_status(const batchd::DaemonStatus& s) {
     for (const auto& d : m.devices) model_devices.append(device_status(d));
     model["devices"] = model_devices;
     model["healthy_devices"] = m.healthy_devices;
+    model["shares_devices"] = m.shares_devices;
+    model["turns_waited"] = m.turns_waited;
+    model["turn_wait_ns"] = m.turn_wait_ns;
     model["policy"] = m.policy;
     model["max_batch"] = m.max_batch;
     model["max_wait_ns"] = m.max_wait_ns;
