@@ -11,6 +11,7 @@
 Writes bench/results/models.json. Environment: BATCHD_BENCH_BUILD (default build-release),
 MODELS_TURNS (2), MODELS_RATES (the ladder), MODELS_STEP_S (seconds a rate)."""
 
+import json
 import os
 import statistics
 import subprocess
@@ -124,6 +125,11 @@ def main():
             sim = ["--backend", "sim", "--sim-devices", "2", "--sim-fixed-us", "2000", "--sim-per-item-us", "200"]
             result["isolate_sim"] = isolation(work, "sim", sim, 50000, ["--expect-sim", "1"])
             result["isolate_cpu"] = isolation(work, "cpu", ["--backend", "cpu", "--cpu-threads", "1"], 400000, [])
+    if set(steps) != {"many", "isolate"}:  # a step run alone keeps the other's last results
+        kept = benchlib.RESULTS / "models.json"
+        if kept.exists():
+            last = json.loads(kept.read_text())
+            result = {**{k: v for k, v in last.items() if k != "machine"}, **result}
     benchlib.write_result("models.json", result)
 
 

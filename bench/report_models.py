@@ -9,15 +9,17 @@ def _ms(us) -> str:
 
 def _isolation_rows(result) -> list[str]:
     rows = ["| backend | B's p99 alone ms | beside A's flood ms | ratio (bar 2) | B's errors / timeouts beside | "
-            "A's flood: sent, refused overloaded |", "|---|---:|---:|---:|---:|---:|"]
-    for label, key in (("sim (2 devices per model)", "isolate_sim"), ("cpu (1 thread per model)", "isolate_cpu")):
+            "A's flood: sent, refused overloaded | A answered/s alone, beside B |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for label, key in (("sim (2 devices, both models on them)", "isolate_sim"), ("cpu (1 thread per model)", "isolate_cpu")):
         r = result.get(key)
         if not r:
             continue
         beside = r["b_beside_flood"]
+        a_rates = (f"{r['a_answered_per_s_alone']:,.0f}, {r['a_answered_per_s_beside']:,.0f}"
+                   if "a_answered_per_s_alone" in r else "n/a")
         rows.append(f"| {label} | {_ms(r['b_alone']['p99_us'])} | {_ms(beside['p99_us'])} | "
                     f"**{r['p99_ratio']:.2f}** | {beside['errors']} / {beside['errors_by_kind']['timeout']} | "
-                    f"{r['flood']['sent']:,}, {r['flood']['errors_by_kind']['overloaded']:,} |")
+                    f"{r['flood']['sent']:,}, {r['flood']['errors_by_kind']['overloaded']:,} | {a_rates} |")
     return rows
 
 
