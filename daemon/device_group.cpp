@@ -81,7 +81,9 @@ DeviceGroup::Ticket DeviceGroup::acquire(MemberId member, unsigned device, std::
       break;
     }
     waited = true;
-    const std::int64_t recheck_ns = std::min(next_stale_ns(device), now_ns + kRecheckNs);
+    // A slot gone stale that is still not ours (a turn or a cap ahead) is no reason to look sooner.
+    const std::int64_t stale_ns = next_stale_ns(device);
+    const std::int64_t recheck_ns = stale_ns > now_ns ? std::min(stale_ns, now_ns + kRecheckNs) : now_ns + kRecheckNs;
     cv_.wait_for(lock, std::chrono::nanoseconds(std::max<std::int64_t>(recheck_ns - now_ns, 1)));
     now_ns = shm::monotonic_ns();
   }
