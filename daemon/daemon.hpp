@@ -167,6 +167,12 @@ class Daemon {
   void apply_reload();
   void add_model(const ModelConfig& config);
   void remove_model(ModelPipeline& model);
+  // A loaded model a reload dropped: it admits nothing more, and is removed once what it holds is
+  // answered.
+  void begin_removal(ModelPipeline& model);
+  // A reload declares a model again that an earlier one dropped while it loaded or unloaded: it
+  // is kept (and loaded again, after an unload), not removed.
+  void keep_model(ModelPipeline& model);
   // The hooks a model's router is made with (start-up, and a model a reload adds).
   ModelPipeline::Hooks hooks_for(ModelPipeline& model);
   // Stopping: loads under way are waited for, and every caller still waiting is told.
@@ -280,7 +286,8 @@ class Daemon {
   // once it is done, and a load's backend being made.
   struct ModelChange {
     std::vector<shm::UniqueFd> waiting;
-    bool remove_after = false;  // a reload dropped the model: removed once unloaded
+    bool remove_after = false;  // a reload dropped the model: removed once unloaded (or loaded)
+    bool load_after = false;    // a later reload declared it again: loaded once unloaded
     std::thread loader;
     std::atomic<bool> made{false};  // the loader thread has left its result
     Expected<std::unique_ptr<Backend>> result{std::unique_ptr<Backend>{}};

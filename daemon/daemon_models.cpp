@@ -161,6 +161,7 @@ void Daemon::finish_unload(ModelPipeline& model) {
     send_reply(connection.get(), shm::AttachStatus::kOk, message);
     release_connection(std::move(connection), 0);
   }
+  if (change->load_after) start_load(model, "declared again by a reload while it unloaded");
 }
 
 void Daemon::finish_load(ModelPipeline& model) {
@@ -192,6 +193,15 @@ void Daemon::finish_load(ModelPipeline& model) {
   for (shm::UniqueFd& connection : change->waiting) {
     send_reply(connection.get(), status, message);
     release_connection(std::move(connection), 0);
+  }
+  // A reload dropped it while it loaded: it goes now, as it would have then.
+  if (change->remove_after) {
+    if (change->result) {
+      begin_removal(model);
+    } else {
+      model.remove();
+      spdlog::info("model {} is removed (a reload dropped it from the config)", model.config().name);
+    }
   }
 }
 
@@ -238,6 +248,7 @@ void Daemon::apply_reload() {
     }
     ModelPipeline& model = **it;
     declared[model.id()] = true;
+    keep_model(model);
     const bool was_removed = model.lifecycle() == ModelPipeline::Lifecycle::kRemoved;
     {
       std::lock_guard lock(models_mu_);
@@ -294,20 +305,37 @@ void Daemon::remove_model(ModelPipeline& model) {
       return;
     case Lifecycle::kUnloading:
       change->remove_after = true;
+      change->load_after = false;
       return;
     case Lifecycle::kLoading:
-      // Its backend is being made: it is unloaded once loaded, by the next reload.
-      spdlog::warn("model {}: reload: it is loading; reload again once it is loaded to remove it", model.config().name);
+      // Its backend is being made: the load ends first (finish_load), then the removal.
+      change->remove_after = true;
+      spdlog::info("model {}: reload dropped it while it loads: removed once loaded", model.config().name);
       return;
     case Lifecycle::kLoaded:
-      change = std::make_unique<ModelChange>();
-      change->started_ns = shm::monotonic_ns();
-      change->remove_after = true;
-      model.begin_unload();
-      spdlog::info("model {}: reload dropped it: admitting nothing more, answering the {} requests it holds",
-                   model.config().name, model.waiting());
+      begin_removal(model);
       return;
   }
+}
+
+void Daemon::begin_removal(ModelPipeline& model) {
+  std::unique_ptr<ModelChange>& change = changes_[model.id()];
+  change = std::make_unique<ModelChange>();
+  change->started_ns = shm::monotonic_ns();
+  change->remove_after = true;
+  model.begin_unload();
+  spdlog::info("model {}: reload dropped it: admitting nothing more, answering the {} requests it holds",
+               model.config().name, model.waiting());
+}
+
+void Daemon::keep_model(ModelPipeline& model) {
+  ModelChange* change = changes_[model.id()].get();
+  if (change == nullptr || !change->remove_after) return;
+  change->remove_after = false;
+  // An unload that was the removal loads it again once done; a load simply goes on.
+  change->load_after = model.lifecycle() == ModelPipeline::Lifecycle::kUnloading;
+  spdlog::info("model {}: declared again by a reload: kept{}", model.config().name,
+               change->load_after ? " (loaded again once its unload ends)" : "");
 }
 
 }  // namespace batchd

@@ -150,6 +150,9 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
                   "an input starting with this fails its whole batch");
   sim->add_option("--sim-outage-ms", c.sim.outage_ms,
                   "every device fails for this long after start")->capture_default_str();
+  sim->add_option("--sim-load-ms", c.sim.load_ms,
+                  "making the backend (a model's load) takes this long")->capture_default_str()
+      ->check(CLI::Range(0U, 600'000U));
   define_memory_options(app, *sim, c, raw);
   define_dead_letter_options(app, c, raw);
   define_worker_options(app, c, raw);

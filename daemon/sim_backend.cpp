@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "shm/futex.hpp"
 
@@ -14,7 +15,12 @@ namespace batchd {
 SimBackend::SimBackend(SimOptions options)
     : options_(std::move(options)), started_ns_(shm::monotonic_ns()),
       batches_run_(std::make_unique<std::atomic<std::uint64_t>[]>(std::max(1U, options_.devices))),
-      memory_(options_.devices, options_.memory_mib << 20, options_.memory_per_byte, options_.memory_other) {}
+      memory_(options_.devices, options_.memory_mib << 20, options_.memory_per_byte, options_.memory_other) {
+  // As a real model's weights take a while to load: the daemon makes backends off its drain
+  // thread (model control), and tests see a model in its loading state.
+  if (options_.load_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.load_ms));
+  started_ns_ = shm::monotonic_ns();
+}
 
 DeviceMemory SimBackend::memory(unsigned device) const noexcept {
   return memory_.reading(device, shm::monotonic_ns() - started_ns_);

@@ -35,6 +35,7 @@ struct SimOptions {
   std::uint32_t hang_ms = 600'000;                        // how long a hang lasts (or until shutdown)
   std::string poison_prefix;                              // an input starting with it fails its batch
   std::uint32_t outage_ms = 0;                            // every device fails for this long after start
+  std::uint32_t load_ms = 0;                              // making the backend takes this long (a model's load)
   std::uint64_t memory_mib = 0;                           // each device's memory; 0: unlimited
   std::uint64_t memory_per_byte = 1024;                   // device bytes a batch needs per input byte
   std::vector<MemoryRamp> memory_other;                   // another tenant's share over time

@@ -324,3 +324,42 @@ TEST_CASE("SIGHUP adds, removes and restores models under load; the other models
   check_clean(others.get());
   daemon.stop();
 }
+
+TEST_CASE("a model a reload drops while it loads goes once loaded; declared again meanwhile, it stays") {
+  // lazy's backend takes 3 s to make. Each config sets its own max_wait_ms for the default model:
+  // the status page shows when the daemon has applied it.
+  const auto config = [](int wait_ms, bool lazy) {
+    return "backend = \"cpu\"\nmax_wait_ms = " + std::to_string(wait_ms) + "\n" +
+           (lazy ? "[models.lazy]\nbackend = \"sim\"\n[models.lazy.sim]\nload_ms = 3000\n" : "");
+  };
+  const std::string path = test::write_temp_file("reload_loading.toml", config(1, false));
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--config", path});
+  std::unique_ptr<Client> client = test::connect(socket);
+  const auto reload = [&](int wait_ms, bool lazy) {
+    std::ofstream(path) << config(wait_ms, lazy);
+    daemon.signal(SIGHUP);
+    REQUIRE(test::eventually([&] { return client->daemon_status().max_wait_ns == wait_ms * 1'000'000LL; },
+                             test::grace(10s)));
+  };
+
+  // Added, then dropped while it loads: removed once its load ends, with no other reload.
+  reload(2, true);
+  REQUIRE(state_is(*client, "lazy", "loading"));
+  reload(3, false);
+  CHECK(model_status(*client, "lazy").state == "loading");
+  REQUIRE(state_is(*client, "lazy", "absent"));
+
+  // Back (loading again), dropped, and declared again while it still loads: it stays, and serves.
+  reload(4, true);
+  REQUIRE(state_is(*client, "lazy", "loading"));
+  reload(5, false);
+  reload(6, true);
+  REQUIRE(state_is(*client, "lazy", "ready"));
+  const Result answer = client->submit("lazy", test::grace(10s), RequestOptions{Priority::kNormal, "lazy"});
+  REQUIRE_MESSAGE(answer.ok(), answer.error().message);
+  CHECK(answer.output() == sim_expected_output("lazy", 1));
+  std::this_thread::sleep_for(300ms);
+  CHECK(model_status(*client, "lazy").state == "ready");
+  daemon.stop();
+}
