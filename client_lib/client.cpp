@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "client_lib/attach.hpp"
-#include "client_lib/status_read.hpp"
+#include "status/status_read.hpp"
 #include "shm/attach_protocol.hpp"
 #include "shm/futex.hpp"
 #include "shm/layout.hpp"

@@ -4,12 +4,8 @@
 namespace batchd {
 
 std::string_view priority_name(Priority priority) noexcept {
-  switch (priority) {
-    case Priority::kHigh: return "high";
-    case Priority::kNormal: return "normal";
-    case Priority::kLow: return "low";
-  }
-  return "unknown";
+  const auto index = static_cast<std::size_t>(priority);
+  return index < kStatusClasses ? kStatusClassNames[index] : "unknown";
 }
 
 std::optional<Priority> parse_priority(std::string_view name) noexcept {

@@ -13,8 +13,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "client_lib/status_metrics.hpp"
-#include "client_lib/status_read.hpp"
+#include "status/status_metrics.hpp"
+#include "status/status_read.hpp"
 #include "daemon/fd_limit.hpp"
 #include "daemon/io_ops.hpp"
 #include "shm/futex.hpp"

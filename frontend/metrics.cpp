@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <iterator>
 
-#include "client_lib/status_metrics.hpp"
+#include "status/status_metrics.hpp"
 
 namespace batchd::http {
 

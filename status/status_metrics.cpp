@@ -1,7 +1,7 @@
 // The daemon's published status (Client::daemon_status) as Prometheus series: batchd-http's
 // /metrics appends them to its own, and the daemon's --metrics-listen serves them alone, from this
 // one writer, so the two cannot differ.
-#include "client_lib/status_metrics.hpp"
+#include "status/status_metrics.hpp"
 
 #include <fmt/format.h>
 
@@ -176,16 +176,15 @@ void render_latency(const DaemonStatus& status, std::string& out) {
   family(out, "batchd_request_queue_seconds", "histogram",
          "Each answered request's wait from the daemon taking it to the start of the batch run that "
          "answered it, by model and priority class.");
-  for (const Priority priority : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
-    const auto c = static_cast<std::size_t>(priority);
+  for (std::size_t c = 0; c < kStatusClasses; ++c) {
     if (!status.queue_times_by_model) {  // a daemon from before them: every model's together
-      render_histogram(out, "batchd_request_queue_seconds", fmt::format("class=\"{}\"", priority_name(priority)),
+      render_histogram(out, "batchd_request_queue_seconds", fmt::format("class=\"{}\"", kStatusClassNames[c]),
                        status.queue_time_by_class[c], status.latency_bounds_ns);
       continue;
     }
     for (const DaemonStatus::Model& model : status.models) {
       render_histogram(out, "batchd_request_queue_seconds",
-                       fmt::format("{},class=\"{}\"", model_labels(model), priority_name(priority)),
+                       fmt::format("{},class=\"{}\"", model_labels(model), kStatusClassNames[c]),
                        model.queue_time_by_class[c], status.latency_bounds_ns);
     }
   }
@@ -406,22 +405,21 @@ void render_daemon_status(const DaemonStatus* status, std::string& out) {
         status->requests_taken);
   family(out, "batchd_daemon_class_requests_taken_total", "counter",
          "Requests the daemon took from its clients, by the priority class they asked for.");
-  for (const Priority priority : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
+  for (std::size_t c = 0; c < kStatusClasses; ++c) {
     fmt::format_to(std::back_inserter(out), "batchd_daemon_class_requests_taken_total{{class=\"{}\"}} {}\n",
-                   priority_name(priority),
-                   status->requests_taken_by_class[static_cast<std::size_t>(priority)]);
+                   kStatusClassNames[c], status->requests_taken_by_class[c]);
   }
   family(out, "batchd_daemon_class_requests_shed_total", "counter",
          "Requests refused at admission as overloaded (the backlog ahead would outlast their deadline), "
          "by priority class.");
-  for (const Priority priority : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
+  for (std::size_t c = 0; c < kStatusClasses; ++c) {
     fmt::format_to(std::back_inserter(out), "batchd_daemon_class_requests_shed_total{{class=\"{}\"}} {}\n",
-                   priority_name(priority), status->requests_shed_by_class[static_cast<std::size_t>(priority)]);
+                   kStatusClassNames[c], status->requests_shed_by_class[c]);
   }
   family(out, "batchd_daemon_class_arrival_rate", "gauge", "Requests per second arriving (EWMA), by priority class.");
-  for (const Priority priority : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
+  for (std::size_t c = 0; c < kStatusClasses; ++c) {
     fmt::format_to(std::back_inserter(out), "batchd_daemon_class_arrival_rate{{class=\"{}\"}} {}\n",
-                   priority_name(priority), status->arrivals_per_s_by_class[static_cast<std::size_t>(priority)]);
+                   kStatusClassNames[c], status->arrivals_per_s_by_class[c]);
   }
   gauge("batchd_daemon_batches_total", "counter", "Batches the daemon ran.", status->batches);
   gauge("batchd_daemon_batch_failures_total", "counter", "Batches that failed.", status->batch_failures);

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "client_lib/client.hpp"
+#include "status/daemon_status.hpp"
 
 namespace batchd {
 

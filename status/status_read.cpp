@@ -1,15 +1,24 @@
-#include "client_lib/status_read.hpp"
+#include "status/status_read.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <iterator>
 
-#include "client_lib/client_segment.hpp"
 #include "shm/clock.hpp"
 
 namespace batchd {
 
 namespace {
+
+// A wire class's index in a snapshot's arrays (kStatusClasses: high, normal, low).
+std::size_t class_index(std::uint32_t wire) noexcept {
+  switch (static_cast<shm::WirePriority>(wire)) {
+    case shm::WirePriority::kHigh: return 0;
+    case shm::WirePriority::kLow: return 2;
+    case shm::WirePriority::kNormal: break;
+  }
+  return 1;
+}
 
 // Text the daemon wrote as NUL-padded words (shm/status_page.hpp).
 template <std::size_t N>
@@ -53,8 +62,7 @@ DaemonStatus::Histogram read_histogram(const shm::StatusHistogram& in) {
 void read_latency(const shm::StatusLatency& in, DaemonStatus& out) {
   out.latency_bounds_ns.assign(std::begin(shm::kLatencyBoundsNs), std::end(shm::kLatencyBoundsNs));
   for (std::uint32_t wire = 0; wire < shm::kWirePriorities; ++wire) {
-    const Priority priority = client_detail::priority_of(static_cast<shm::WirePriority>(wire));
-    out.queue_time_by_class[static_cast<std::size_t>(priority)] = read_histogram(in.queue_by_class[wire]);
+    out.queue_time_by_class[class_index(wire)] = read_histogram(in.queue_by_class[wire]);
   }
   // out.devices holds at most kStatusDevices entries (the listed ones).
   for (std::size_t d = 0; d < out.devices.size(); ++d) {
@@ -227,9 +235,7 @@ void read_model_latency(const shm::StatusModelLatency& in, DaemonStatus& out) {
   // out.models holds at most kStatusModels entries (model_count).
   for (std::size_t m = 0; m < out.models.size(); ++m) {
     for (std::uint32_t wire = 0; wire < shm::kWirePriorities; ++wire) {
-      const Priority priority = client_detail::priority_of(static_cast<shm::WirePriority>(wire));
-      out.models[m].queue_time_by_class[static_cast<std::size_t>(priority)] =
-          read_histogram(in.model[m].queue_by_class[wire]);
+      out.models[m].queue_time_by_class[class_index(wire)] = read_histogram(in.model[m].queue_by_class[wire]);
     }
   }
 }
@@ -353,13 +359,10 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
   out.arrivals_per_s = page.arrivals_per_s.load(std::memory_order_relaxed);
   out.flushes = read_flushes(page.flushes);
   for (std::uint32_t wire = 0; wire < shm::kWirePriorities; ++wire) {
-    const Priority priority = client_detail::priority_of(static_cast<shm::WirePriority>(wire));
-    out.requests_taken_by_class[static_cast<std::size_t>(priority)] =
-        page.requests_taken_by_class[wire].load(std::memory_order_relaxed);
-    out.requests_shed_by_class[static_cast<std::size_t>(priority)] =
-        page.requests_shed_by_class[wire].load(std::memory_order_relaxed);
-    out.arrivals_per_s_by_class[static_cast<std::size_t>(priority)] =
-        page.arrivals_per_s_by_class[wire].load(std::memory_order_relaxed);
+    const std::size_t c = class_index(wire);
+    out.requests_taken_by_class[c] = page.requests_taken_by_class[wire].load(std::memory_order_relaxed);
+    out.requests_shed_by_class[c] = page.requests_shed_by_class[wire].load(std::memory_order_relaxed);
+    out.arrivals_per_s_by_class[c] = page.arrivals_per_s_by_class[wire].load(std::memory_order_relaxed);
   }
   out.dead_letters = page.dead_letters.load(std::memory_order_relaxed);
   out.dead_letters_dropped = page.dead_letters_dropped.load(std::memory_order_relaxed);

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "client_lib/client.hpp"
+#include "status/daemon_status.hpp"
 #include "shm/status_page.hpp"
 
 namespace batchd {

@@ -3,7 +3,8 @@
 # build into a temporary root (meson install --destdir), compiles with the flags that
 # `pkg-config --cflags --libs batchd-client` gives for it, and runs the program against a batchd
 # started here on the cpu backend; its answer must be the SHA-256 of the input.
-# Usage: check_installed_client.sh MESON BUILD_ROOT BATCHD CC SANITIZE
+# The C++ header is compiled the same way: it includes what it needs of the installed tree alone.
+# Usage: check_installed_client.sh MESON BUILD_ROOT BATCHD CC SANITIZE CXX
 # (SANITIZE: the build's b_sanitize, so that the program links the library's sanitizer runtime.)
 set -euo pipefail
 meson=$1
@@ -11,6 +12,7 @@ build=$2
 batchd=$3
 cc=$4
 sanitize=$5
+cxx=$6
 
 work=$(mktemp -d)
 daemon_pid=""
@@ -76,6 +78,18 @@ if [ "$sanitize" != none ]; then san_flags=("-fsanitize=$sanitize"); fi
 # No -I into the source tree: only what pkg-config says. ($cc may be a command with arguments.)
 # shellcheck disable=SC2086
 $cc "${san_flags[@]}" -o "$work/prog" "$work/prog.c" $flags
+
+# The C++ API as installed: client.hpp and the status snapshot it includes (status/).
+cat >"$work/prog.cpp" <<'EOF'
+#include <client.hpp>
+
+int main() {
+  batchd::DaemonStatus status;
+  return static_cast<int>(status.models.size() + status.requests_taken_by_class.size()) - 3;
+}
+EOF
+# shellcheck disable=SC2046,SC2086
+$cxx -std=c++20 -fsyntax-only $(pkg-config --cflags batchd-client) "$work/prog.cpp"
 
 socket=$work/batchd.sock
 "$batchd" --socket "$socket" --backend cpu --max-wait-ms 0 --log-level warn &

@@ -16,7 +16,7 @@
 #include "backend/reference_batchstring.hpp"
 #include "backend/sim_reference.hpp"
 #include "client_lib/client.hpp"
-#include "client_lib/status_metrics.hpp"
+#include "status/status_metrics.hpp"
 #include "daemon/options.hpp"
 #include "tests/helpers.hpp"
 

@@ -19,7 +19,7 @@
 
 #include "backend/reference_batchstring.hpp"
 #include "client_lib/attach.hpp"
-#include "client_lib/status_metrics.hpp"
+#include "status/status_metrics.hpp"
 #include "tests/helpers.hpp"
 #include "tests/worker_process.hpp"
 
