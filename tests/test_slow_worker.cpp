@@ -100,8 +100,11 @@ TEST_CASE("a worker far slower than the pool costs only itself, and gets its sha
   // sanitizer multiplies (an ASan run beside the other suites here missed a 9 ms slack). It stays
   // under the 200 ms a request would wait if the router sent it to the slow worker: a p99 of
   // 1,875 requests or more passes only if under 1 % of them did. (Probes are copies: they
-  // delay no caller.)
-  CHECK(beside_p99 <= 2 * alone_p99 + 10'000 * test::slowdown());
+  // delay no caller.) Not under TSan: its own p99 there is hundreds of milliseconds (167 ms
+  // alone, 636 ms beside in a CI run where the slow worker ran no batch at all), so the bound
+  // would measure TSan's pace beside the ASan suite, not the router; the batch counts below
+  // still hold there, and the other builds check the latency.
+  if (test::slowdown() < 10) CHECK(beside_p99 <= 2 * alone_p99 + 10'000 * test::slowdown());
   CHECK(probes > 0);  // probed, so that it is noticed when it recovers
   const double probe_s = static_cast<double>(Router::kProbeIntervalNs) / 1e9;
   CHECK(static_cast<double>(probes) <= beside_s / probe_s + 2);  // one a kProbeIntervalNs
