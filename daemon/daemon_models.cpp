@@ -155,7 +155,6 @@ void Daemon::finish_unload(ModelPipeline& model) {
   spdlog::info("{}", message);
   if (change->remove_after) {
     model.remove();
-    spdlog::info("model {} is removed (a reload dropped it from the config)", model.config().name);
   }
   for (shm::UniqueFd& connection : change->waiting) {
     send_reply(connection.get(), shm::AttachStatus::kOk, message);
@@ -200,7 +199,6 @@ void Daemon::finish_load(ModelPipeline& model) {
       begin_removal(model);
     } else {
       model.remove();
-      spdlog::info("model {} is removed (a reload dropped it from the config)", model.config().name);
     }
   }
 }
@@ -301,7 +299,6 @@ void Daemon::remove_model(ModelPipeline& model) {
     case Lifecycle::kRemoved: return;
     case Lifecycle::kUnloaded:
       model.remove();
-      spdlog::info("model {} is removed (a reload dropped it from the config)", model.config().name);
       return;
     case Lifecycle::kUnloading:
       change->remove_after = true;

@@ -14,14 +14,13 @@ DeviceGroup::DeviceGroup(std::string name, unsigned streams)
       slots_(std::make_unique<Slot[]>(std::size_t{kMaxDevices} * streams_)),
       device_members_(kMaxDevices, 0) {}
 
-DeviceGroup::MemberId DeviceGroup::join(std::string_view model, const std::vector<unsigned>& devices) {
+DeviceGroup::MemberId DeviceGroup::join(const std::vector<unsigned>& devices) {
   std::lock_guard lock(mu_);
   MemberId id = 0;
   while (id < members_.size() && members_[id]->joined) ++id;
   if (id == members_.size()) members_.push_back(std::make_unique<Member>());
   Member& m = *members_[id];
   m.joined = true;
-  m.model = std::string(model);
   m.devices.clear();
   m.served_ns = 0;
   m.active_ns = 0;

@@ -39,7 +39,7 @@ class DeviceGroup {
   using MemberId = std::uint32_t;
   // A model's router joins with the group places of its devices; it leaves when its lanes are
   // stopped (nothing of it holds or waits).
-  MemberId join(std::string_view model, const std::vector<unsigned>& devices);
+  MemberId join(const std::vector<unsigned>& devices);
   void leave(MemberId member) noexcept;
 
   // A slot taken; release() gives it back. `slot` < 0: run without one (outside the group, or
@@ -77,7 +77,6 @@ class DeviceGroup {
   };
   struct Member {
     bool joined = false;
-    std::string model;
     std::vector<unsigned> devices;
     double served_ns = 0;          // run time had, as the turn order counts it
     std::int64_t active_ns = 0;    // last wait or release

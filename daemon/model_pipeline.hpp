@@ -80,7 +80,7 @@ class ModelPipeline {
   void load(std::unique_ptr<Backend> backend);
   void abort_load() noexcept { lifecycle_.store(Lifecycle::kUnloaded, std::memory_order_release); }
   // A reload: an unloaded model is removed; a removed one comes back unloaded, to load.
-  void remove() noexcept { lifecycle_.store(Lifecycle::kRemoved, std::memory_order_release); }
+  void remove() noexcept;
   void restore() noexcept { lifecycle_.store(Lifecycle::kUnloaded, std::memory_order_release); }
   // A reload's declaration of the model, for its next load: the backend's settings (and the
   // version) take effect then; the batching limits at once (update_limits). Drain thread, and

@@ -141,6 +141,11 @@ BatchLimits ModelPipeline::fit_to_backend(BatchLimits limits, const char* when) 
   return limits;
 }
 
+void ModelPipeline::remove() noexcept {
+  lifecycle_.store(Lifecycle::kRemoved, std::memory_order_release);
+  spdlog::info("model {} is removed (a reload dropped it from the config)", config_.name);
+}
+
 void ModelPipeline::prepare(Hooks hooks) {
   hooks_ = hooks;
   router_ = std::make_unique<Router>(*backend_, completer_, config_.settings.routing, std::move(hooks.on_batch_freed),
@@ -151,7 +156,7 @@ void ModelPipeline::prepare(Hooks hooks) {
     for (unsigned d = 0; d < backend_->devices(); ++d) router_->close_device(d);
   }
   if (const std::string_view group = backend_->device_group(); !group.empty() && hooks_.device_groups != nullptr) {
-    router_->share_devices(hooks_.device_groups->get(group, backend_->streams_per_device()), config_.name);
+    router_->share_devices(hooks_.device_groups->get(group, backend_->streams_per_device()));
     spdlog::info("model {}: its {} devices are shared with the daemon's other {} models: they take turns there",
                  config_.name, backend_->devices(), group);
   }

@@ -46,10 +46,10 @@ Router::~Router() {
   if (group_) group_->leave(member_);
 }
 
-void Router::share_devices(std::shared_ptr<DeviceGroup> group, std::string_view model) {
+void Router::share_devices(std::shared_ptr<DeviceGroup> group) {
   group_device_.clear();
   for (unsigned d = 0; d < health_.size(); ++d) group_device_.push_back(backend_.device_in_group(d));
-  member_ = group->join(model, group_device_);
+  member_ = group->join(group_device_);
   group_ = std::move(group);
 }
 

@@ -54,7 +54,7 @@ class Router {
   // Where single requests that fail alone are recorded, tagged with `model`, the model's name.
   // Its devices are shared with other models' routers (Backend::device_group()): each run waits
   // for this model's turn on its device there. Before start().
-  void share_devices(std::shared_ptr<DeviceGroup> group, std::string_view model);
+  void share_devices(std::shared_ptr<DeviceGroup> group);
   [[nodiscard]] bool shares_devices() const noexcept { return group_ != nullptr; }
   void set_dead_letters(DeadLetterLog* log, std::string model) {
     dead_letters_ = log;

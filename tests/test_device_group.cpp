@@ -47,8 +47,8 @@ struct PendingTurn {
 TEST_CASE("a device runs one batch per stream at once, whichever models hold it") {
   DeviceGroup group("sim", 1);
   const std::atomic<bool> no_cancel{false};
-  const auto a = group.join("a", {0});
-  const auto b = group.join("b", {0});
+  const auto a = group.join({0});
+  const auto b = group.join({0});
   const DeviceGroup::Ticket held = group.acquire(a, 0, 50'000'000, kNoStale, no_cancel);
   REQUIRE(held.slot == 0);
   CHECK(group.wait_ns(0, held.started_ns) > 0);  // the holder's predicted run is still to come
@@ -66,9 +66,9 @@ TEST_CASE("a device runs one batch per stream at once, whichever models hold it"
 TEST_CASE("the model with the least run time goes first, whoever asked first") {
   DeviceGroup group("sim", 1);
   const std::atomic<bool> no_cancel{false};
-  const auto a = group.join("a", {0});
-  const auto b = group.join("b", {0});
-  const auto c = group.join("c", {0});
+  const auto a = group.join({0});
+  const auto b = group.join({0});
+  const auto c = group.join({0});
   // a has had 30 ms of the device; b nothing yet.
   DeviceGroup::Ticket t = group.acquire(a, 0, 0, kNoStale, no_cancel);
   std::this_thread::sleep_for(30ms);
@@ -90,8 +90,8 @@ TEST_CASE("the model with the least run time goes first, whoever asked first") {
 TEST_CASE("while another model is active a model leaves it a slot; alone it may hold them all") {
   DeviceGroup group("sim", 1);
   const std::atomic<bool> no_cancel{false};
-  const auto a = group.join("a", {0, 1});
-  const auto b = group.join("b", {0, 1});
+  const auto a = group.join({0, 1});
+  const auto b = group.join({0, 1});
   // b is active (it ran a batch just now): a holds one device, not both.
   group.release(b, group.acquire(b, 1, 0, kNoStale, no_cancel));
   const DeviceGroup::Ticket first = group.acquire(a, 0, 0, kNoStale, no_cancel);
@@ -115,8 +115,8 @@ TEST_CASE("while another model is active a model leaves it a slot; alone it may 
 TEST_CASE("a run past its hang timeout no longer holds its slot") {
   DeviceGroup group("sim", 1);
   const std::atomic<bool> no_cancel{false};
-  const auto a = group.join("a", {0});
-  const auto b = group.join("b", {0});
+  const auto a = group.join({0});
+  const auto b = group.join({0});
   const DeviceGroup::Ticket hung = group.acquire(a, 0, 0, 50'000'000, no_cancel);
   PendingTurn turn(group, b, 0, no_cancel);
   const DeviceGroup::Ticket b_turn = turn.wait();  // after the 50 ms, not the hour
@@ -136,8 +136,8 @@ TEST_CASE("a stopping router's lane stops waiting and runs without a turn") {
   DeviceGroup group("cuda", 2);
   const std::atomic<bool> no_cancel{false};
   std::atomic<bool> cancel{false};
-  const auto a = group.join("a", {0});
-  const auto b = group.join("b", {0});
+  const auto a = group.join({0});
+  const auto b = group.join({0});
   const DeviceGroup::Ticket one = group.acquire(a, 0, 0, kNoStale, no_cancel);
   const DeviceGroup::Ticket two = group.acquire(a, 0, 0, kNoStale, no_cancel);  // b is not active yet
   CHECK(one.slot != two.slot);
@@ -154,7 +154,7 @@ TEST_CASE("a stopping router's lane stops waiting and runs without a turn") {
 TEST_CASE("devices past the group's range, or asked for after a cancel, need no turn") {
   DeviceGroup group("sim", 1);
   std::atomic<bool> cancel{true};
-  const auto a = group.join("a", {0, DeviceGroup::kMaxDevices});
+  const auto a = group.join({0, DeviceGroup::kMaxDevices});
   CHECK(group.acquire(a, DeviceGroup::kMaxDevices, 0, kNoStale, cancel).slot < 0);
   CHECK(group.acquire(a, 0, 0, kNoStale, cancel).slot < 0);
   CHECK(group.wait_ns(DeviceGroup::kMaxDevices, 0) == 0);
