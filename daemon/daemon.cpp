@@ -1,7 +1,7 @@
 // The daemon's life: start-up (io_uring, status page, control socket, router), the drain loop
 // that ties the other parts together, and the watchdog. The parts: daemon_attach.cpp
 // (handshake), daemon_batching.cpp (drain and batch), daemon_io.cpp (io_uring events and
-// sleeping), daemon_shutdown.cpp (stopping), daemon_status.cpp (the status page),
+// sleeping), daemon_shutdown.cpp (stopping), status_writer.cpp (the status page),
 // daemon_models.cpp (model control and reloads).
 #include "daemon/daemon.hpp"
 
@@ -66,7 +66,7 @@ bool Daemon::all_devices_lost() const noexcept {
 }
 
 Daemon::~Daemon() {
-  stop_publisher();
+  status_.stop();
   abandon_model_changes();
   for (auto& model : models_) model->stop();
   if (dead_letters_) dead_letters_->stop();  // writes what the lanes recorded last
@@ -119,11 +119,10 @@ void Daemon::start() {
 
   doorbell_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!doorbell_.valid()) throw std::system_error(errno, std::generic_category(), "eventfd");
-  create_status_file();
-
   // Before the socket: a dead-letter file that cannot be opened stops the start with its reason.
   dead_letters_ = std::make_unique<DeadLetterLog>(config_.dead_letters);
   dead_letters_->start();
+  status_.create(*dead_letters_);
   control_ = std::make_unique<ControlSocket>(config_.socket_path, config_.refuse_passed_fds);
   if (control_->refuses_fds()) {
     spdlog::info("control socket: the kernel refuses descriptors sent by peers (SO_PASSRIGHTS)");
@@ -132,18 +131,19 @@ void Daemon::start() {
                  "threads (this kernel cannot refuse them; SO_PASSRIGHTS needs Linux 6.16)");
   }
   for (auto& model : models_) model->prepare(hooks_for(*model));
-  publish_model_names();
-  for (const auto& model : models_) publish_policy(*model);
-  publish_status();
+  status_.publish_model_names();
+  for (const auto& model : models_) status_.publish_policy(*model);
+  status_.publish();
   start_metrics_listener();
   for (auto& model : models_) model->start_lanes();
   // As often as the quickest router's watchdog looks at its devices: the page is as fresh as
   // what it shows.
+  std::chrono::milliseconds publish_period{50};
   for (const auto& model : models_) {
-    publish_period_ = std::min(publish_period_, std::clamp(model->config().settings.routing.device_timeout / 4,
-                                                           std::chrono::milliseconds(1), std::chrono::milliseconds(50)));
+    publish_period = std::min(publish_period, std::clamp(model->config().settings.routing.device_timeout / 4,
+                                                         std::chrono::milliseconds(1), std::chrono::milliseconds(50)));
   }
-  publisher_ = std::thread([this] { publish_until_stopped(); });
+  status_.start_publishing(publish_period);
   arm_poll(control_->fd(), pack(Op::kListen, 0));
   arm_doorbell_read();
   const auto describe = [](const ModelPipeline& model) {
@@ -168,7 +168,7 @@ ModelPipeline::Hooks Daemon::hooks_for(ModelPipeline& model) {
   ModelPipeline::Hooks hooks;
   hooks.on_batch_freed = [this] {
     // After the batch's seq_cst return to the pool (Router::release).
-    if (status_->drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
+    if (status_.page().drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
   };
   hooks.on_tick = [this, self] {
     // The default model's devices are the page's: its watchdog publishes at once what it saw (a
@@ -176,7 +176,7 @@ ModelPipeline::Hooks Daemon::hooks_for(ModelPipeline& model) {
     // (the publisher thread then catches up).
     if (self->id() == 0) {
       std::unique_lock lock(models_mu_, std::try_to_lock);
-      if (lock.owns_lock()) publish_status_locked();
+      if (lock.owns_lock()) status_.publish_locked();
     }
     if (self->router().all_devices_lost()) ring_doorbell();  // the drain loop exits (run())
   };
@@ -191,7 +191,7 @@ void Daemon::start_metrics_listener() {
   const ListenAddress address = parse_listen_address(config_.metrics_listen, "--metrics-listen").value();
   // The same reading and the same writer as a client's (batchd-http's /metrics): the two agree.
   metrics_ = std::make_unique<MetricsListener>(address, [this] {
-    const DaemonStatus status = read_daemon_status(*status_, shm::kStatusFileBytes);
+    const DaemonStatus status = read_daemon_status(status_.page(), shm::kStatusFileBytes);
     std::string out;
     render_daemon_status(&status, out);
     return out;
@@ -225,7 +225,7 @@ bool Daemon::update_limits(const std::string& model, const BatchLimits& limits) 
 void Daemon::apply_pending_limits() {
   if (!limits_changed_.exchange(false, std::memory_order_acq_rel)) return;
   for (auto& model : models_) {
-    if (model->apply_pending_limits()) publish_policy(*model);
+    if (model->apply_pending_limits()) status_.publish_policy(*model);
   }
 }
 

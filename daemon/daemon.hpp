@@ -10,7 +10,6 @@
 #include <liburing.h>
 
 #include <atomic>
-#include <boost/interprocess/mapped_region.hpp>
 #include <condition_variable>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -38,13 +37,13 @@
 #include "daemon/metrics_listener.hpp"
 #include "daemon/model_pipeline.hpp"
 #include "daemon/stats.hpp"
+#include "daemon/status_writer.hpp"
 #include "daemon/worker_backend.hpp"
 #include "shm/attach_protocol.hpp"
 #include "shm/clock.hpp"
 #include "shm/model_control.hpp"
 #include "shm/spin_advisor.hpp"
 #include "shm/worker_region.hpp"
-#include "shm/status_page.hpp"
 
 namespace batchd {
 
@@ -230,29 +229,8 @@ class Daemon {
   void arm_poll(int fd, std::uint64_t user_data);
   void arm_doorbell_read();
   void ring_doorbell() noexcept;
-  // Copies stats and device health into the status page (the publisher thread, the default
-  // model's watchdog, start-up); the second holding models_mu_.
-  void publish_status() noexcept;
-  void publish_status_locked() noexcept;
-  // The publisher thread: publish_status every few tens of milliseconds until stopped.
-  void publish_until_stopped() noexcept;
-  void stop_publisher() noexcept;
   // --metrics-listen: binds and starts the listener (start-up: throws the address's trouble).
   void start_metrics_listener();
-  // The status file: the page, the histograms, the workers and the models (start-up).
-  void create_status_file();
-  // The latency histograms into the pages after the status page (watchdog thread).
-  void publish_latency() noexcept;
-  // Who each worker is, into the pages after the histograms (watchdog thread).
-  void publish_workers() noexcept;
-  // Writes a model's batching policy into its row of the status file, and the default model's into
-  // the page too (drain loop: it owns the pipelines' limits).
-  void publish_policy(const ModelPipeline& model) noexcept;
-  // The models' table: who they are (start-up, a model added or redeclared: drain thread), and
-  // their counters (the publisher).
-  void publish_model_names() noexcept;
-  void publish_model_name(std::size_t m) noexcept;
-  void publish_models() noexcept;
 
   DaemonConfig config_;
   // First, so destroyed last: everything else may hand it descriptors until then.
@@ -296,19 +274,10 @@ class Daemon {
   static constexpr std::size_t kMaxControlWaiting = 16;  // per model: more are refused as busy
   std::vector<std::unique_ptr<ModelChange>> changes_;  // by model id; null: none under way
   std::unique_ptr<ControlSocket> control_;
+  // After the models: it reads them (and its publisher thread stops before they go).
+  StatusWriter status_{stats_, models_, models_mu_};
 
   shm::UniqueFd doorbell_;  // eventfd: clients and workers wake the drain loop with it
-  shm::UniqueFd status_fd_;
-  boost::interprocess::mapped_region status_map_;
-  shm::DaemonStatusPage* status_ = nullptr;
-  shm::StatusLatency* latency_ = nullptr;  // in status_map_, after the page
-  shm::StatusWorkers* workers_page_ = nullptr;  // in status_map_, after the histograms
-  shm::StatusModels* models_page_ = nullptr;    // in status_map_, after the workers
-  shm::StatusModelBatches* model_batches_page_ = nullptr;  // in status_map_, after the models
-  shm::StatusModelDevices* model_devices_page_ = nullptr;  // in status_map_, after their batches
-  shm::StatusModelPolicies* model_policies_page_ = nullptr;  // in status_map_, after their devices
-  shm::StatusModelLatency* model_latency_page_ = nullptr;    // in status_map_, after their policies
-
   io_uring ring_{};
   bool ring_ready_ = false;
   std::uint64_t doorbell_value_ = 0;  // target of the posted doorbell read
@@ -339,12 +308,6 @@ class Daemon {
   std::int64_t watchdog_interval_ns_ = 0;  // 0: no watchdog
   std::int64_t next_watchdog_ns_ = 0;
   std::function<void()> watchdog_ping_;
-
-  std::thread publisher_;
-  std::mutex publisher_mu_;
-  std::condition_variable publisher_cv_;
-  bool publisher_stop_ = false;  // guarded by publisher_mu_
-  std::chrono::milliseconds publish_period_{50};
 
   // Last: it reads the status page until it stops, so it is destroyed first.
   std::unique_ptr<MetricsListener> metrics_;

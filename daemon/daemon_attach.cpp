@@ -268,7 +268,7 @@ void Daemon::attach_session(PendingAttach& pending, std::uint64_t id) {
   std::shared_ptr<ClientSession> session = std::move(*created);
   const int fd = pending.connection.get();
   const int out_fds[shm::kAttachFdCount] = {session->request_fd(), session->completion_fd(),
-                                            session->doorbell_fd(), status_fd_.get()};
+                                            session->doorbell_fd(), status_.fd()};
   if (!send_attached(pending, id, out_fds, "its segment")) return;
   session->set_connection(std::move(pending.connection));
   arm_poll(fd, pack(Op::kSession, id));

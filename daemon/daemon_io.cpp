@@ -104,7 +104,7 @@ bool Daemon::work_waiting() {
 void Daemon::sleep_until_work() {
   // seq_cst, as are the producers' tail stores and their reads of this flag: either they see the
   // flag and ring the doorbell, or the re-check below sees their entry.
-  status_->drain_sleeping.store(1, std::memory_order_seq_cst);
+  status_.page().drain_sleeping.store(1, std::memory_order_seq_cst);
   if (!work_waiting()) {
     std::int64_t wait_ns = -1;  // none: until an event
     const std::int64_t now_ns = shm::monotonic_ns();
@@ -137,7 +137,7 @@ void Daemon::sleep_until_work() {
       io_uring_submit_and_wait(&ring_, 1);
     }
   }
-  status_->drain_sleeping.store(0, std::memory_order_seq_cst);
+  status_.page().drain_sleeping.store(0, std::memory_order_seq_cst);
 }
 
 }  // namespace batchd

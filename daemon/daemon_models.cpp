@@ -181,8 +181,8 @@ void Daemon::finish_load(ModelPipeline& model) {
     message = fmt::format("model {} is loaded ({:.3f} s; backend {}, {} devices)", model.config().name, seconds,
                           model.backend_name(), model.backend().devices());
     spdlog::info("{}", message);
-    publish_model_name(model.id());  // its backend by name ("auto" made one)
-    publish_policy(model);
+    status_.publish_model_name(model.id());  // its backend by name ("auto" made one)
+    status_.publish_policy(model);
   } else {
     model.abort_load();
     status = shm::AttachStatus::kModelLoadFailed;
@@ -256,10 +256,10 @@ void Daemon::apply_reload() {
     if (was_removed) {
       // Declared again: back at its id, which clients may still hold.
       model.restore();
-      publish_model_name(model.id());
+      status_.publish_model_name(model.id());
       start_load(model, "declared again by a reload");
     } else if (model.lifecycle() == ModelPipeline::Lifecycle::kUnloaded) {
-      publish_model_name(model.id());
+      status_.publish_model_name(model.id());
     } else {
       spdlog::info("model {}: reload: new batching limits now; its other settings at its next load", config.name);
     }
@@ -286,8 +286,8 @@ void Daemon::add_model(const ModelConfig& config) {
     if (model.by_workers()) workers_models_.push_back(&model);
   }
   changes_.resize(models_.size());
-  publish_model_name(id);
-  publish_policy(model);
+  status_.publish_model_name(id);
+  status_.publish_policy(model);
   spdlog::info("model {} (id {}, version {}): added by a reload", config.name, id, config.version);
   start_load(model, "added by a reload");
 }

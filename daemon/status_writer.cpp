@@ -1,13 +1,14 @@
-// The status page the daemon publishes (shm/status_page.hpp): made at start-up, written by the
-// publisher thread every few tens of milliseconds (and by the default model's watchdog when it
-// sees a device change), with the models table's names written by the drain thread.
+#include "daemon/status_writer.hpp"
+
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <bitset>
 #include <cstdio>
 #include <cstring>
 
-#include "daemon/daemon.hpp"
+#include "shm/clock.hpp"
 #include "shm/memfd_region.hpp"
 
 namespace batchd {
@@ -83,71 +84,80 @@ void put_text(std::string_view text, std::atomic<std::uint64_t> (&words)[N]) noe
 
 }  // namespace
 
-void Daemon::create_status_file() {
+StatusWriter::StatusWriter(const DaemonStats& stats, const std::vector<std::unique_ptr<ModelPipeline>>& models,
+                           std::mutex& models_mu) noexcept
+    : stats_(stats), models_(models), models_mu_(models_mu) {}
+
+StatusWriter::~StatusWriter() { stop(); }
+
+void StatusWriter::create(const DeadLetterLog& dead_letters) {
+  dead_letters_ = &dead_letters;
   // Start-up: a failure here is the operator's to see, so value() throws it.
-  status_fd_ = shm::create_memfd("batchd-status", shm::kStatusFileBytes).value();
-  status_map_ = shm::map_fd(status_fd_.get(), shm::kStatusFileBytes, true).value();
-  shm::seal_memfd(status_fd_.get(), true).value();
-  char* base = static_cast<char*>(status_map_.get_address());
-  status_ = new (base) shm::DaemonStatusPage{};
-  status_->magic = shm::kStatusMagic;
+  fd_ = shm::create_memfd("batchd-status", shm::kStatusFileBytes).value();
+  map_ = shm::map_fd(fd_.get(), shm::kStatusFileBytes, true).value();
+  shm::seal_memfd(fd_.get(), true).value();
+  char* base = static_cast<char*>(map_.get_address());
+  page_ = new (base) shm::DaemonStatusPage{};
+  page_->magic = shm::kStatusMagic;
   latency_ = new (base + shm::kStatusLatencyOffset) shm::StatusLatency{};
   latency_->magic = shm::kStatusLatencyMagic;
   latency_->version = shm::kStatusLatencyVersion;
   latency_->buckets = shm::kLatencyBuckets;
   latency_->classes = shm::kWirePriorities;
   latency_->devices = shm::kStatusDevices;
-  workers_page_ = new (base + shm::kStatusWorkersOffset) shm::StatusWorkers{};
-  workers_page_->magic = shm::kStatusWorkersMagic;
-  workers_page_->version = shm::kStatusWorkersVersion;
-  workers_page_->places = shm::kStatusDevices;
+  workers_ = new (base + shm::kStatusWorkersOffset) shm::StatusWorkers{};
+  workers_->magic = shm::kStatusWorkersMagic;
+  workers_->version = shm::kStatusWorkersVersion;
+  workers_->places = shm::kStatusDevices;
   models_page_ = new (base + shm::kStatusModelsOffset) shm::StatusModels{};
   models_page_->version = shm::kStatusModelsVersion;
   models_page_->capacity = shm::kStatusModels;
-  model_batches_page_ = new (base + shm::kStatusModelBatchesOffset) shm::StatusModelBatches{};
-  model_batches_page_->magic = shm::kStatusModelBatchesMagic;
-  model_batches_page_->version = shm::kStatusModelBatchesVersion;
-  model_batches_page_->capacity = shm::kStatusModels;
-  model_devices_page_ = new (base + shm::kStatusModelDevicesOffset) shm::StatusModelDevices{};
-  model_devices_page_->magic = shm::kStatusModelDevicesMagic;
-  model_devices_page_->version = shm::kStatusModelDevicesVersion;
-  model_devices_page_->capacity = shm::kStatusModels;
-  model_devices_page_->places = shm::kStatusDevices;
-  model_policies_page_ = new (base + shm::kStatusModelPoliciesOffset) shm::StatusModelPolicies{};
-  model_policies_page_->magic = shm::kStatusModelPoliciesMagic;
-  model_policies_page_->version = shm::kStatusModelPoliciesVersion;
-  model_policies_page_->capacity = shm::kStatusModels;
-  model_latency_page_ = new (base + shm::kStatusModelLatencyOffset) shm::StatusModelLatency{};
-  model_latency_page_->magic = shm::kStatusModelLatencyMagic;
-  model_latency_page_->version = shm::kStatusModelLatencyVersion;
-  model_latency_page_->capacity = shm::kStatusModels;
-  model_latency_page_->buckets = shm::kLatencyBuckets;
-  model_latency_page_->classes = shm::kWirePriorities;
-  status_->daemon_pid = static_cast<std::uint32_t>(::getpid());
+  model_batches_ = new (base + shm::kStatusModelBatchesOffset) shm::StatusModelBatches{};
+  model_batches_->magic = shm::kStatusModelBatchesMagic;
+  model_batches_->version = shm::kStatusModelBatchesVersion;
+  model_batches_->capacity = shm::kStatusModels;
+  model_devices_ = new (base + shm::kStatusModelDevicesOffset) shm::StatusModelDevices{};
+  model_devices_->magic = shm::kStatusModelDevicesMagic;
+  model_devices_->version = shm::kStatusModelDevicesVersion;
+  model_devices_->capacity = shm::kStatusModels;
+  model_devices_->places = shm::kStatusDevices;
+  model_policies_ = new (base + shm::kStatusModelPoliciesOffset) shm::StatusModelPolicies{};
+  model_policies_->magic = shm::kStatusModelPoliciesMagic;
+  model_policies_->version = shm::kStatusModelPoliciesVersion;
+  model_policies_->capacity = shm::kStatusModels;
+  model_latency_ = new (base + shm::kStatusModelLatencyOffset) shm::StatusModelLatency{};
+  model_latency_->magic = shm::kStatusModelLatencyMagic;
+  model_latency_->version = shm::kStatusModelLatencyVersion;
+  model_latency_->capacity = shm::kStatusModels;
+  model_latency_->buckets = shm::kLatencyBuckets;
+  model_latency_->classes = shm::kWirePriorities;
+  page_->daemon_pid = static_cast<std::uint32_t>(::getpid());
   // Daemon-wide, each workers model's minimum counts: a model's own readiness is its state in
   // the models table.
   unsigned min_workers = 0;
-  for (const ModelPipeline* model : workers_models_) min_workers += model->config().settings.workers.min_workers;
-  status_->min_workers.store(min_workers, std::memory_order_relaxed);
+  for (const auto& model : models_) {
+    if (model->by_workers()) min_workers += model->config().settings.workers.min_workers;
+  }
+  page_->min_workers.store(min_workers, std::memory_order_relaxed);
   const std::string_view backend = models_.front()->backend_name();
-  std::snprintf(status_->backend, sizeof(status_->backend), "%.*s", static_cast<int>(backend.size()), backend.data());
+  std::snprintf(page_->backend, sizeof(page_->backend), "%.*s", static_cast<int>(backend.size()), backend.data());
 }
 
-void Daemon::publish_model_names() noexcept {
+void StatusWriter::publish_model_names() noexcept {
   for (std::size_t m = 0; m < models_.size(); ++m) publish_model_name(m);
   // Last: a reader that sees the magic sees a table in this layout.
   models_page_->magic = shm::kStatusModelsMagic;
 }
 
-void Daemon::publish_model_name(std::size_t m) noexcept {
-  const ModelPipeline& model = *models_[m];
-  shm::StatusModel& out = models_page_->model[m];
+void StatusWriter::publish_model_name(std::size_t id) noexcept {
+  const ModelPipeline& model = *models_[id];
+  shm::StatusModel& out = models_page_->model[id];
   put_text(model.config().name, out.name);  // never another's: an id is its name's for good
   put_text(model.declared().version, out.version);
   put_text(model.backend_name(), out.backend);
   // Only grows, and only once the entry is written (a reload adds models at the end).
-  if (m + 1 > models_page_->count.load(std::memory_order_relaxed)) {
-    models_page_->count.store(static_cast<std::uint32_t>(m + 1), std::memory_order_release);
+  if (id + 1 > models_page_->count.load(std::memory_order_relaxed)) {
+    models_page_->count.store(static_cast<std::uint32_t>(id + 1), std::memory_order_release);
   }
 }
 
@@ -166,7 +176,7 @@ shm::StatusModelState model_state(ModelPipeline::Lifecycle lifecycle, unsigned l
 
 }  // namespace
 
-void Daemon::publish_models() noexcept {
+void StatusWriter::publish_models() noexcept {
   constexpr auto relaxed = std::memory_order_relaxed;
   const std::int64_t now_ns = shm::monotonic_ns();
   for (std::size_t m = 0; m < models_.size(); ++m) {
@@ -189,7 +199,7 @@ void Daemon::publish_models() noexcept {
     out.queue_ns.store(queue_ns, relaxed);
     out.compute_ns.store(compute_ns, relaxed);
     out.request_ns.store(queue_ns + compute_ns, relaxed);  // a request's time in the daemon is both
-    shm::StatusModelBatch& batches = model_batches_page_->model[m];
+    shm::StatusModelBatch& batches = model_batches_->model[m];
     for (std::size_t r = 0; r < shm::kFlushReasons; ++r) batches.flushes[r].store(counters.flushes[r].load(relaxed), relaxed);
     for (std::size_t b = 0; b < shm::kBatchSizeBuckets; ++b) {
       batches.batch_sizes[b].store(counters.batch_sizes[b].load(relaxed), relaxed);
@@ -203,12 +213,12 @@ void Daemon::publish_models() noexcept {
     const std::uint64_t settled = ok + failed + on_devices;
     out.pending.store(taken > settled ? taken - settled : 0, relaxed);
     for (std::size_t c = 0; c < shm::kWirePriorities; ++c) {
-      publish_histogram(counters.queue_by_class[c], model_latency_page_->model[m].queue_by_class[c]);
+      publish_histogram(counters.queue_by_class[c], model_latency_->model[m].queue_by_class[c]);
     }
-    shm::StatusModelPolicy& policy = model_policies_page_->model[m];
+    shm::StatusModelPolicy& policy = model_policies_->model[m];
     policy.arrivals_per_s.store(counters.arrivals_per_s.load(relaxed), relaxed);
     policy.target_batch.store(counters.target_batch.load(relaxed), relaxed);
-    shm::StatusModelDeviceTable& table = model_devices_page_->model[m];
+    shm::StatusModelDeviceTable& table = model_devices_->model[m];
     std::uint32_t devices = 0;
     std::uint32_t healthy = 0;
     if (model.running()) {
@@ -227,18 +237,23 @@ void Daemon::publish_models() noexcept {
   }
 }
 
-void Daemon::publish_until_stopped() noexcept {
+void StatusWriter::publish_until_stopped() noexcept {
   std::unique_lock lock(publisher_mu_);
   while (!publisher_stop_) {
-    publisher_cv_.wait_for(lock, publish_period_, [this] { return publisher_stop_; });
+    publisher_cv_.wait_for(lock, period_, [this] { return publisher_stop_; });
     if (publisher_stop_) return;
     lock.unlock();
-    publish_status();
+    publish();
     lock.lock();
   }
 }
 
-void Daemon::stop_publisher() noexcept {
+void StatusWriter::start_publishing(std::chrono::milliseconds period) {
+  period_ = period;
+  publisher_ = std::thread([this] { publish_until_stopped(); });
+}
+
+void StatusWriter::stop() noexcept {
   if (!publisher_.joinable()) return;
   {
     std::lock_guard lock(publisher_mu_);
@@ -248,14 +263,14 @@ void Daemon::stop_publisher() noexcept {
   publisher_.join();
 }
 
-void Daemon::publish_status() noexcept {
+void StatusWriter::publish() noexcept {
   std::lock_guard lock(models_mu_);
-  publish_status_locked();
+  publish_locked();
 }
 
-void Daemon::publish_status_locked() noexcept {
+void StatusWriter::publish_locked() noexcept {
   constexpr auto relaxed = std::memory_order_relaxed;
-  shm::DaemonStatusPage& page = *status_;
+  shm::DaemonStatusPage& page = *page_;
   // The page's devices are the default model's (none while it is unloaded); each model's are in
   // the models' device table.
   const ModelPipeline& default_model = *models_.front();
@@ -300,26 +315,28 @@ void Daemon::publish_status_locked() noexcept {
   page.published_ns.store(shm::monotonic_ns(), std::memory_order_release);
 }
 
-void Daemon::publish_workers() noexcept {
-  if (workers_models_.empty()) return;
+void StatusWriter::publish_workers() noexcept {
+  if (std::none_of(models_.begin(), models_.end(), [](const auto& m) { return m->by_workers(); })) return;
   constexpr auto relaxed = std::memory_order_relaxed;
   // What readiness needs: the loaded workers models' minimums (an unloaded one needs none).
   unsigned min_workers = 0;
-  for (const ModelPipeline* model : workers_models_) {
-    if (model->lifecycle() == ModelPipeline::Lifecycle::kLoaded) min_workers += model->config().settings.workers.min_workers;
+  for (const auto& model : models_) {
+    if (model->by_workers() && model->lifecycle() == ModelPipeline::Lifecycle::kLoaded) {
+      min_workers += model->config().settings.workers.min_workers;
+    }
   }
-  status_->min_workers.store(min_workers, relaxed);
+  page_->min_workers.store(min_workers, relaxed);
   std::array<bool, shm::kStatusDevices> held{};
   unsigned attached = 0;
-  for (ModelPipeline* model : workers_models_) {
-    if (model->workers() == nullptr) continue;  // unloaded
+  for (const auto& model : models_) {
+    if (!model->by_workers() || model->workers() == nullptr) continue;  // in process, or unloaded
     WorkerBackend& workers = *model->workers();
     attached += workers.attached();
     for (unsigned d = 0; d < workers.devices(); ++d) {
       const std::shared_ptr<WorkerLink> link = workers.at(d);
       if (link == nullptr || link->who().place >= shm::kStatusDevices) continue;
       const unsigned place = link->who().place;
-      shm::StatusWorker& out = workers_page_->worker[place];
+      shm::StatusWorker& out = workers_->worker[place];
       held[place] = true;
       out.model.store(model->id(), relaxed);
       out.device.store(d, relaxed);
@@ -331,13 +348,13 @@ void Daemon::publish_workers() noexcept {
     }
   }
   for (std::size_t place = 0; place < shm::kStatusDevices; ++place) {
-    if (!held[place]) workers_page_->worker[place].pid.store(0, relaxed);
-    publish_histogram(stats_.latency.handoff_by_device[place], workers_page_->worker[place].handoff);
+    if (!held[place]) workers_->worker[place].pid.store(0, relaxed);
+    publish_histogram(stats_.latency.handoff_by_device[place], workers_->worker[place].handoff);
   }
-  status_->workers.store(attached, relaxed);
+  page_->workers.store(attached, relaxed);
 }
 
-void Daemon::publish_latency() noexcept {
+void StatusWriter::publish_latency() noexcept {
   for (std::size_t c = 0; c < shm::kWirePriorities; ++c) {
     publish_histogram(stats_.latency.queue_by_class[c], latency_->queue_by_class[c]);
   }
@@ -346,19 +363,19 @@ void Daemon::publish_latency() noexcept {
   }
 }
 
-void Daemon::publish_policy(const ModelPipeline& model) noexcept {
+void StatusWriter::publish_policy(const ModelPipeline& model) noexcept {
   constexpr auto relaxed = std::memory_order_relaxed;
   const BatchLimits& batch = model.limits();
-  shm::StatusModelPolicy& row = model_policies_page_->model[model.id()];
+  shm::StatusModelPolicy& row = model_policies_->model[model.id()];
   row.policy.store(static_cast<std::uint32_t>(batch.policy), relaxed);
   row.max_batch.store(static_cast<std::uint32_t>(batch.max_batch), relaxed);
   row.max_wait_ns.store(batch.max_wait.count(), relaxed);
   row.max_batch_bytes.store(batch.max_batch_bytes, relaxed);
   if (model.id() != 0) return;
-  status_->max_batch.store(static_cast<std::uint32_t>(batch.max_batch), relaxed);
-  status_->policy.store(static_cast<std::uint32_t>(batch.policy), relaxed);
-  status_->max_wait_ns.store(batch.max_wait.count(), relaxed);
-  status_->max_batch_bytes.store(batch.max_batch_bytes, relaxed);
+  page_->max_batch.store(static_cast<std::uint32_t>(batch.max_batch), relaxed);
+  page_->policy.store(static_cast<std::uint32_t>(batch.policy), relaxed);
+  page_->max_wait_ns.store(batch.max_wait.count(), relaxed);
+  page_->max_batch_bytes.store(batch.max_batch_bytes, relaxed);
 }
 
 }  // namespace batchd
