@@ -2,7 +2,7 @@
 // that ties the other parts together, and the watchdog. The parts: daemon_attach.cpp
 // (handshake), daemon_batching.cpp (drain and batch), daemon_io.cpp (io_uring events and
 // sleeping), daemon_shutdown.cpp (stopping), status_writer.cpp (the status page),
-// daemon_models.cpp (model control and reloads).
+// daemon_control.cpp (model control's and reloads' part here; the changes are ModelChanges').
 #include "daemon/daemon.hpp"
 
 #include <spdlog/spdlog.h>
@@ -50,12 +50,10 @@ Daemon::Daemon(DaemonConfig config, std::vector<std::unique_ptr<Backend>> backen
   ModelConfig batchstring{kDefaultModelName, config_.default_model_version, config_};
   for (std::size_t m = 0; m < backends.size(); ++m) {
     ModelConfig model = m == 0 ? batchstring : config_.models[m - 1];
-    if (model_named(model.name) != nullptr) throw std::invalid_argument("two models are named " + model.name);
-    models_.push_back(std::make_unique<ModelPipeline>(static_cast<std::uint32_t>(m), std::move(model),
-                                                      std::move(backends[m]), stats_, completer_));
-    if (models_.back()->by_workers()) workers_models_.push_back(models_.back().get());
+    if (models_.named(model.name) != nullptr) throw std::invalid_argument("two models are named " + model.name);
+    models_.add(std::make_unique<ModelPipeline>(static_cast<std::uint32_t>(m), std::move(model),
+                                                std::move(backends[m]), stats_, completer_));
   }
-  changes_.resize(models_.size());
 }
 
 bool Daemon::all_devices_lost() const noexcept {
@@ -67,7 +65,7 @@ bool Daemon::all_devices_lost() const noexcept {
 
 Daemon::~Daemon() {
   status_.stop();
-  abandon_model_changes();
+  changes_.abandon();
   for (auto& model : models_) model->stop();
   if (dead_letters_) dead_letters_->stop();  // writes what the lanes recorded last
   if (ring_ready_) io_uring_queue_exit(&ring_);
@@ -155,7 +153,7 @@ void Daemon::start() {
                        std::chrono::duration_cast<std::chrono::microseconds>(batch.max_wait).count(),
                        batch.max_batch_bytes);
   };
-  spdlog::info("batchd listening on {} ({}; dead letters {})", config_.socket_path, describe(*models_.front()),
+  spdlog::info("batchd listening on {} ({}; dead letters {})", config_.socket_path, describe(models_.front()),
                config_.dead_letters.path.empty() ? std::string("in memory only") : "to " + config_.dead_letters.path);
   for (std::size_t m = 1; m < models_.size(); ++m) {
     spdlog::info("model {} (id {}, version {}): {}", models_[m]->config().name, m, models_[m]->config().version,
@@ -175,7 +173,7 @@ ModelPipeline::Hooks Daemon::hooks_for(ModelPipeline& model) {
     // failed batch's callers are answered after this), unless a load or unload holds the models
     // (the publisher thread then catches up).
     if (self->id() == 0) {
-      std::unique_lock lock(models_mu_, std::try_to_lock);
+      std::unique_lock lock(models_.mu(), std::try_to_lock);
       if (lock.owns_lock()) status_.publish_locked();
     }
     if (self->router().all_devices_lost()) ring_doorbell();  // the drain loop exits (run())
@@ -204,16 +202,9 @@ void Daemon::start_metrics_listener() {
 
 void Daemon::update_limits(const BatchLimits& limits) { update_limits(kDefaultModelName, limits); }
 
-ModelPipeline* Daemon::model_named(std::string_view name) const noexcept {
-  const auto it = std::find_if(models_.begin(), models_.end(), [&](const auto& m) {
-    return m->config().name == name && m->lifecycle() != ModelPipeline::Lifecycle::kRemoved;
-  });
-  return it != models_.end() ? it->get() : nullptr;
-}
-
 bool Daemon::update_limits(const std::string& model, const BatchLimits& limits) {
-  std::unique_lock lock(models_mu_);  // a reload on the drain thread may be adding a model
-  ModelPipeline* named = model_named(model);
+  std::unique_lock lock(models_.mu());  // a reload on the drain thread may be adding a model
+  ModelPipeline* named = models_.named(model);
   lock.unlock();
   if (named == nullptr) return false;
   named->update_limits(limits);
@@ -252,7 +243,7 @@ void Daemon::run() {
     apply_reload();
     apply_pending_limits();
     const std::int64_t now_ns = shm::monotonic_ns();
-    advance_model_changes(now_ns);
+    changes_.advance();
     ping_watchdog_if_due(now_ns);
     expire_attaches(now_ns);
     const bool drained = drain_rings(now_ns);

@@ -35,7 +35,9 @@
 #include "daemon/handshake_limiter.hpp"
 #include "daemon/log_limiter.hpp"
 #include "daemon/metrics_listener.hpp"
+#include "daemon/model_changes.hpp"
 #include "daemon/model_pipeline.hpp"
+#include "daemon/model_registry.hpp"
 #include "daemon/stats.hpp"
 #include "daemon/status_writer.hpp"
 #include "daemon/worker_backend.hpp"
@@ -51,7 +53,7 @@ namespace batchd {
 // "try again later". systemd's Restart=on-failure restarts on it; the clients re-attach.
 inline constexpr int kExitAllDevicesLost = 75;
 
-class Daemon {
+class Daemon : private ModelChanges::Host {
  public:
   // Connections in the attach handshake at once (see daemon_attach.cpp).
   static constexpr unsigned kMaxAttaching = 128;
@@ -97,8 +99,8 @@ class Daemon {
   // Makes a model's backend again when model control loads it (batchctl load); it runs on a
   // thread of its own, so it may take as long as a backend's start does. Without one, a load
   // is refused. Before start().
-  using ModelLoader = std::function<Expected<std::unique_ptr<Backend>>(const ModelConfig&)>;
-  void set_model_loader(ModelLoader loader) { loader_ = std::move(loader); }
+  using ModelLoader = ModelChanges::Loader;
+  void set_model_loader(ModelLoader loader) { changes_.set_loader(std::move(loader)); }
 
   // Before run(): call ping from the drain loop at least every `interval` (the service
   // manager's watchdog), so a loop that hangs stops the pings.
@@ -110,7 +112,7 @@ class Daemon {
   [[nodiscard]] const DeadLetterLog& dead_letters() const noexcept { return *dead_letters_; }
   // The default model's per-device health and counters; valid after start().
   [[nodiscard]] const std::vector<std::unique_ptr<DeviceHealth>>& devices() const noexcept {
-    return models_.front()->router().devices();
+    return models_.front().router().devices();
   }
   // The models served, by id (0: batchstring).
   [[nodiscard]] std::size_t model_count() const noexcept { return models_.size(); }
@@ -151,31 +153,16 @@ class Daemon {
   // Answers a hello that asked for the dead letters (shm::kHelloDeadLetters); the caller
   // releases the connection (daemon_dead_letters.cpp).
   void answer_dead_letters(PendingAttach& pending);
-  // Model control (daemon_models.cpp): starts a load or unload, keeping the connection to
-  // answer once it is done (or answers now: refused, or nothing to do).
+  // Model control: who may ask, and for which model (daemon_control.cpp); the change itself
+  // is ModelChanges'.
   void answer_model_control(PendingAttach& pending, const shm::ModelControlHello& hello);
-  // Each drain pass: an unloading model whose requests are all answered is released, a loading
-  // one whose backend is made runs; their callers are answered.
-  void advance_model_changes(std::int64_t now_ns);
-  void finish_unload(ModelPipeline& model);
-  void finish_load(ModelPipeline& model);
-  // Starts a load (begin_load, the loader's thread) with nobody waiting for its answer yet; false
-  // (logged) when it cannot start: no loader, or a change under way.
-  bool start_load(ModelPipeline& model, const char* why);
-  // SIGHUP's part on the drain loop (daemon_models.cpp).
+  // SIGHUP's part on the drain loop.
   void apply_reload();
-  void add_model(const ModelConfig& config);
-  void remove_model(ModelPipeline& model);
-  // A loaded model a reload dropped: it admits nothing more, and is removed once what it holds is
-  // answered.
-  void begin_removal(ModelPipeline& model);
-  // A reload declares a model again that an earlier one dropped while it loaded or unloaded: it
-  // is kept (and loaded again, after an unload), not removed.
-  void keep_model(ModelPipeline& model);
-  // The hooks a model's router is made with (start-up, and a model a reload adds).
-  ModelPipeline::Hooks hooks_for(ModelPipeline& model);
-  // Stopping: loads under way are waited for, and every caller still waiting is told.
-  void abandon_model_changes();
+  // ModelChanges::Host.
+  void drop_workers_of(ModelPipeline& model) override;
+  void answered(shm::UniqueFd connection) override { release_connection(std::move(connection), 0); }
+  ModelPipeline::Hooks hooks_for(ModelPipeline& model) override;
+  void wake() noexcept override { ring_doorbell(); }
   // Ends a handshake early: refuses it, stops waiting for its hello and forgets it.
   void evict_attach(std::map<std::uint64_t, PendingAttach>::iterator it, const std::string& why);
   // Evicts the handshakes past their deadline; returns the next deadline (0: none waiting).
@@ -188,9 +175,6 @@ class Daemon {
   // models workers serve), when none: a model run in process, or a name no model has while the
   // default model is not served by workers.
   ModelPipeline* model_for_worker(PendingAttach& pending, const std::string& name);
-  // The model of that name, or nullptr (as for one a reload removed). The drain thread's; any
-  // other holds models_mu_ (a reload adds models).
-  [[nodiscard]] ModelPipeline* model_named(std::string_view name) const noexcept;
   void on_worker_readable(std::uint64_t id);
   // `connection_polled`: as for drop_session. `why` nullptr: it left (or stopped) cleanly.
   void drop_worker(std::uint64_t id, const char* why, bool connection_polled = true);
@@ -253,29 +237,12 @@ class Daemon {
   // Devices several models' backends run on (the sim's, CUDA's), where their lanes take turns.
   // Before models_: their routers leave the groups as they stop.
   DeviceGroups device_groups_;
-  // By model id. Each holds its backend, router, waiting requests and open batch.
-  std::vector<std::unique_ptr<ModelPipeline>> models_;
-  std::vector<ModelPipeline*> workers_models_;  // those served by worker processes, by id
-  // The publisher reads each model's router and backend: the drain thread holds this while it
-  // makes or releases them (model control), the publisher while it reads.
-  std::mutex models_mu_;
-  ModelLoader loader_;
-  // A model's load or unload under way (model control): the control connections to answer
-  // once it is done, and a load's backend being made.
-  struct ModelChange {
-    std::vector<shm::UniqueFd> waiting;
-    bool remove_after = false;  // a reload dropped the model: removed once unloaded (or loaded)
-    bool load_after = false;    // a later reload declared it again: loaded once unloaded
-    std::thread loader;
-    std::atomic<bool> made{false};  // the loader thread has left its result
-    Expected<std::unique_ptr<Backend>> result{std::unique_ptr<Backend>{}};
-    std::int64_t started_ns = 0;
-  };
-  static constexpr std::size_t kMaxControlWaiting = 16;  // per model: more are refused as busy
-  std::vector<std::unique_ptr<ModelChange>> changes_;  // by model id; null: none under way
+  // Each holds its backend, router, waiting requests and open batch.
+  ModelRegistry models_;
   std::unique_ptr<ControlSocket> control_;
   // After the models: it reads them (and its publisher thread stops before they go).
-  StatusWriter status_{stats_, models_, models_mu_};
+  StatusWriter status_{stats_, models_.all(), models_.mu()};
+  ModelChanges changes_{models_, status_, stats_, completer_, *this};
 
   shm::UniqueFd doorbell_;  // eventfd: clients and workers wake the drain loop with it
   io_uring ring_{};

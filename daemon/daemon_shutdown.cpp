@@ -28,7 +28,7 @@ bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {
   }
   // Batches waiting for a worker wait no more once no worker could run them (none attached, or
   // the grace is over): their callers are answered "backend unavailable".
-  for (ModelPipeline* model : workers_models_) {
+  for (ModelPipeline* model : models_.served_by_workers()) {
     if (model->workers() == nullptr) continue;  // unloaded
     if (model->workers()->attached() == 0 || now_ns - stop_at_ns_ > kStopGraceNs) model->router().abandon_waiting();
   }
@@ -42,7 +42,7 @@ bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {
 void Daemon::finish_stop() {
   for (auto& model : models_) model->stop();
   drop_all_workers();
-  abandon_model_changes();
+  changes_.abandon();
   // Every answer is written: tell the clients now rather than when this object goes away.
   while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
   spdlog::info("stopped: {} requests taken, {} ok, {} failed, {} rejected, {} batches",
@@ -62,7 +62,7 @@ void Daemon::finish_lost() {
   }
   for (auto& model : models_) model->stop();
   drop_all_workers();
-  abandon_model_changes();
+  changes_.abandon();
   // Closing the control connections tells each client at once; they re-attach to the next daemon.
   while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
 }

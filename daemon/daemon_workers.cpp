@@ -34,14 +34,14 @@ constexpr std::uint64_t kMaxOutputAreaBytes = std::uint64_t{64} << 20;
 
 ModelPipeline* Daemon::model_for_worker(PendingAttach& pending, const std::string& name) {
   const auto served_by_workers = [this] {
-    if (workers_models_.empty()) return std::string("no model here is served by workers (backend = \"workers\")");
-    std::string text = workers_models_.size() == 1 ? "workers serve model " : "workers serve models ";
-    for (std::size_t m = 0; m < workers_models_.size(); ++m) {
-      text += (m == 0 ? "" : ", ") + workers_models_[m]->config().name;
+    if (models_.served_by_workers().empty()) return std::string("no model here is served by workers (backend = \"workers\")");
+    std::string text = models_.served_by_workers().size() == 1 ? "workers serve model " : "workers serve models ";
+    for (std::size_t m = 0; m < models_.served_by_workers().size(); ++m) {
+      text += (m == 0 ? "" : ", ") + models_.served_by_workers()[m]->config().name;
     }
     return text;
   };
-  ModelPipeline* named = model_named(name);
+  ModelPipeline* named = models_.named(name);
   if (named != nullptr && !named->by_workers()) {
     refuse(pending, shm::AttachStatus::kBadHello,
            "model " + name + " runs the " + named->backend_name() +
@@ -51,10 +51,10 @@ ModelPipeline* Daemon::model_for_worker(PendingAttach& pending, const std::strin
   if (named != nullptr) return named;
   // A worker of another name goes to the default model when workers serve it: the daemon of one
   // model takes workers of any name, as before models had names.
-  if (models_.front()->by_workers()) return models_.front().get();
-  if (workers_models_.empty()) {
+  if (models_.front().by_workers()) return &models_.front();
+  if (models_.served_by_workers().empty()) {
     refuse(pending, shm::AttachStatus::kBadHello,
-           "this daemon runs the " + models_.front()->backend_name() +
+           "this daemon runs the " + models_.front().backend_name() +
                " backend; workers attach to one started with --backend workers");
   } else {
     refuse(pending, shm::AttachStatus::kBadHello,
