@@ -181,6 +181,12 @@ for r in results:
         bad += 1
         # The run's output keeps only its last lines; a failed test's own, here, says why.
         lines = (r.get("stdout") or "").splitlines()
+        # doctest's failed assertions may lie far above those last lines: each with the two
+        # lines after it (its values, its context).
+        failed_at = [i for i, line in enumerate(lines) if ": ERROR: " in line or "FATAL ERROR" in line]
+        if failed_at:
+            print(f"== {label}: {name}: its first {min(len(failed_at), 8)} failed assertions:",
+                  *(l for i in failed_at[:8] for l in lines[i:i + 3]), sep="\n", file=sys.stderr)
         print(f"== {label}: {name} {result}: the last {min(len(lines), 60)} lines of its output:",
               *lines[-60:], sep="\n", file=sys.stderr)
 not_run = list(listed)
