@@ -52,6 +52,7 @@ struct Batch {
 
   // Routing: which devices this exact batch already failed on, and the last failure's message.
   std::uint64_t failed_devices = 0;
+  std::uint64_t hung_devices = 0;  // of those, where it ran past the hang timeout
   std::string last_error;
   std::uint64_t run_token = 0;  // bumped on every dispatch
   // Device memory (router_memory.cpp): since when the router has held it back for want of room
@@ -97,6 +98,7 @@ struct Batch {
     requests.clear();  // drops the session references
     output.clear();
     failed_devices = 0;
+    hung_devices = 0;
     last_error.clear();
     held_since_ns = 0;
     ignore_memory = false;
@@ -159,6 +161,7 @@ struct Batch {
     other.requests = requests;
     other.opened_ns = opened_ns;
     other.failed_devices = failed_devices;
+    other.hung_devices = hung_devices;
     other.last_error = last_error;
     other.ignore_memory = ignore_memory;
     other.device_faults = device_faults;

@@ -408,23 +408,28 @@ void Router::on_failure(Lane& lane, Batch* batch, std::string message) noexcept 
   batch->failed_devices |= device_bit(device);
   batch->last_error = std::move(message);
   // Once on another device, then split: a batch failing on two devices is failing on its input.
-  if (std::popcount(batch->failed_devices) < 2 && any_available_outside(batch->failed_devices, now_ns)) {
+  // Runs past the hang timeout do not count toward the two: a hung device and one that fails now
+  // and then are two devices' faults (the hung one runs no canary), and blaming a lone input for
+  // them answered a good request with an error (the router test's flood, now and then).
+  const std::uint64_t errored = batch->failed_devices & ~batch->hung_devices;
+  if (std::popcount(errored) < 2 && any_available_outside(batch->failed_devices, now_ns)) {
     dispatch(batch);
     return;
   }
   if (batch->size() > 1) {
     Batch* half = acquire_extra();
     batch->split_into(*half);
-    batch->failed_devices = 0;
+    batch->failed_devices = batch->hung_devices = 0;
     dispatch(batch);
     dispatch(half);
     return;
   }
   switch (check_with_canary(lane)) {
     case Verdict::kInputFails:
-      // The devices still run a known-good input: their failures were this input's fault.
+      // The devices still run a known-good input: their failures were this input's fault (not
+      // a hang: no canary ran there).
       for (unsigned d = 0; d < health_.size(); ++d) {
-        if ((batch->failed_devices & device_bit(d)) != 0) health_[d]->forgive();
+        if ((errored & device_bit(d)) != 0) health_[d]->forgive();
       }
       complete_single_failure(batch, device, true);
       return;

@@ -85,7 +85,7 @@ void Router::hold_for_memory(Batch* batch, std::int64_t now_ns) noexcept {
   if (batch->size() > 1 && byte_budget(now_ns) > 0) {
     Batch* half = acquire_extra();
     batch->split_into(*half);
-    batch->failed_devices = 0;
+    batch->failed_devices = batch->hung_devices = 0;
     half->held_since_ns = batch->held_since_ns;
     dispatch(batch);
     dispatch(half);

@@ -65,6 +65,7 @@ void Router::check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept {
   Batch* copy = acquire_extra();
   batch->copy_into(*copy);
   copy->failed_devices |= device_bit(lane.id.device);
+  copy->hung_devices |= device_bit(lane.id.device);
   let_go_of_abandoned(batch);
   dispatch(copy);
   backend_.device_hung(lane.id.device);  // after the copy: the run may return at once now

@@ -99,6 +99,7 @@ TEST_CASE("sim: a device failing every 5th batch and a hanging one lose nothing 
   MESSAGE("batches per device (ok+failed): ", batches[0], " ", batches[1], " ", batches[2], " ",
           batches[3], "; device 1 failed ", devices[1]->batches_failed(), ", marked unhealthy ",
           devices[1]->times_marked_unhealthy(), " times; device 2 timeouts ", devices[2]->timeouts());
+  for (const std::string& message : tally.messages) MESSAGE("error: ", message);
   CHECK(tally.wrong.load() == 0);
   CHECK(tally.error_count() == 0);
   CHECK(tally.ok.load() == threads * per_thread);
