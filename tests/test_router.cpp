@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 
@@ -293,4 +294,84 @@ TEST_CASE("inline: a cheap backend runs batches on the drain thread, and a failu
     REQUIRE_MESSAGE(r.ok(), r.error().message);
     CHECK(r.output() == reversed(input));
   }
+}
+
+namespace {
+
+// One request's bad luck with two faulty devices: the first run of "victim" hangs (until the
+// router gives up on it), its second fails with an error; every other run answers the input
+// reversed. Which devices those runs land on is the router's choice.
+class HangThenFailBackend final : public Backend {
+ public:
+  [[nodiscard]] std::string_view name() const noexcept override { return "hang-then-fail"; }
+  [[nodiscard]] unsigned devices() const noexcept override { return 3; }
+  BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) override {
+    bool victim = false;
+    for (std::size_t i = 0; i < in.size(); ++i) victim = victim || in.at(i) == "victim";
+    if (victim) {
+      unsigned run = 0;
+      {
+        std::unique_lock lock(mu_);
+        victim_devices_.push_back(lane.device);
+        run = static_cast<unsigned>(victim_devices_.size());
+        if (run == 1) {
+          cv_.wait(lock, [&] { return released_; });
+          return BackendStatus::failure("hung");
+        }
+      }
+      if (run == 2) return BackendStatus::failure("a flaky device's error");
+    }
+    out.clear();
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const std::string_view input = in.at(i);
+      char* o = out.append(input.size());
+      std::copy(input.rbegin(), input.rend(), o);
+    }
+    return BackendStatus::success();
+  }
+  void device_hung(unsigned /*device*/) noexcept override { release(); }
+  void shutdown() noexcept override { release(); }
+
+  std::vector<unsigned> victim_devices() {
+    std::lock_guard lock(mu_);
+    return victim_devices_;
+  }
+
+ private:
+  void release() noexcept {
+    {
+      std::lock_guard lock(mu_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+  std::vector<unsigned> victim_devices_;
+};
+
+}  // namespace
+
+TEST_CASE("a request that hung on one device and failed on another runs on a third, not blamed") {
+  auto backend = std::make_unique<HangThenFailBackend>();
+  HangThenFailBackend& fake = *backend;
+  test::InProcessDaemon daemon(sim_config(SimOptions{}, 0.0), std::move(backend));
+  auto client = test::connect(daemon.socket_path());
+  // A known-good input for the canary: the flaky device passes it, as such a device does.
+  for (int i = 0; i < 20; ++i) {
+    const std::string input = "good-" + std::to_string(i);
+    const Result r = client->submit(input, 5s);
+    REQUIRE_MESSAGE(r.ok(), r.error().message);
+  }
+  const Result r = client->submit("victim", 10s);
+  CHECK_MESSAGE(r.ok(), (r.ok() ? std::string() : r.error().message));
+  if (r.ok()) CHECK(r.output() == reversed("victim"));
+  const std::vector<unsigned> runs = fake.victim_devices();
+  REQUIRE(runs.size() == 3);  // hung, failed, answered
+  CHECK(runs[0] != runs[1]);
+  CHECK(runs[2] != runs[0]);
+  CHECK(runs[2] != runs[1]);
+  CHECK(daemon.devices()[runs[0]]->timeouts() == 1);
 }
