@@ -33,11 +33,12 @@ constexpr std::uint64_t kMaxOutputAreaBytes = std::uint64_t{64} << 20;
 }  // namespace
 
 ModelPipeline* Daemon::model_for_worker(PendingAttach& pending, const std::string& name) {
-  const auto served_by_workers = [this] {
-    if (models_.served_by_workers().empty()) return std::string("no model here is served by workers (backend = \"workers\")");
-    std::string text = models_.served_by_workers().size() == 1 ? "workers serve model " : "workers serve models ";
-    for (std::size_t m = 0; m < models_.served_by_workers().size(); ++m) {
-      text += (m == 0 ? "" : ", ") + models_.served_by_workers()[m]->config().name;
+  const std::vector<ModelPipeline*>& workers_models = models_.served_by_workers();
+  const auto served_by_workers = [&] {
+    if (workers_models.empty()) return std::string("no model here is served by workers (backend = \"workers\")");
+    std::string text = workers_models.size() == 1 ? "workers serve model " : "workers serve models ";
+    for (std::size_t m = 0; m < workers_models.size(); ++m) {
+      text += (m == 0 ? "" : ", ") + workers_models[m]->config().name;
     }
     return text;
   };
@@ -52,7 +53,7 @@ ModelPipeline* Daemon::model_for_worker(PendingAttach& pending, const std::strin
   // A worker of another name goes to the default model when workers serve it: the daemon of one
   // model takes workers of any name, as before models had names.
   if (models_.front().by_workers()) return &models_.front();
-  if (models_.served_by_workers().empty()) {
+  if (workers_models.empty()) {
     refuse(pending, shm::AttachStatus::kBadHello,
            "this daemon runs the " + models_.front().backend_name() +
                " backend; workers attach to one started with --backend workers");

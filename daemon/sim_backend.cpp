@@ -13,7 +13,7 @@
 namespace batchd {
 
 SimBackend::SimBackend(SimOptions options)
-    : options_(std::move(options)), started_ns_(shm::monotonic_ns()),
+    : options_(std::move(options)),
       batches_run_(std::make_unique<std::atomic<std::uint64_t>[]>(std::max(1U, options_.devices))),
       memory_(options_.devices, options_.memory_mib << 20, options_.memory_per_byte, options_.memory_other) {
   // As a real model's weights take a while to load: the daemon makes backends off its drain

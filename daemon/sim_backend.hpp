@@ -62,7 +62,7 @@ class SimBackend final : public Backend {
   BackendStatus run_charged(unsigned device, const BatchInput& in, BatchOutput& out);
 
   SimOptions options_;
-  std::int64_t started_ns_;
+  std::int64_t started_ns_ = 0;  // after the load's wait: the outage and memory ramps count from it
   std::unique_ptr<std::atomic<std::uint64_t>[]> batches_run_;  // per device, for fail_every
   SimMemory memory_;
   std::mutex mu_;

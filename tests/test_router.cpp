@@ -235,6 +235,17 @@ TEST_CASE("sim: a slow device gets less work") {
 
 namespace {
 
+// The test backends' answer: each input reversed.
+BackendStatus answer_reversed(const BatchInput& in, BatchOutput& out) {
+  out.clear();
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const std::string_view input = in.at(i);
+    char* o = out.append(input.size());
+    std::copy(input.rbegin(), input.rend(), o);
+  }
+  return BackendStatus::success();
+}
+
 // Answers each input reversed, and fails any batch holding an input that starts with "poison".
 // Declares itself cheap, so the router may run it on the drain thread.
 class InlineBackend final : public Backend {
@@ -246,13 +257,7 @@ class InlineBackend final : public Backend {
     for (std::size_t i = 0; i < in.size(); ++i) {
       if (in.at(i).starts_with("poison")) return BackendStatus::failure("poisoned input");
     }
-    out.clear();
-    for (std::size_t i = 0; i < in.size(); ++i) {
-      const std::string_view input = in.at(i);
-      char* o = out.append(input.size());
-      std::copy(input.rbegin(), input.rend(), o);
-    }
-    return BackendStatus::success();
+    return answer_reversed(in, out);
   }
 };
 
@@ -321,13 +326,7 @@ class HangThenFailBackend final : public Backend {
       }
       if (run == 2) return BackendStatus::failure("a flaky device's error");
     }
-    out.clear();
-    for (std::size_t i = 0; i < in.size(); ++i) {
-      const std::string_view input = in.at(i);
-      char* o = out.append(input.size());
-      std::copy(input.rbegin(), input.rend(), o);
-    }
-    return BackendStatus::success();
+    return answer_reversed(in, out);
   }
   void device_hung(unsigned /*device*/) noexcept override { release(); }
   void shutdown() noexcept override { release(); }
