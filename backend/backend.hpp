@@ -121,8 +121,9 @@ class Backend {
   virtual BackendStatus run(LaneId lane, const BatchInput& in, BatchOutput& out) = 0;
 
   // A device's memory now. Called from the router's watchdog thread (every few tens of
-  // milliseconds) while lanes run batches, so it must be safe against run() on any lane and must
-  // not block for long. Default: not reported.
+  // milliseconds) and, where memory is reported, from a lane before each run on that device, while
+  // other lanes run batches: it must be safe against run() and memory() on any lane and must not
+  // block for long. Default: not reported.
   [[nodiscard]] virtual DeviceMemory memory(unsigned /*device*/) const noexcept { return {}; }
   // Device memory a batch of `inputs` inputs and `input_bytes` bytes needs while it runs, beyond
   // what the backend holds anyway; non-decreasing in both. The router sends no batch whose need

@@ -294,6 +294,12 @@ void Router::worker(Lane& lane) noexcept {
     // Before the run starts: the hang timeout and the cost fit count the run, not the turn.
     const DeviceGroup::Ticket turn =
         take_turn(lane, static_cast<double>(batch->size()), static_cast<double>(batch->input_bytes.size()));
+    if (!fits_at_launch(lane, *batch)) {
+      if (group_) group_->release(member_, turn);
+      unqueue(lane, *batch);
+      hold_for_memory(batch, shm::monotonic_ns());
+      continue;
+    }
     const std::uint64_t token = batch->run_token;
     batch->run_state.store(make_run_state(token, RunPhase::kRunning), std::memory_order_release);
     lane.running_items.store(batch->size(), std::memory_order_relaxed);

@@ -191,7 +191,8 @@ class Router {
     return device < 64 ? std::uint64_t{1} << device : 0;
   }
 
-  // One device's memory as the watchdog last read it; atomics, as any thread reads them.
+  // One device's memory as last read (by the watchdog, or by a lane about to run a batch there);
+  // atomics, as any thread reads them.
   struct MemoryState {
     std::atomic<std::uint64_t> total_bytes{0};
     std::atomic<std::uint64_t> free_bytes{0};
@@ -228,6 +229,8 @@ class Router {
   // Drops one of an abandoned run's two holds (Batch::abandon_holds); the last returns the batch.
   void let_go_of_abandoned(Batch* batch) noexcept;
   void requeue_from_unavailable() noexcept;
+  // Takes a batch that was queued on the lane but will not run there off its load counts.
+  void unqueue(Lane& lane, const Batch& batch) noexcept;
   // Where a batch goes (router_pick.cpp). The lane where it is expected to finish first, or
   // nullptr; *memory_short, if given, is set when an available device was passed over because the
   // batch does not fit its memory.
@@ -289,6 +292,10 @@ class Router {
   // Device memory (router_memory.cpp). Watchdog: reads every device's memory, keeps its room and
   // byte budget.
   void refresh_memory() noexcept;
+  // Reads one device's memory and keeps it; returns its room (memory_room_bytes).
+  std::int64_t read_memory(unsigned device) noexcept;
+  // Lane, before a run: whether the batch still fits its device's memory as read now.
+  [[nodiscard]] bool fits_at_launch(const Lane& lane, const Batch& batch) noexcept;
   // At start: what each device reports, and whether feedback acts on it.
   void log_memory() const;
   // Device memory `batch` needs, and whether that fits `device` now (always when memory is not

@@ -1,7 +1,8 @@
 // Device-memory feedback in the router: the watchdog reads each device's memory every tick and
 // keeps its room and byte budget (memory_budget.hpp has the rule); dispatch sends a batch only to
-// a device whose room its need fits. A batch that fits no available device (it was filled while
-// there was more room, or one input is huge):
+// a device whose room its need fits, and the lane reads its device's memory again just before the
+// run. A batch that fits no available device (it was filled while there was more room, or one
+// input is huge), or no longer fits when its lane comes to it:
 // - is split, when smaller batches fit somewhere now;
 // - runs at once, where the router would send it otherwise, when it could not fit any device even
 //   with nothing else there: waiting cannot help, and the failure path (retry, split, isolate)
@@ -21,21 +22,31 @@
 namespace batchd {
 
 void Router::refresh_memory() noexcept {
+  bool limited = false;
+  for (unsigned d = 0; d < memory_.size(); ++d) limited = read_memory(d) != kUnlimitedRoom || limited;
+  memory_limited_.store(limited, std::memory_order_relaxed);
+}
+
+std::int64_t Router::read_memory(unsigned device) noexcept {
   const bool overlap = backend_.streams_per_device() > 1;
   const auto need_of = [this](std::uint64_t bytes) { return backend_.batch_memory_bytes(1, bytes); };
-  bool limited = false;
-  for (unsigned d = 0; d < memory_.size(); ++d) {
-    const DeviceMemory reading = backend_.memory(d);
-    const std::int64_t room = memory_room_bytes(reading, options_.memory, overlap);
-    MemoryState& m = *memory_[d];
-    m.total_bytes.store(reading.total_bytes, std::memory_order_relaxed);
-    m.free_bytes.store(reading.free_bytes, std::memory_order_relaxed);
-    m.batch_bytes.store(reading.batch_bytes, std::memory_order_relaxed);
-    m.room.store(room, std::memory_order_relaxed);
-    m.byte_budget.store(memory_byte_budget(room, kMaxBatchBytes, need_of), std::memory_order_relaxed);
-    limited = limited || room != kUnlimitedRoom;
-  }
-  memory_limited_.store(limited, std::memory_order_relaxed);
+  const DeviceMemory reading = backend_.memory(device);
+  const std::int64_t room = memory_room_bytes(reading, options_.memory, overlap);
+  MemoryState& m = *memory_[device];
+  m.total_bytes.store(reading.total_bytes, std::memory_order_relaxed);
+  m.free_bytes.store(reading.free_bytes, std::memory_order_relaxed);
+  m.batch_bytes.store(reading.batch_bytes, std::memory_order_relaxed);
+  m.room.store(room, std::memory_order_relaxed);
+  m.byte_budget.store(memory_byte_budget(room, kMaxBatchBytes, need_of), std::memory_order_relaxed);
+  return room;
+}
+
+bool Router::fits_at_launch(const Lane& lane, const Batch& batch) noexcept {
+  // Dispatch weighed the room of the last tick, up to a tick old, and the batch may have queued
+  // behind other runs since: another tenant may have grown meanwhile. Probes run as sent.
+  if (batch.shadow) return true;
+  const std::uint64_t need = memory_need(batch);
+  return need == 0 || fits_room(read_memory(lane.id.device), need);
 }
 
 void Router::log_memory() const {

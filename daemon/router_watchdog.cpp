@@ -91,13 +91,18 @@ void Router::requeue_from_unavailable() noexcept {
         break;
       }
       handoff_acquire(batch);
-      lane->outstanding.fetch_sub(1, std::memory_order_relaxed);
-      lane->outstanding_items.fetch_sub(batch->size(), std::memory_order_relaxed);
-      health_[lane->id.device]->outstanding_items.fetch_sub(batch->size(), std::memory_order_relaxed);
-      health_[lane->id.device]->outstanding_batches.fetch_sub(1, std::memory_order_relaxed);
+      unqueue(*lane, *batch);
       dispatch(batch);
     }
   }
+}
+
+void Router::unqueue(Lane& lane, const Batch& batch) noexcept {
+  DeviceHealth& h = *health_[lane.id.device];
+  lane.outstanding.fetch_sub(1, std::memory_order_relaxed);
+  lane.outstanding_items.fetch_sub(batch.size(), std::memory_order_relaxed);
+  h.outstanding_items.fetch_sub(batch.size(), std::memory_order_relaxed);
+  h.outstanding_batches.fetch_sub(1, std::memory_order_relaxed);
 }
 
 }  // namespace batchd

@@ -1,12 +1,14 @@
 // Device-memory feedback end to end. In process, a backend whose memory the test sets: a device
 // past its high-water mark gets nothing and one short of memory only batches that fit; a batch
 // that fits nowhere waits for memory, runs anyway after the device timeout, or at once when no
-// device could ever hold it. Then the sim backend under a cycling memory pressure with
+// device could ever hold it; a batch whose device filled while it queued there is held at launch.
+// Then the sim backend under a cycling memory pressure with
 // batchd-stress's load: no out-of-memory failure with feedback on, some with it off.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <future>
 #include <mutex>
 #include <string>
@@ -38,6 +40,19 @@ class MemoryTestBackend final : public Backend {
   [[nodiscard]] std::uint64_t batches(unsigned device) const { return batches_[device].load(); }
   [[nodiscard]] std::uint64_t largest_bytes(unsigned device) const { return largest_[device].load(); }
   [[nodiscard]] std::uint64_t out_of_memory() const { return oom_.load(); }
+  // Runs of an input that starts with "gate" wait, once their memory is checked, until the gate
+  // opens; at_gate: how many wait now.
+  void open_gate() {
+    {
+      std::lock_guard lock(mu_);
+      gate_open_ = true;
+    }
+    gate_cv_.notify_all();
+  }
+  [[nodiscard]] int at_gate() const {
+    std::lock_guard lock(mu_);
+    return at_gate_;
+  }
 
   [[nodiscard]] std::string_view name() const noexcept override { return "memory-test"; }
   [[nodiscard]] unsigned devices() const noexcept override { return kDevices; }
@@ -58,6 +73,12 @@ class MemoryTestBackend final : public Backend {
       oom_.fetch_add(1);
       return BackendStatus::failure("out of memory on device " + std::to_string(lane.device));
     }
+    if (in.at(0).starts_with("gate")) {
+      std::unique_lock lock(mu_);
+      ++at_gate_;
+      gate_cv_.wait(lock, [&] { return gate_open_; });
+      --at_gate_;
+    }
     std::this_thread::sleep_for(1ms);
     out.clear();
     for (std::size_t i = 0; i < in.size(); ++i) {
@@ -71,6 +92,9 @@ class MemoryTestBackend final : public Backend {
   std::uint64_t per_byte_;
   mutable std::mutex mu_;
   DeviceMemory memory_[kDevices];  // guarded by mu_
+  std::condition_variable gate_cv_;
+  bool gate_open_ = false;  // guarded by mu_
+  int at_gate_ = 0;         // guarded by mu_
   std::atomic<std::uint64_t> batches_[kDevices]{};
   std::atomic<std::uint64_t> largest_[kDevices]{};
   std::atomic<std::uint64_t> oom_{0};
@@ -162,6 +186,34 @@ TEST_CASE("with no device's memory to spare a batch waits, and goes once memory 
   // Memory freed 400 ms after the submitting thread was started; its own clock starts a little later.
   CHECK(took >= 350ms);
   CHECK(mem.batches(0) == 0);
+  CHECK(mem.out_of_memory() == 0);
+}
+
+TEST_CASE("a batch queued while its device's memory fills waits at launch instead of running out of it") {
+  auto backend = std::make_unique<MemoryTestBackend>(1024);
+  MemoryTestBackend& mem = *backend;
+  mem.set(0, 100 * kMiB, 100 * kMiB);
+  mem.set(1, 100 * kMiB, 5 * kMiB);  // past the mark: device 0 takes everything
+  test::InProcessDaemon daemon(config_for(10s), std::move(backend));
+  auto client = test::connect(daemon.socket_path());
+  auto first = std::async(std::launch::async, [&] { return timed_submit(*client, "gate: runs first"); });
+  REQUIRE(test::eventually([&] { return mem.at_gate() == 1; }, test::grace(2000ms)));
+  const std::string big(2000, 'q');  // needs 2,048,000 device bytes
+  auto second = std::async(std::launch::async, [&] { return timed_submit(*client, big); });
+  // Queued on device 0 behind the first run, as it fitted then.
+  REQUIRE(test::eventually([&] { return client->daemon_status().devices.at(0).outstanding_requests == 2; },
+                           test::grace(2000ms)));
+  mem.set(0, 100 * kMiB, 1 * kMiB);  // another tenant takes the memory meanwhile
+  mem.open_gate();
+  REQUIRE(first.wait_for(test::grace(1000ms)) == std::future_status::ready);
+  CHECK(first.get().second.ok());
+  CHECK(second.wait_for(300ms) == std::future_status::timeout);
+  CHECK(mem.out_of_memory() == 0);
+  mem.set(0, 100 * kMiB, 100 * kMiB);
+  REQUIRE(second.wait_for(test::grace(1000ms)) == std::future_status::ready);
+  const Result result = second.get().second;
+  REQUIRE_MESSAGE(result.ok(), result.error().message);
+  CHECK(result.output() == reversed(big));
   CHECK(mem.out_of_memory() == 0);
 }
 
