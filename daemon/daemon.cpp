@@ -1,12 +1,11 @@
 // The daemon's life: start-up (io_uring, status page, control socket, router), the drain loop
 // that ties the other parts together, and the watchdog. The parts: daemon_attach.cpp
-// (handshake), daemon_batching.cpp (drain and batch), daemon_io.cpp (io_uring events and
-// sleeping), daemon_shutdown.cpp (stopping), status_writer.cpp (the status page),
+// (handshake), daemon_batching.cpp (drain and batch), daemon_io.cpp (routing the event ring's
+// completions, and sleeping; event_ring.cpp is the io_uring), daemon_shutdown.cpp (stopping), status_writer.cpp (the status page),
 // daemon_control.cpp (model control's and reloads' part here; the changes are ModelChanges').
 #include "daemon/daemon.hpp"
 
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -68,7 +67,7 @@ Daemon::~Daemon() {
   changes_.abandon();
   for (auto& model : models_) model->stop();
   if (dead_letters_) dead_letters_->stop();  // writes what the lanes recorded last
-  if (ring_ready_) io_uring_queue_exit(&ring_);
+  events_.close();
   // The ring's polls are gone with it: the connections still parked for them (and those of
   // handshakes never finished) close on the reaper, whatever a peer queued on them.
   for (auto& [user_data, fd] : parked_) reaper_.drop(std::move(fd));
@@ -109,14 +108,7 @@ void Daemon::start() {
         " (raise it with ulimit -n or LimitNOFILE=, or lower --max-clients)");
   }
 
-  const int rc = io_uring_queue_init(kRingEntries, &ring_, 0);
-  if (rc < 0) {
-    throw std::runtime_error(std::string("io_uring is not available: ") + std::strerror(-rc));
-  }
-  ring_ready_ = true;
-
-  doorbell_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!doorbell_.valid()) throw std::system_error(errno, std::generic_category(), "eventfd");
+  events_.open(kRingEntries);
   // Before the socket: a dead-letter file that cannot be opened stops the start with its reason.
   dead_letters_ = std::make_unique<DeadLetterLog>(config_.dead_letters);
   dead_letters_->start();
@@ -142,8 +134,7 @@ void Daemon::start() {
                                                          std::chrono::milliseconds(1), std::chrono::milliseconds(50)));
   }
   status_.start_publishing(publish_period);
-  arm_poll(control_->fd(), pack(Op::kListen, 0));
-  arm_doorbell_read();
+  events_.arm_poll(control_->fd(), pack(Op::kListen, 0));
   const auto describe = [](const ModelPipeline& model) {
     const BatchLimits& batch = model.limits();
     return fmt::format("backend {}: {} devices x {} streams; policy {}, max batch {}, max wait {} us, max batch "
@@ -166,7 +157,7 @@ ModelPipeline::Hooks Daemon::hooks_for(ModelPipeline& model) {
   ModelPipeline::Hooks hooks;
   hooks.on_batch_freed = [this] {
     // After the batch's seq_cst return to the pool (Router::release).
-    if (status_.page().drain_sleeping.load(std::memory_order_seq_cst) != 0) ring_doorbell();
+    if (status_.page().drain_sleeping.load(std::memory_order_seq_cst) != 0) events_.ring();
   };
   hooks.on_tick = [this, self] {
     // The default model's devices are the page's: its watchdog publishes at once what it saw (a
@@ -176,7 +167,7 @@ ModelPipeline::Hooks Daemon::hooks_for(ModelPipeline& model) {
       std::unique_lock lock(models_.mu(), std::try_to_lock);
       if (lock.owns_lock()) status_.publish_locked();
     }
-    if (self->router().all_devices_lost()) ring_doorbell();  // the drain loop exits (run())
+    if (self->router().all_devices_lost()) events_.ring();  // the drain loop exits (run())
   };
   hooks.dead_letters = dead_letters_.get();
   hooks.device_groups = &device_groups_;
@@ -209,7 +200,7 @@ bool Daemon::update_limits(const std::string& model, const BatchLimits& limits) 
   if (named == nullptr) return false;
   named->update_limits(limits);
   limits_changed_.store(true, std::memory_order_release);
-  ring_doorbell();
+  events_.ring();
   return true;
 }
 
@@ -237,7 +228,7 @@ void Daemon::run() {
   const std::int64_t spin_ns = static_cast<std::int64_t>(config_.drain_spin_us) * 1000;
   for (;;) {
     handshakes_.new_pass();
-    handle_completions();
+    events_.handle_completions([this](std::uint64_t data, int result) { handle_event(data, result); });
     if (listen_deferred_ && !stop_requested_.load(std::memory_order_relaxed)) accept_clients();
     read_due_hellos();
     apply_reload();

@@ -4,10 +4,9 @@
 // worker threads complete batches.
 #pragma once
 
-// Before liburing: <linux/fs.h> defines a BLOCK_SIZE macro that breaks moodycamel's queue.
+// Before liburing (event_ring.hpp): <linux/fs.h> defines a BLOCK_SIZE macro that breaks
+// moodycamel's queue.
 #include "daemon/router.hpp"
-
-#include <liburing.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -31,6 +30,7 @@
 #include "daemon/completer.hpp"
 #include "daemon/config.hpp"
 #include "daemon/control_socket.hpp"
+#include "daemon/event_ring.hpp"
 #include "daemon/fd_reaper.hpp"
 #include "daemon/handshake_limiter.hpp"
 #include "daemon/log_limiter.hpp"
@@ -126,7 +126,7 @@ class Daemon : private ModelChanges::Host {
     bool polled = false;           // an io_uring poll on the connection is armed
   };
 
-  void handle_completions();
+  // Routes one of the event ring's completions by its operation (daemon_io.cpp).
   void handle_event(std::uint64_t user_data, int result);
 
   // The attach handshake (daemon_attach.cpp). Accepts within the pass's handshake budget.
@@ -162,7 +162,7 @@ class Daemon : private ModelChanges::Host {
   void drop_workers_of(ModelPipeline& model) override;
   void answered(shm::UniqueFd connection) override { release_connection(std::move(connection), 0); }
   ModelPipeline::Hooks hooks_for(ModelPipeline& model) override;
-  void wake() noexcept override { ring_doorbell(); }
+  void wake() noexcept override { events_.ring(); }
   // Ends a handshake early: refuses it, stops waiting for its hello and forgets it.
   void evict_attach(std::map<std::uint64_t, PendingAttach>::iterator it, const std::string& why);
   // Evicts the handshakes past their deadline; returns the next deadline (0: none waiting).
@@ -209,10 +209,6 @@ class Daemon : private ModelChanges::Host {
   void finish_lost();
   void ping_watchdog_if_due(std::int64_t now_ns);
 
-  io_uring_sqe* next_sqe();
-  void arm_poll(int fd, std::uint64_t user_data);
-  void arm_doorbell_read();
-  void ring_doorbell() noexcept;
   // --metrics-listen: binds and starts the listener (start-up: throws the address's trouble).
   void start_metrics_listener();
 
@@ -244,10 +240,8 @@ class Daemon : private ModelChanges::Host {
   StatusWriter status_{stats_, models_.all(), models_.mu()};
   ModelChanges changes_{models_, status_, stats_, completer_, *this};
 
-  shm::UniqueFd doorbell_;  // eventfd: clients and workers wake the drain loop with it
-  io_uring ring_{};
-  bool ring_ready_ = false;
-  std::uint64_t doorbell_value_ = 0;  // target of the posted doorbell read
+  // The drain loop's io_uring; its doorbell wakes the loop (workers, model control, stop).
+  EventRing events_;
 
   std::uint64_t next_id_ = 1;
   // Ordered by id, which is accept order and so deadline order: the first expires first.

@@ -73,7 +73,7 @@ void Daemon::accept_clients() {
     start_handshake(std::move(fd), peer, now_ns);
   }
   if (control_->fd() >= 0 && !stop_requested_.load(std::memory_order_relaxed)) {
-    arm_poll(control_->fd(), pack(Op::kListen, 0));
+    events_.arm_poll(control_->fd(), pack(Op::kListen, 0));
   }
 }
 
@@ -129,9 +129,7 @@ void Daemon::evict_attach(std::map<std::uint64_t, PendingAttach>::iterator it, c
     // Its poll references the socket until its completion comes (the removal's is ignored);
     // the connection is parked until then.
     armed = pack(Op::kAttach, it->first);
-    io_uring_sqe* sqe = next_sqe();
-    io_uring_prep_poll_remove(sqe, armed);
-    io_uring_sqe_set_data64(sqe, pack(Op::kIgnore, 0));
+    events_.remove_poll(armed);
   }
   refuse(it->second, shm::AttachStatus::kAttachTimeout, why);
   release_connection(std::move(it->second.connection), armed);
@@ -177,7 +175,7 @@ void Daemon::read_hello(std::uint64_t id) {
   for (shm::UniqueFd& passed : fds) reaper_.drop(std::move(passed));
   if (!n && n.error().code == std::errc::resource_unavailable_try_again) {
     it->second.polled = true;
-    arm_poll(fd, pack(Op::kAttach, id));  // no hello yet: keep waiting, until the deadline
+    events_.arm_poll(fd, pack(Op::kAttach, id));  // no hello yet: keep waiting, until the deadline
     return;
   }
   PendingAttach pending = std::move(it->second);
@@ -271,8 +269,8 @@ void Daemon::attach_session(PendingAttach& pending, std::uint64_t id) {
                                             session->doorbell_fd(), status_.fd()};
   if (!send_attached(pending, id, out_fds, "its segment")) return;
   session->set_connection(std::move(pending.connection));
-  arm_poll(fd, pack(Op::kSession, id));
-  arm_poll(session->doorbell_fd(), pack(Op::kClientDoorbell, id));
+  events_.arm_poll(fd, pack(Op::kSession, id));
+  events_.arm_poll(session->doorbell_fd(), pack(Op::kClientDoorbell, id));
   ++attached_per_uid_[peer.uid];
   sessions_.emplace(id, session);
   drain_order_.push_back(std::move(session));
@@ -313,7 +311,7 @@ void Daemon::on_session_readable(std::uint64_t id) {
     drop_session(id, nullptr, false);
     return;
   }
-  arm_poll(it->second->connection(), pack(Op::kSession, id));
+  events_.arm_poll(it->second->connection(), pack(Op::kSession, id));
 }
 
 void Daemon::drop_session(std::uint64_t id, const char* why, bool connection_polled) {
@@ -343,9 +341,7 @@ void Daemon::drop_session(std::uint64_t id, const char* why, bool connection_pol
   ::shutdown(session->connection(), SHUT_RDWR);
   release_connection(session->release_connection(), connection_polled ? pack(Op::kSession, id) : 0);
   // The doorbell's poll would otherwise hold its eventfd (and an io_uring entry) forever.
-  io_uring_sqe* sqe = next_sqe();
-  io_uring_prep_poll_remove(sqe, pack(Op::kClientDoorbell, id));
-  io_uring_sqe_set_data64(sqe, pack(Op::kIgnore, 0));
+  events_.remove_poll(pack(Op::kClientDoorbell, id));
   drain_order_.erase(std::remove(drain_order_.begin(), drain_order_.end(), session),
                      drain_order_.end());
 }

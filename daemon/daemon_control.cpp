@@ -47,7 +47,7 @@ void Daemon::reload(const DaemonConfig& fresh) {
     reload_ = fresh;
   }
   reload_pending_.store(true, std::memory_order_release);
-  ring_doorbell();
+  events_.ring();
 }
 
 void Daemon::apply_reload() {

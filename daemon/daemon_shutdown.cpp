@@ -15,7 +15,7 @@ constexpr std::int64_t kStopGraceNs = 5'000'000'000;
 
 void Daemon::request_stop() noexcept {
   stop_requested_.store(true, std::memory_order_relaxed);
-  ring_doorbell();
+  events_.ring();
 }
 
 bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {

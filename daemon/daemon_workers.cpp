@@ -133,7 +133,7 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
   out_fds[shm::kInputArenaFd] = model->input_arena().fd();
   if (!send_attached(pending, id, out_fds, "its worker region")) return;
   link->set_connection(std::move(pending.connection));
-  arm_poll(fd, pack(Op::kWorker, id));
+  events_.arm_poll(fd, pack(Op::kWorker, id));
   workers.install(*slot, link);
   router.open_device(*slot, link->buffers());
   attached_workers_.emplace(id, AttachedWorker{model, *slot, link});
@@ -154,7 +154,7 @@ void Daemon::on_worker_readable(std::uint64_t id) {
   const bool carried_fds = !fds.empty();
   for (shm::UniqueFd& passed : fds) reaper_.drop(std::move(passed));
   if (!n && n.error().code == std::errc::resource_unavailable_try_again) {
-    arm_poll(fd, pack(Op::kWorker, id));
+    events_.arm_poll(fd, pack(Op::kWorker, id));
     return;
   }
   if (!n || *n == 0) {
@@ -171,7 +171,7 @@ void Daemon::on_worker_readable(std::uint64_t id) {
   spdlog::info("{} is stopping: it takes no new batches", link->label());
   it->second.model->router().close_device(it->second.slot);
   link->begin_stopping();
-  arm_poll(fd, pack(Op::kWorker, id));
+  events_.arm_poll(fd, pack(Op::kWorker, id));
 }
 
 void Daemon::drop_worker(std::uint64_t id, const char* why, bool connection_polled) {
