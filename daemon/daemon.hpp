@@ -38,6 +38,7 @@
 #include "daemon/model_changes.hpp"
 #include "daemon/model_pipeline.hpp"
 #include "daemon/model_registry.hpp"
+#include "daemon/session_table.hpp"
 #include "daemon/stats.hpp"
 #include "daemon/status_writer.hpp"
 #include "daemon/worker_backend.hpp"
@@ -247,14 +248,11 @@ class Daemon : private ModelChanges::Host {
   // Ordered by id, which is accept order and so deadline order: the first expires first.
   std::map<std::uint64_t, PendingAttach> attaching_;
   std::unordered_map<uid_t, unsigned> attaching_per_uid_;  // handshakes per peer uid
-  std::unordered_map<uid_t, unsigned> attached_per_uid_;   // sessions per peer uid
   HandshakeLimiter handshakes_;
   bool listen_deferred_ = false;            // connections wait in the backlog for the next pass
   std::deque<std::uint64_t> hellos_due_;    // handshakes whose hello waits for the next pass
-  std::unordered_map<std::uint64_t, std::shared_ptr<ClientSession>> sessions_;
+  SessionTable sessions_;
   LogLimiter log_limit_;
-  std::vector<std::shared_ptr<ClientSession>> drain_order_;  // round-robin order of sessions_
-  std::size_t drain_cursor_ = 0;
 
   std::atomic<bool> stop_requested_{false};
   std::int64_t stop_at_ns_ = 0;  // when the drain loop first saw the stop request

@@ -240,8 +240,7 @@ void Daemon::answer_hello(PendingAttach& pending, const Expected<std::size_t>& n
                " clients");
     return;
   }
-  if (auto of_uid = attached_per_uid_.find(peer.uid);
-      of_uid != attached_per_uid_.end() && of_uid->second >= config_.max_clients_per_uid) {
+  if (sessions_.of_uid(peer.uid) >= config_.max_clients_per_uid) {
     refuse(pending, shm::AttachStatus::kTooManyClientsForUser,
            "uid " + std::to_string(peer.uid) + " already has its maximum of " +
                std::to_string(config_.max_clients_per_uid) + " clients attached");
@@ -271,9 +270,7 @@ void Daemon::attach_session(PendingAttach& pending, std::uint64_t id) {
   session->set_connection(std::move(pending.connection));
   events_.arm_poll(fd, pack(Op::kSession, id));
   events_.arm_poll(session->doorbell_fd(), pack(Op::kClientDoorbell, id));
-  ++attached_per_uid_[peer.uid];
-  sessions_.emplace(id, session);
-  drain_order_.push_back(std::move(session));
+  sessions_.add(std::move(session));
   stats_.clients_attached.fetch_add(1, std::memory_order_relaxed);
   spdlog::debug("client {} attached (pid {}, uid {})", id, peer.pid, peer.uid);
 }
@@ -295,12 +292,12 @@ bool Daemon::send_attached(const PendingAttach& pending, std::uint64_t id, std::
 }
 
 void Daemon::on_session_readable(std::uint64_t id) {
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return;
+  ClientSession* session = sessions_.find(id);
+  if (session == nullptr) return;
   char byte = 0;
   // A peek: reading would take the descriptors a message may carry into this thread, and their
   // close could block; the reaper drains them with the connection.
-  const ssize_t n = ::recv(it->second->connection(), &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+  const ssize_t n = ::recv(session->connection(), &byte, 1, MSG_DONTWAIT | MSG_PEEK);
   if (n > 0) {
     // The protocol has nothing to say after the hello: whatever comes is garbage, and reading
     // it one poll at a time would let a client keep the drain loop busy.
@@ -311,19 +308,13 @@ void Daemon::on_session_readable(std::uint64_t id) {
     drop_session(id, nullptr, false);
     return;
   }
-  events_.arm_poll(it->second->connection(), pack(Op::kSession, id));
+  events_.arm_poll(session->connection(), pack(Op::kSession, id));
 }
 
 void Daemon::drop_session(std::uint64_t id, const char* why, bool connection_polled) {
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return;
-  std::shared_ptr<ClientSession> session = std::move(it->second);
-  sessions_.erase(it);
+  std::shared_ptr<ClientSession> session = sessions_.take(id);
+  if (!session) return;
   session->mark_closed();
-  if (auto of_uid = attached_per_uid_.find(session->uid());
-      of_uid != attached_per_uid_.end() && --of_uid->second == 0) {
-    attached_per_uid_.erase(of_uid);
-  }
   // Nobody reads the answers of a client that has gone: its requests still waiting for a batch
   // are dropped instead of run.
   for (auto& model : models_) stats_.requests_abandoned.fetch_add(model->forget(id), std::memory_order_relaxed);
@@ -342,8 +333,6 @@ void Daemon::drop_session(std::uint64_t id, const char* why, bool connection_pol
   release_connection(session->release_connection(), connection_polled ? pack(Op::kSession, id) : 0);
   // The doorbell's poll would otherwise hold its eventfd (and an io_uring entry) forever.
   events_.remove_poll(pack(Op::kClientDoorbell, id));
-  drain_order_.erase(std::remove(drain_order_.begin(), drain_order_.end(), session),
-                     drain_order_.end());
 }
 
 }  // namespace batchd

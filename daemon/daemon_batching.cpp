@@ -38,10 +38,9 @@ bool Daemon::drain_rings(std::int64_t now_ns) {
   bool progressed = false;
   bool backlog = false;  // a client's burst was cut: its ring may hold more
   std::string why;
-  const std::size_t clients = drain_order_.size();
-  for (std::size_t visited = 0; visited < clients && !drain_order_.empty(); ++visited) {
-    if (drain_cursor_ >= drain_order_.size()) drain_cursor_ = 0;
-    std::shared_ptr<ClientSession> session = drain_order_[drain_cursor_++];
+  const std::size_t clients = sessions_.size();
+  for (std::size_t visited = 0; visited < clients && !sessions_.empty(); ++visited) {
+    std::shared_ptr<ClientSession> session = sessions_.next_in_turn();
 
     unsigned taken_here = 0;
     for (; taken_here < kBurstPerClient; ++taken_here) {

@@ -35,9 +35,9 @@ void Daemon::handle_event(std::uint64_t user_data, int result) {
       if (!release_parked(user_data) && result >= 0) on_session_readable(id_of(user_data));
       break;
     case Op::kClientDoorbell:
-      if (auto it = sessions_.find(id_of(user_data)); it != sessions_.end() && result >= 0) {
-        it->second->drain_doorbell();
-        events_.arm_poll(it->second->doorbell_fd(), user_data);
+      if (ClientSession* session = sessions_.find(id_of(user_data)); session != nullptr && result >= 0) {
+        session->drain_doorbell();
+        events_.arm_poll(session->doorbell_fd(), user_data);
       }
       break;
     case Op::kWorker:
@@ -51,10 +51,7 @@ void Daemon::handle_event(std::uint64_t user_data, int result) {
 bool Daemon::work_waiting() {
   // Handshake steps left over by the last pass's budget.
   if (listen_deferred_ || !hellos_due_.empty()) return true;
-  if (std::any_of(drain_order_.begin(), drain_order_.end(),
-                  [](const auto& s) { return s->has_pending(); })) {
-    return true;  // rings are drained whether or not a batch object is free
-  }
+  if (sessions_.any_pending()) return true;  // rings are drained whether or not a batch object is free
   return std::any_of(models_.begin(), models_.end(), [](const auto& model) { return model->work_waiting(); });
 }
 

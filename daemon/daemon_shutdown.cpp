@@ -44,7 +44,7 @@ void Daemon::finish_stop() {
   drop_all_workers();
   changes_.abandon();
   // Every answer is written: tell the clients now rather than when this object goes away.
-  while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
+  while (!sessions_.empty()) drop_session(sessions_.any_id(), nullptr);
   spdlog::info("stopped: {} requests taken, {} ok, {} failed, {} rejected, {} batches",
                stats_.requests_taken.load(), stats_.requests_ok.load(),
                stats_.requests_failed.load(), stats_.requests_rejected.load(),
@@ -64,7 +64,7 @@ void Daemon::finish_lost() {
   drop_all_workers();
   changes_.abandon();
   // Closing the control connections tells each client at once; they re-attach to the next daemon.
-  while (!sessions_.empty()) drop_session(sessions_.begin()->first, nullptr);
+  while (!sessions_.empty()) drop_session(sessions_.any_id(), nullptr);
 }
 
 }  // namespace batchd
