@@ -71,7 +71,7 @@ Daemon::~Daemon() {
   // The ring's polls are gone with it: the connections still parked for them (and those of
   // handshakes never finished) close on the reaper, whatever a peer queued on them.
   for (auto& [user_data, fd] : parked_) reaper_.drop(std::move(fd));
-  for (auto& [id, pending] : attaching_) reaper_.drop(std::move(pending.connection));
+  attaching_.release_all([this](shm::UniqueFd connection) { reaper_.drop(std::move(connection)); });
 }
 
 void Daemon::start() {

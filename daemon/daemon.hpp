@@ -13,9 +13,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -38,6 +36,7 @@
 #include "daemon/model_changes.hpp"
 #include "daemon/model_pipeline.hpp"
 #include "daemon/model_registry.hpp"
+#include "daemon/pending_attaches.hpp"
 #include "daemon/session_table.hpp"
 #include "daemon/stats.hpp"
 #include "daemon/status_writer.hpp"
@@ -119,14 +118,6 @@ class Daemon : private ModelChanges::Host {
   [[nodiscard]] std::size_t model_count() const noexcept { return models_.size(); }
 
  private:
-  // A connection in the handshake: accepted, its hello not read yet.
-  struct PendingAttach {
-    shm::UniqueFd connection;
-    PeerCredentials peer;
-    std::int64_t deadline_ns = 0;  // refused (and closed) if no hello came by then
-    bool polled = false;           // an io_uring poll on the connection is armed
-  };
-
   // Routes one of the event ring's completions by its operation (daemon_io.cpp).
   void handle_event(std::uint64_t user_data, int result);
 
@@ -165,7 +156,7 @@ class Daemon : private ModelChanges::Host {
   ModelPipeline::Hooks hooks_for(ModelPipeline& model) override;
   void wake() noexcept override { events_.ring(); }
   // Ends a handshake early: refuses it, stops waiting for its hello and forgets it.
-  void evict_attach(std::map<std::uint64_t, PendingAttach>::iterator it, const std::string& why);
+  void evict_attach(std::uint64_t id, const std::string& why);
   // Evicts the handshakes past their deadline; returns the next deadline (0: none waiting).
   std::int64_t expire_attaches(std::int64_t now_ns);
   void on_session_readable(std::uint64_t id);
@@ -245,12 +236,9 @@ class Daemon : private ModelChanges::Host {
   EventRing events_;
 
   std::uint64_t next_id_ = 1;
-  // Ordered by id, which is accept order and so deadline order: the first expires first.
-  std::map<std::uint64_t, PendingAttach> attaching_;
-  std::unordered_map<uid_t, unsigned> attaching_per_uid_;  // handshakes per peer uid
+  PendingAttaches attaching_;
   HandshakeLimiter handshakes_;
   bool listen_deferred_ = false;            // connections wait in the backlog for the next pass
-  std::deque<std::uint64_t> hellos_due_;    // handshakes whose hello waits for the next pass
   SessionTable sessions_;
   LogLimiter log_limit_;
 

@@ -88,24 +88,17 @@ void Daemon::shed(shm::UniqueFd connection, const PeerCredentials& peer) {
 }
 
 void Daemon::start_handshake(shm::UniqueFd connection, const PeerCredentials& peer, std::int64_t now_ns) {
-  if (auto of_uid = attaching_per_uid_.find(peer.uid);
-      of_uid != attaching_per_uid_.end() && of_uid->second >= kMaxAttachingPerUid) {
-    auto oldest = std::find_if(attaching_.begin(), attaching_.end(),
-                               [&](const auto& entry) { return entry.second.peer.uid == peer.uid; });
-    evict_attach(oldest, "newer connections of the same user are attaching");
+  if (attaching_.of_uid(peer.uid) >= kMaxAttachingPerUid) {
+    evict_attach(attaching_.oldest_of(peer.uid), "newer connections of the same user are attaching");
   }
   if (attaching_.size() >= kMaxAttaching) {
     // The user with the most handshakes open gives way: a flood of many users' idle connections
     // evicts its own, and a newcomer with none open always gets in.
-    const uid_t heaviest = HandshakeLimiter::heaviest(attaching_per_uid_, peer.uid);
-    auto oldest = std::find_if(attaching_.begin(), attaching_.end(),
-                               [&](const auto& entry) { return entry.second.peer.uid == heaviest; });
-    evict_attach(oldest, "too many connections are attaching");
+    evict_attach(attaching_.oldest_of(attaching_.heaviest(peer.uid)), "too many connections are attaching");
   }
   const std::uint64_t id = next_id_++;
-  ++attaching_per_uid_[peer.uid];
-  attaching_.emplace(id, PendingAttach{std::move(connection), peer,
-                                       now_ns + std::int64_t{config_.attach_timeout_ms} * 1'000'000, false});
+  attaching_.add(id, PendingAttach{std::move(connection), peer,
+                                   now_ns + std::int64_t{config_.attach_timeout_ms} * 1'000'000, false});
   // Most clients send their hello with the connect: read it now rather than after a poll.
   read_hello(id);
 }
@@ -122,65 +115,58 @@ void Daemon::refuse(PendingAttach& pending, shm::AttachStatus status, const std:
                pending.peer.uid, why);
 }
 
-void Daemon::evict_attach(std::map<std::uint64_t, PendingAttach>::iterator it, const std::string& why) {
-  if (it == attaching_.end()) return;
+void Daemon::evict_attach(std::uint64_t id, const std::string& why) {
+  const PendingAttach* found = attaching_.find(id);
+  if (found == nullptr) return;
   std::uint64_t armed = 0;
-  if (it->second.polled) {
+  if (found->polled) {
     // Its poll references the socket until its completion comes (the removal's is ignored);
     // the connection is parked until then.
-    armed = pack(Op::kAttach, it->first);
+    armed = pack(Op::kAttach, id);
     events_.remove_poll(armed);
   }
-  refuse(it->second, shm::AttachStatus::kAttachTimeout, why);
-  release_connection(std::move(it->second.connection), armed);
-  if (--attaching_per_uid_[it->second.peer.uid] == 0) attaching_per_uid_.erase(it->second.peer.uid);
-  attaching_.erase(it);
+  PendingAttach pending = attaching_.take(id);
+  refuse(pending, shm::AttachStatus::kAttachTimeout, why);
+  release_connection(std::move(pending.connection), armed);
 }
 
 std::int64_t Daemon::expire_attaches(std::int64_t now_ns) {
-  while (!attaching_.empty() && attaching_.begin()->second.deadline_ns <= now_ns) {
-    evict_attach(attaching_.begin(), "no attach request within " +
-                                         std::to_string(config_.attach_timeout_ms) + " ms");
+  while (!attaching_.empty() && attaching_.next_deadline_ns() <= now_ns) {
+    evict_attach(attaching_.oldest(), "no attach request within " + std::to_string(config_.attach_timeout_ms) + " ms");
   }
-  return attaching_.empty() ? 0 : attaching_.begin()->second.deadline_ns;
+  return attaching_.next_deadline_ns();
 }
 
 void Daemon::on_attach_readable(std::uint64_t id) {
-  auto it = attaching_.find(id);
-  if (it == attaching_.end()) return;
-  it->second.polled = false;
+  PendingAttach* pending = attaching_.find(id);
+  if (pending == nullptr) return;
+  pending->polled = false;
   if (!handshakes_.take_step()) {
-    hellos_due_.push_back(id);  // read in a later pass; its deadline still holds
+    attaching_.defer_hello(id);  // read in a later pass; its deadline still holds
     return;
   }
   read_hello(id);
 }
 
 void Daemon::read_due_hellos() {
-  while (!hellos_due_.empty() && handshakes_.take_step()) {
-    const std::uint64_t id = hellos_due_.front();
-    hellos_due_.pop_front();
-    read_hello(id);
-  }
+  while (attaching_.hellos_due() && handshakes_.take_step()) read_hello(attaching_.next_due_hello());
 }
 
 void Daemon::read_hello(std::uint64_t id) {
-  auto it = attaching_.find(id);
-  if (it == attaching_.end()) return;
-  const int fd = it->second.connection.get();
+  PendingAttach* waiting = attaching_.find(id);
+  if (waiting == nullptr) return;
+  const int fd = waiting->connection.get();
   shm::WorkerHello hello{};  // the larger of the two hellos; a client's fills its first bytes
   std::vector<shm::UniqueFd> fds;  // a client has no fds to give; any it sent go to the reaper
   const Expected<std::size_t> n =
       shm::recv_with_fds(fd, std::as_writable_bytes(std::span(&hello, 1)), fds);
   for (shm::UniqueFd& passed : fds) reaper_.drop(std::move(passed));
   if (!n && n.error().code == std::errc::resource_unavailable_try_again) {
-    it->second.polled = true;
+    waiting->polled = true;
     events_.arm_poll(fd, pack(Op::kAttach, id));  // no hello yet: keep waiting, until the deadline
     return;
   }
-  PendingAttach pending = std::move(it->second);
-  if (--attaching_per_uid_[pending.peer.uid] == 0) attaching_per_uid_.erase(pending.peer.uid);
-  attaching_.erase(it);
+  PendingAttach pending = attaching_.take(id);
   answer_hello(pending, n, hello, !fds.empty(), id);
   // Unless it became a session, the connection is done with; no poll references it.
   release_connection(std::move(pending.connection), 0);

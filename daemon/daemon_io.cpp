@@ -50,7 +50,7 @@ void Daemon::handle_event(std::uint64_t user_data, int result) {
 
 bool Daemon::work_waiting() {
   // Handshake steps left over by the last pass's budget.
-  if (listen_deferred_ || !hellos_due_.empty()) return true;
+  if (listen_deferred_ || attaching_.hellos_due()) return true;
   if (sessions_.any_pending()) return true;  // rings are drained whether or not a batch object is free
   return std::any_of(models_.begin(), models_.end(), [](const auto& model) { return model->work_waiting(); });
 }
@@ -68,7 +68,7 @@ void Daemon::sleep_until_work() {
     }
     if (!attaching_.empty()) {
       const std::int64_t until_expiry =
-          std::max<std::int64_t>(0, attaching_.begin()->second.deadline_ns - shm::monotonic_ns());
+          std::max<std::int64_t>(0, attaching_.next_deadline_ns() - shm::monotonic_ns());
       wait_ns = wait_ns < 0 ? until_expiry : std::min(wait_ns, until_expiry);
     }
     if (watchdog_interval_ns_ != 0) {
