@@ -9,6 +9,7 @@ daemon_pid=""
 load_pid=""
 cleanup() {
   tmux -L "$tmux_server" kill-server 2>/dev/null || true
+  rm -f "${TMUX_TMPDIR:-/tmp}/tmux-$(id -u)/$tmux_server"  # kill-server leaves its socket file
   [ -n "$load_pid" ] && kill "$load_pid" 2>/dev/null
   [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
   rm -rf "$work"

@@ -10,6 +10,7 @@ python=$here/.venv/bin/python3
 [ -x "$python" ] || { echo "$python is missing: run scripts/setup.sh"; exit 1; }
 file=$1
 shift
-cd "$(mktemp -d /tmp/batchd-oip-XXXXXX)"  # nothing pytest writes lands in the tree
-trap 'rm -rf "$PWD"' EXIT
-PYTHONDONTWRITEBYTECODE=1 exec "$python" -m pytest -q -p no:cacheprovider "$here/$file" "$@"
+work=$(mktemp -d /tmp/batchd-oip-XXXXXX)
+cd "$work"  # nothing pytest writes lands in the tree
+trap 'rm -rf "$work"' EXIT  # not exec'd below: an exec'd shell runs no trap
+PYTHONDONTWRITEBYTECODE=1 "$python" -m pytest -q -p no:cacheprovider "$here/$file" "$@"

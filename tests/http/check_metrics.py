@@ -19,6 +19,7 @@ Standard library only; the binaries and files come from meson (tests/http/meson.
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -412,6 +413,7 @@ def main():
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
     print("metrics: ok")
 
 
