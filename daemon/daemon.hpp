@@ -41,6 +41,7 @@
 #include "daemon/stats.hpp"
 #include "daemon/status_writer.hpp"
 #include "daemon/worker_backend.hpp"
+#include "daemon/worker_roster.hpp"
 #include "shm/attach_protocol.hpp"
 #include "shm/clock.hpp"
 #include "shm/model_control.hpp"
@@ -210,14 +211,7 @@ class Daemon : private ModelChanges::Host {
   // Connections waiting for their io_uring poll's completion before the reaper closes them, by
   // that poll's user_data (see release_connection).
   std::unordered_map<std::uint64_t, shm::UniqueFd> parked_;
-  struct AttachedWorker {
-    ModelPipeline* model = nullptr;  // the model it serves
-    unsigned slot = 0;               // its device in that model's router
-    std::shared_ptr<WorkerLink> link;
-  };
-  // The lowest place on the status page's workers table that no attached worker holds.
-  [[nodiscard]] unsigned free_worker_place() const;
-  std::unordered_map<std::uint64_t, AttachedWorker> attached_workers_;  // by connection id
+  WorkerRoster workers_;
   DaemonStats stats_;
   Completer completer_{stats_};
   // Before models_: their lanes record into it until they stop.

@@ -33,12 +33,7 @@ void Daemon::answer_model_control(PendingAttach& pending, const shm::ModelContro
 }
 
 void Daemon::drop_workers_of(ModelPipeline& model) {
-  for (auto it = attached_workers_.begin(); it != attached_workers_.end();) {
-    const std::uint64_t id = it->first;
-    const bool its = it->second.model == &model;
-    ++it;
-    if (its) drop_worker(id, nullptr);
-  }
+  for (const std::uint64_t id : workers_.serving(&model)) drop_worker(id, nullptr);
 }
 
 void Daemon::reload(const DaemonConfig& fresh) {

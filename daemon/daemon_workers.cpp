@@ -65,15 +65,6 @@ ModelPipeline* Daemon::model_for_worker(PendingAttach& pending, const std::strin
   return nullptr;
 }
 
-unsigned Daemon::free_worker_place() const {
-  std::array<bool, shm::kStatusDevices> held{};
-  for (const auto& [id, worker] : attached_workers_) {
-    if (worker.link->who().place < shm::kStatusDevices) held[worker.link->who().place] = true;
-  }
-  const auto free = std::find(held.begin(), held.end(), false);
-  return free == held.end() ? WorkerIdentity::kNoPlace : static_cast<unsigned>(free - held.begin());
-}
-
 void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello, std::uint64_t id) {
   const PeerCredentials& peer = pending.peer;
   ModelPipeline* const model = model_for_worker(pending, field_text(hello.name));
@@ -109,7 +100,7 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
   options.spin = settings.workers.spin;
   options.arena = &model->input_arena();
   options.copied = &stats_.worker_pieces_copied;
-  const unsigned place = free_worker_place();
+  const unsigned place = workers_.free_place();
   if (place < shm::kStatusDevices) options.handoff = &stats_.latency.handoff_by_device[place];
   options.region.buffers = std::min(hello.concurrency, settings.workers.lanes_per_worker);
   options.region.max_inputs = std::min<std::uint32_t>(hello.max_inputs, model->limits().max_batch);
@@ -136,16 +127,16 @@ void Daemon::attach_worker(PendingAttach& pending, const shm::WorkerHello& hello
   events_.arm_poll(fd, pack(Op::kWorker, id));
   workers.install(*slot, link);
   router.open_device(*slot, link->buffers());
-  attached_workers_.emplace(id, AttachedWorker{model, *slot, link});
+  workers_.add(id, AttachedWorker{model, *slot, link});
   spdlog::info("{} attached to model {} as device {} (uid {}, {} lanes, batches up to {} inputs / {} bytes)",
                link->label(), model->config().name, *slot, peer.uid, link->buffers(), options.region.max_inputs,
                options.region.max_input_bytes);
 }
 
 void Daemon::on_worker_readable(std::uint64_t id) {
-  auto it = attached_workers_.find(id);
-  if (it == attached_workers_.end()) return;
-  const std::shared_ptr<WorkerLink>& link = it->second.link;
+  AttachedWorker* worker = workers_.find(id);
+  if (worker == nullptr) return;
+  const std::shared_ptr<WorkerLink>& link = worker->link;
   const int fd = link->connection_fd();
   shm::WorkerNotice notice{};
   std::vector<shm::UniqueFd> fds;
@@ -169,16 +160,15 @@ void Daemon::on_worker_readable(std::uint64_t id) {
   // Its running batches finish; new ones go elsewhere from now on. The link hangs up once none
   // runs, and this poll then sees the connection end.
   spdlog::info("{} is stopping: it takes no new batches", link->label());
-  it->second.model->router().close_device(it->second.slot);
+  worker->model->router().close_device(worker->slot);
   link->begin_stopping();
   events_.arm_poll(fd, pack(Op::kWorker, id));
 }
 
 void Daemon::drop_worker(std::uint64_t id, const char* why, bool connection_polled) {
-  auto it = attached_workers_.find(id);
-  if (it == attached_workers_.end()) return;
-  const AttachedWorker worker = std::move(it->second);
-  attached_workers_.erase(it);
+  const std::optional<AttachedWorker> taken = workers_.take(id);
+  if (!taken) return;
+  const AttachedWorker& worker = *taken;
   worker.model->router().close_device(worker.slot);
   worker.model->workers()->remove(worker.slot);
   const std::string dropped_for = worker.link->drop_reason();
@@ -196,8 +186,8 @@ void Daemon::drop_worker(std::uint64_t id, const char* why, bool connection_poll
 }
 
 void Daemon::drop_all_workers() {
-  while (!attached_workers_.empty()) {
-    const std::uint64_t id = attached_workers_.begin()->first;
+  while (!workers_.empty()) {
+    const std::uint64_t id = workers_.any_id();
     // The poll on its connection stays armed: the shutdown completes it, and that completion
     // releases the parked connection.
     drop_worker(id, nullptr, true);
