@@ -14,7 +14,7 @@
 
 #include "status/status_metrics.hpp"
 #include "status/status_read.hpp"
-#include "daemon/fd_limit.hpp"
+#include "daemon/start_checks.hpp"
 #include "daemon/io_ops.hpp"
 #include "shm/futex.hpp"
 
@@ -75,39 +75,7 @@ Daemon::~Daemon() {
 }
 
 void Daemon::start() {
-  if (auto usable = shm::check_params(config_.segment); !usable) {
-    throw std::invalid_argument("bad segment parameters: " + usable.error().message);
-  }
-  for (const auto& model : models_) {
-    const BatchLimits& batch = model->limits();
-    const std::string of = models_.size() > 1 ? " (model " + model->config().name + ")" : "";
-    if (batch.max_batch == 0) throw std::invalid_argument("max batch must be at least 1" + of);
-    if (batch.max_batch_bytes > kMaxBatchBytes) {
-      // Backends address a batch's inputs with 32-bit offsets.
-      throw std::invalid_argument("--max-batch-bytes (" + std::to_string(batch.max_batch_bytes) +
-                                  ") must not exceed " + std::to_string(kMaxBatchBytes) + of);
-    }
-    if (config_.segment.max_input_bytes > batch.max_batch_bytes) {
-      // A batch holds at least one input, and backends size their buffers by the byte budget.
-      throw std::invalid_argument("--max-input-bytes (" + std::to_string(config_.segment.max_input_bytes) +
-                                  ") must not exceed --max-batch-bytes (" + std::to_string(batch.max_batch_bytes) +
-                                  ")" + of);
-    }
-  }
-  // steady_clock is CLOCK_MONOTONIC on Linux: the clock of every deadline in shared memory.
-  static_assert(std::chrono::steady_clock::is_steady);
-  if (!doorbell_reads_never_block()) {
-    throw std::runtime_error("this kernel cannot read an eventfd with RWF_NOWAIT (Linux 5.12 or "
-                             "later is needed): a client could block the daemon through its doorbell");
-  }
-  const std::uint64_t fd_limit = raise_fd_limit();
-  if (const std::uint64_t needed = fds_needed(config_.max_clients, kMaxAttaching); fd_limit < needed) {
-    throw std::invalid_argument(
-        "--max-clients " + std::to_string(config_.max_clients) + " needs about " +
-        std::to_string(needed) + " open files, but the limit is " + std::to_string(fd_limit) +
-        " (raise it with ulimit -n or LimitNOFILE=, or lower --max-clients)");
-  }
-
+  check_can_start(config_, models_, kMaxAttaching);
   events_.open(kRingEntries);
   // Before the socket: a dead-letter file that cannot be opened stops the start with its reason.
   dead_letters_ = std::make_unique<DeadLetterLog>(config_.dead_letters);
