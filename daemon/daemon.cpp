@@ -6,10 +6,8 @@
 #include "daemon/daemon.hpp"
 
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 
 #include "status/status_metrics.hpp"
