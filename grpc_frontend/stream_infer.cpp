@@ -1,14 +1,19 @@
 // ModelStreamInfer: many inferences in flight on one bidirectional stream. Each request read is
 // checked and submitted at once and the next read starts; answers are written in the order they
 // complete (clients match them by id), one write at a time. A stream holds at most
-// max_stream_in_flight requests unanswered or unwritten, and max_stream_queued_bytes of answers:
-// past either it is not read until answers drain, so a client that sends without reading costs
-// only its own stream, and the watchdog cancels a stream whose write does not move. A request
+// max_stream_in_flight requests unanswered or unwritten, max_stream_queued_bytes of answers, and
+// strings at the daemon up to half a daemon client's request slots: past any of them it is not
+// read until answers drain, so a client that sends without reading costs only its own stream, and
+// one stream alone never takes the slots its client shares with every other call (a request
+// past them would be refused, "retry later"). The watchdog cancels a stream whose write does not
+// move. A request
 // that fails gets an error_message response and the stream goes on, as Triton does.
 //
 // The reactor's operations (StartRead, StartWrite, Finish) are started under mu_, also from the
 // daemon client's thread: gRPC never runs a reaction inside the call that starts an operation,
 // so no reaction re-enters the lock.
+#include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -120,6 +125,8 @@ class StreamInfer final : public grpc::ServerBidiReactor<inference::ModelInferRe
       if (cancelled_ || broken_ || finished_) return;
       serial = next_serial_++;
       in_flight_.emplace(serial, nullptr);  // FanOut::start may answer before it returns
+      strings_at_daemon_ += prepared.parsed.inputs.size();
+      max_strings_at_daemon_ = std::max<std::size_t>(1, prepared.client->slot_count() / 2);
     }
     auto reply = std::make_shared<InferReply>(std::move(prepared.parsed.reply));
     const std::size_t strings = prepared.parsed.inputs.size();
@@ -153,6 +160,7 @@ class StreamInfer final : public grpc::ServerBidiReactor<inference::ModelInferRe
     context_.counters.record(reply.model->id, !outcome.error, shm::monotonic_ns() - started_ns, strings);
     std::unique_lock lock(mu_);
     in_flight_.erase(serial);
+    strings_at_daemon_ -= strings;
     queue_locked(std::move(response));
     resume_read_locked();
     maybe_finish_locked();
@@ -193,7 +201,7 @@ class StreamInfer final : public grpc::ServerBidiReactor<inference::ModelInferRe
 
   [[nodiscard]] bool full_locked() const noexcept {
     return in_flight_.size() + writes_.size() >= context_.max_stream_in_flight ||
-           queued_bytes_ >= context_.max_stream_queued_bytes;
+           queued_bytes_ >= context_.max_stream_queued_bytes || strings_at_daemon_ >= max_strings_at_daemon_;
   }
 
   void resume_read_locked() {
@@ -230,6 +238,10 @@ class StreamInfer final : public grpc::ServerBidiReactor<inference::ModelInferRe
   // Guarded by mu_:
   std::unordered_map<std::uint64_t, std::shared_ptr<FanOut>> in_flight_;
   std::uint64_t next_serial_ = 0;
+  std::size_t strings_at_daemon_ = 0;  // of in_flight_
+  // Half the slots of the daemon client the last request went to (a daemon's clients all have
+  // as many); none until a request has gone.
+  std::size_t max_strings_at_daemon_ = SIZE_MAX;
   // Answers to write, with their sizes; front: the write in progress, if writing_.
   std::deque<std::pair<std::unique_ptr<Response>, std::size_t>> writes_;
   std::size_t queued_bytes_ = 0;  // of writes_

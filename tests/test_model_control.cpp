@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <future>
 #include <optional>
@@ -26,13 +27,14 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The default model on the cpu backend; `slow` on a sim device whose every batch takes 300 ms,
-// so what it has taken is still in flight when the unload comes.
-std::string two_models_config() {
+// The default model on the cpu backend; `slow` on a sim device whose every batch takes
+// `batch_time` (300 ms unless said), so what it has taken is still in flight when the unload comes.
+std::string two_models_config(std::chrono::milliseconds batch_time = 300ms) {
   return test::write_temp_file("control.toml",
                                "backend = \"cpu\"\nmax_wait_ms = 1\n"
                                "[models.slow]\nbackend = \"sim\"\npolicy = \"fixed\"\nmax_wait_ms = 1\n"
-                               "max_batch = 4\n[models.slow.sim]\ndevices = 1\nfixed_us = 300000\n");
+                               "max_batch = 4\n[models.slow.sim]\ndevices = 1\nfixed_us = " +
+                                   std::to_string(batch_time.count() * 1000) + "\n");
 }
 
 std::optional<DaemonStatus::Model> find_model(const Client& client, const std::string& name) {
@@ -158,7 +160,10 @@ TEST_CASE("unloading a model under load answers what it took, refuses the rest, 
 
 TEST_CASE("model control refuses what it cannot do, with the reason") {
   const std::string socket = test::temp_socket_path();
-  test::DaemonProcess daemon(socket, {"--config", two_models_config()});
+  // The load below must come while the unload waits for the batch it took: batchctl's start
+  // alone takes hundreds of milliseconds on a sanitizer build, so the batch is longer here and
+  // stretched with the build.
+  test::DaemonProcess daemon(socket, {"--config", two_models_config(test::grace(1500ms))});
   std::unique_ptr<Client> client = test::connect(socket);
   Error error;
   CHECK_FALSE(control(socket, "nope", ModelAction::kUnload, error).has_value());

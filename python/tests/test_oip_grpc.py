@@ -322,6 +322,30 @@ def test_stream_with_a_thousand_in_flight(client: triton.InferenceServerClient) 
     assert answers.empty(), "more answers than requests"
 
 
+def test_a_stream_alone_never_takes_all_its_clients_slots(start_daemon: Callable[..., str],
+                                                         start_grpc: Callable[..., str]) -> None:
+    # 420 strings sent at once through a daemon client of 64 slots, on batches of 50 ms: the
+    # stream is not read while it holds half the slots, so none of its requests is refused for
+    # want of them (unpaused, every request past the 64th string would be).
+    address = start_grpc(start_daemon("--backend", "sim", "--sim-fixed-us", "50000", "--max-wait-ms", "1",
+                                      "--slots-per-client", "64"))
+    requests = {str(i): _strings(7, tag=f"paced {i}/") for i in range(60)}
+    answers: queue.Queue[tuple[triton.InferResult | None, InferenceServerException | None]] = queue.Queue()
+    with triton.InferenceServerClient(address) as client:
+        client.start_stream(lambda result, error: answers.put((result, error)), stream_timeout=CALL_TIMEOUT_S)
+        try:
+            for request_id, strings in requests.items():
+                client.async_stream_infer(MODEL, [_input(strings)], request_id=request_id)
+            for _ in range(len(requests)):
+                result, error = answers.get(timeout=CALL_TIMEOUT_S)
+                assert error is None, f"{error.status()}: {error.message()}"
+                strings = requests.pop(result.get_response().id)
+                _check_answers(result, strings, sim_answer)
+            assert not requests
+        finally:
+            client.stop_stream()
+
+
 # --- errors, each with its status code and a message that names the fault -----------------------
 
 def test_unknown_model_or_version_is_not_found(client: triton.InferenceServerClient) -> None:
