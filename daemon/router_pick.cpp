@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 #include "daemon/router.hpp"
@@ -43,7 +44,22 @@ Router::PoolSpeed Router::measure_pool_speed(std::int64_t now_ns) const noexcept
     if (laggard(d, speed.fastest_ns)) speed.laggards |= std::uint64_t{1} << d;
   }
   speed_fastest_ns_.store(speed.fastest_ns, std::memory_order_relaxed);
-  speed_laggards_.store(speed.laggards, std::memory_order_relaxed);
+  const std::uint64_t before = speed_laggards_.exchange(speed.laggards, std::memory_order_relaxed);
+  // Said once a change: which devices get probes only is what an operator asks of a slow pool.
+  for (std::uint64_t changed = before ^ speed.laggards; changed != 0; changed &= changed - 1) {
+    const auto d = static_cast<unsigned>(std::countr_zero(changed));
+    const double predicted_ns = predict_run_ns(d, kReferenceItems, kReferenceBytes);
+    if (speed.laggard(d)) {
+      spdlog::info("{} device {}: {} us a reference batch against the fastest's {} us: probes only until it "
+                   "is faster",
+                   backend_.name(), d, static_cast<std::int64_t>(predicted_ns / 1000),
+                   static_cast<std::int64_t>(speed.fastest_ns / 1000));
+    } else {
+      spdlog::info("{} device {}: {} us a reference batch against the fastest's {} us: back in the pool",
+                   backend_.name(), d, static_cast<std::int64_t>(predicted_ns / 1000),
+                   static_cast<std::int64_t>(speed.fastest_ns / 1000));
+    }
+  }
   speed_due_ns_.store(now_ns + kSpeedRefreshNs, std::memory_order_release);
   return speed;
 }
