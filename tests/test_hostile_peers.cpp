@@ -39,6 +39,7 @@ void open_socket_dir(const std::string& socket) {
 // A batchd-stress run at `rate` requests a second for `seconds`, every answer checked.
 struct LoadFigures {
   double ok = 0, errors = 0, wrong = 0, p99_us = 0;
+  std::string summary;  // the stress tool's JSON, whose errors_by_kind says what the errors were
 };
 LoadFigures paced_load(const std::string& socket, unsigned rate, double seconds) {
   const test::StressRun run = test::run_stress(
@@ -46,7 +47,8 @@ LoadFigures paced_load(const std::string& socket, unsigned rate, double seconds)
        "--timeout-ms", "10000"});
   INFO("stress stderr: ", run.process.err);
   CHECK(run.process.exit_code() == 0);
-  return {run.field("ok"), run.field("errors"), run.field("wrong"), run.field("/by_class/normal/p99_us")};
+  return {run.field("ok"), run.field("errors"), run.field("wrong"), run.field("/by_class/normal/p99_us"),
+          run.process.out};
 }
 
 // The normal client's figures under attack: all answered, none wrong; its p99 beside the same
@@ -55,6 +57,8 @@ void check_normal(const LoadFigures& alone, const LoadFigures& attacked) {
   MESSAGE("normal client: alone p99 ", alone.p99_us, " us; under attack ", attacked.ok, " ok, ",
           attacked.errors, " errors, ", attacked.wrong, " wrong, p99 ", attacked.p99_us, " us (",
           attacked.p99_us / std::max(alone.p99_us, 1.0), "x)");
+  INFO("alone: ", alone.summary);
+  INFO("under attack: ", attacked.summary);
   CHECK(alone.errors == 0);
   CHECK(attacked.ok > 0);
   CHECK(attacked.errors == 0);
