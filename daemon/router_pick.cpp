@@ -82,7 +82,7 @@ std::bitset<64> Router::laggards(std::int64_t now_ns) const noexcept {
 
 Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns, bool* memory_short) noexcept {
   // Expected finish on each lane: until the lane has run what it holds, then this batch's run, at
-  // its device's fitted cost. An unmeasured device is assumed as fast as the fastest, so it is
+  // its device's fitted cost. A device not yet fitted is assumed as fast as the fastest, so it is
   // tried and measured; with nothing measured anywhere, the emptiest lane wins. Lanes within 25%
   // of the best count as equal and take turns, so equally fast devices share the work.
   thread_local std::vector<std::uint64_t> scores;
@@ -91,7 +91,8 @@ Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns, bool* m
   const std::uint64_t need = memory_need(batch);
   const auto items = static_cast<double>(batch.size());
   const auto bytes = static_cast<double>(batch.input_bytes.size());
-  const double fastest = pool_speed(now_ns).fastest_ns;
+  const PoolSpeed speed = pool_speed(now_ns);
+  const double fastest = speed.fastest_ns;
   for (std::size_t i = 0; i < lanes_.size(); ++i) {
     const Lane& lane = *lanes_[i];
     const unsigned d = lane.id.device;
@@ -100,21 +101,30 @@ Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns, bool* m
       if (memory_short != nullptr) *memory_short = true;
       continue;
     }
-    // One read of the fit serves both estimates (predict_run_ns's rule, inline).
     const CostFit fit = cost_[d]->fit();
-    double run_ns = fit.fitted ? fit.predict_ns(items, bytes) : static_cast<double>(health_[d]->measured_batch_ns());
+    double run_ns = 0;
     const std::uint64_t queued = lane.outstanding.load(std::memory_order_relaxed);
     double busy_ns = 0;
     if (fit.fitted) {
+      run_ns = fit.predict_ns(items, bytes);
       busy_ns = static_cast<double>(lane_busy_for_ns(lane, fit, now_ns));
-    } else if (run_ns == 0 && health_[d]->outstanding_batches.load(std::memory_order_relaxed) != 0) {
-      // Unmeasured and already running a batch: nothing more until that run says what it costs
-      // (a device far slower than the pool would otherwise collect a queue of them).
+    } else if (health_[d]->outstanding_batches.load(std::memory_order_relaxed) != 0) {
+      // Not yet fitted and already running a batch: nothing more until that run says what it
+      // costs (a device far slower than the pool would otherwise collect a queue of them).
       scores[i] = kLastResort;
       best = std::min(best, scores[i]);
       continue;
     } else {
-      if (run_ns == 0 && fastest > 0) run_ns = fastest * std::max(items, 1.0) / kReferenceItems;
+      // Not yet fitted (new, or brought back by a probe): tried as if no slower than the fastest,
+      // one batch at a time, until its fit is trusted. Judged on its few first runs instead, a
+      // device that ran one of them at a bad moment would lose every pick to a fitted peer, and
+      // with no more batches its estimate would never move again. One far slower is a laggard
+      // after one run (the bar reads the measured runs until the fit is trusted): judged on them.
+      run_ns = static_cast<double>(health_[d]->measured_batch_ns());
+      if (fastest > 0 && !speed.laggard(d)) {
+        const double like_fastest = fastest * std::max(items, 1.0) / kReferenceItems;
+        run_ns = run_ns == 0 ? like_fastest : std::min(run_ns, like_fastest);
+      }
       busy_ns = static_cast<double>(queued) * run_ns;
     }
     // An idle lane on a shared device still waits for the run another model has there.
