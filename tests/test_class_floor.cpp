@@ -61,22 +61,27 @@ TEST_CASE("a granted high flood with every slot in flight slows a light normal c
     CHECK(status.requests_taken_by_class[static_cast<std::size_t>(Priority::kHigh)] > 0);
     CHECK(status.priority_downgrades == 0);
   }
-  Light strict;
-  {
-    const std::string socket = test::temp_socket_path();
-    test::DaemonProcess daemon(socket, {"--backend", "cpu", "--cost", kCost, "--normal-floor-percent", "0"});
-    strict = light_beside_high_flood(socket);
-  }
   MESSAGE("light normal client beside a high flood of 64 KiB inputs: ", with_floor.ok, " ok, ", with_floor.errors,
           " errors (", with_floor.timeouts, " timeouts, ", with_floor.overloaded, " overloaded), p99 ",
-          with_floor.p99_us / 1000, " ms; with strict priority (floor 0): ", strict.ok, " ok, ", strict.errors,
-          " errors, p99 ", strict.p99_us / 1000, " ms");
+          with_floor.p99_us / 1000, " ms");
   CHECK(with_floor.ok > 0);
   CHECK(with_floor.errors == 0);
   CHECK(with_floor.timeouts == 0);
   CHECK(with_floor.p99_us < 100'000 * test::slowdown());
   // The floor is what holds: without it the light client waits behind the flood (or times out).
-  CHECK((strict.errors > 0 || strict.p99_us > 2 * with_floor.p99_us));
+  // Only a flood that keeps high requests waiting shows it, and on a shared machine the flooding
+  // process itself may be starved for a run (CI's debug suite once saw a strict p99 of 21 ms,
+  // 173 ms here alone): a starved flood says nothing either way, so up to three runs are given.
+  bool strict_hurts = false;
+  for (int attempt = 1; attempt <= 3 && !strict_hurts; ++attempt) {
+    const std::string socket = test::temp_socket_path();
+    test::DaemonProcess daemon(socket, {"--backend", "cpu", "--cost", kCost, "--normal-floor-percent", "0"});
+    const Light strict = light_beside_high_flood(socket);
+    MESSAGE("with strict priority (floor 0), run ", attempt, ": ", strict.ok, " ok, ", strict.errors, " errors, p99 ",
+            strict.p99_us / 1000, " ms");
+    strict_hurts = strict.errors > 0 || strict.p99_us > 2 * with_floor.p99_us;
+  }
+  CHECK(strict_hurts);
 }
 
 TEST_CASE("a reload that raises the floor from 0 takes effect at once: the light client is served") {
