@@ -302,10 +302,9 @@ def test_async_infer_with_many_in_flight(address: str) -> None:
     assert seen == set(range(len(batches)))
 
 
-def test_stream_with_a_thousand_in_flight(client: triton.InferenceServerClient) -> None:
-    # Five times batchd-grpc's default --max-stream-in-flight (256), so the stream is also paused
-    # and resumed while the answers drain.
-    requests = {str(i): _strings(i % 7 + 1, tag=f"stream {i}/") for i in range(1000)}
+def _stream_and_check(client: triton.InferenceServerClient, requests: dict[str, list[str]],
+                      expect: Callable[[str], str]) -> None:
+    """Sends every request on one stream at once, then checks that each id is answered once, right."""
     answers: queue.Queue[tuple[triton.InferResult | None, InferenceServerException | None]] = queue.Queue()
     client.start_stream(lambda result, error: answers.put((result, error)), stream_timeout=CALL_TIMEOUT_S)
     try:
@@ -315,11 +314,17 @@ def test_stream_with_a_thousand_in_flight(client: triton.InferenceServerClient) 
             result, error = answers.get(timeout=CALL_TIMEOUT_S)
             assert error is None, f"{error.status()}: {error.message()}"
             strings = requests.pop(result.get_response().id)  # each id is answered once
-            _check_answers(result, strings, sha256_hex)
+            _check_answers(result, strings, expect)
         assert not requests
     finally:
         client.stop_stream()
     assert answers.empty(), "more answers than requests"
+
+
+def test_stream_with_a_thousand_in_flight(client: triton.InferenceServerClient) -> None:
+    # Five times batchd-grpc's default --max-stream-in-flight (256), so the stream is also paused
+    # and resumed while the answers drain.
+    _stream_and_check(client, {str(i): _strings(i % 7 + 1, tag=f"stream {i}/") for i in range(1000)}, sha256_hex)
 
 
 def test_a_stream_alone_never_takes_all_its_clients_slots(start_daemon: Callable[..., str],
@@ -329,21 +334,8 @@ def test_a_stream_alone_never_takes_all_its_clients_slots(start_daemon: Callable
     # want of them (unpaused, every request past the 64th string would be).
     address = start_grpc(start_daemon("--backend", "sim", "--sim-fixed-us", "50000", "--max-wait-ms", "1",
                                       "--slots-per-client", "64"))
-    requests = {str(i): _strings(7, tag=f"paced {i}/") for i in range(60)}
-    answers: queue.Queue[tuple[triton.InferResult | None, InferenceServerException | None]] = queue.Queue()
     with triton.InferenceServerClient(address) as client:
-        client.start_stream(lambda result, error: answers.put((result, error)), stream_timeout=CALL_TIMEOUT_S)
-        try:
-            for request_id, strings in requests.items():
-                client.async_stream_infer(MODEL, [_input(strings)], request_id=request_id)
-            for _ in range(len(requests)):
-                result, error = answers.get(timeout=CALL_TIMEOUT_S)
-                assert error is None, f"{error.status()}: {error.message()}"
-                strings = requests.pop(result.get_response().id)
-                _check_answers(result, strings, sim_answer)
-            assert not requests
-        finally:
-            client.stop_stream()
+        _stream_and_check(client, {str(i): _strings(7, tag=f"paced {i}/") for i in range(60)}, sim_answer)
 
 
 # --- errors, each with its status code and a message that names the fault -----------------------
