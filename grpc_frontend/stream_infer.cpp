@@ -6,8 +6,8 @@
 // read until answers drain, so a client that sends without reading costs only its own stream, and
 // one stream alone never takes the slots its client shares with every other call (a request
 // past them would be refused, "retry later"). The watchdog cancels a stream whose write does not
-// move. A request
-// that fails gets an error_message response and the stream goes on, as Triton does.
+// move. A request that fails gets an error_message response and the stream goes on, as Triton
+// does.
 //
 // The reactor's operations (StartRead, StartWrite, Finish) are started under mu_, also from the
 // daemon client's thread: gRPC never runs a reaction inside the call that starts an operation,
