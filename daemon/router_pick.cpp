@@ -48,17 +48,10 @@ Router::PoolSpeed Router::measure_pool_speed(std::int64_t now_ns) const noexcept
   // Said once a change: which devices get probes only is what an operator asks of a slow pool.
   for (std::uint64_t changed = before ^ speed.laggards; changed != 0; changed &= changed - 1) {
     const auto d = static_cast<unsigned>(std::countr_zero(changed));
-    const double predicted_ns = predict_run_ns(d, kReferenceItems, kReferenceBytes);
-    if (speed.laggard(d)) {
-      spdlog::info("{} device {}: {} us a reference batch against the fastest's {} us: probes only until it "
-                   "is faster",
-                   backend_.name(), d, static_cast<std::int64_t>(predicted_ns / 1000),
-                   static_cast<std::int64_t>(speed.fastest_ns / 1000));
-    } else {
-      spdlog::info("{} device {}: {} us a reference batch against the fastest's {} us: back in the pool",
-                   backend_.name(), d, static_cast<std::int64_t>(predicted_ns / 1000),
-                   static_cast<std::int64_t>(speed.fastest_ns / 1000));
-    }
+    spdlog::info("{} device {}: {} us a reference batch against the fastest's {} us: {}", backend_.name(), d,
+                 static_cast<std::int64_t>(predict_run_ns(d, kReferenceItems, kReferenceBytes) / 1000),
+                 static_cast<std::int64_t>(speed.fastest_ns / 1000),
+                 speed.laggard(d) ? "probes only until it is faster" : "back in the pool");
   }
   speed_due_ns_.store(now_ns + kSpeedRefreshNs, std::memory_order_release);
   return speed;
