@@ -1,8 +1,11 @@
 // The daemon's life: start-up (io_uring, status page, control socket, router), the drain loop
-// that ties the other parts together, and the watchdog. The parts: daemon_attach.cpp
-// (handshake), daemon_batching.cpp (drain and batch), daemon_io.cpp (routing the event ring's
-// completions, and sleeping; event_ring.cpp is the io_uring), daemon_shutdown.cpp (stopping), status_writer.cpp (the status page),
-// daemon_control.cpp (model control's and reloads' part here; the changes are ModelChanges').
+// that ties the other parts together, and the watchdog. The drain loop's own parts:
+// daemon_batching.cpp (drain and batch), daemon_io.cpp (routing the event ring's completions, and
+// sleeping), daemon_peers.cpp (attached clients' and workers' connections and ends),
+// daemon_shutdown.cpp (stopping), daemon_reload.cpp (SIGHUP). The types it ties together:
+// AttachHandshake (the control socket's handshake), ModelRegistry and ModelPipeline (each model's
+// admission, batching and lanes), ModelChanges (load, unload, reload), StatusWriter (the status
+// page), EventRing (the io_uring), and check_can_start (start_checks.hpp).
 #include "daemon/daemon.hpp"
 
 #include <spdlog/spdlog.h>
@@ -68,24 +71,28 @@ Daemon::~Daemon() {
   events_.close();
   // The ring's polls are gone with it: the connections still parked for them (and those of
   // handshakes never finished) close on the reaper, whatever a peer queued on them.
-  for (auto& [user_data, fd] : parked_) reaper_.drop(std::move(fd));
-  attaching_.release_all([this](shm::UniqueFd connection) { reaper_.drop(std::move(connection)); });
+  parked_.release_all();
+  if (handshake_) handshake_->release_all();
 }
 
 void Daemon::start() {
-  check_can_start(config_, models_, kMaxAttaching);
+  check_can_start(config_, models_, AttachHandshake::kMaxAttaching);
   events_.open(kRingEntries);
   // Before the socket: a dead-letter file that cannot be opened stops the start with its reason.
   dead_letters_ = std::make_unique<DeadLetterLog>(config_.dead_letters);
   dead_letters_->start();
   status_.create(*dead_letters_);
   control_ = std::make_unique<ControlSocket>(config_.socket_path, config_.refuse_passed_fds);
+  parked_.set_close_at_once(control_->refuses_fds());
   if (control_->refuses_fds()) {
     spdlog::info("control socket: the kernel refuses descriptors sent by peers (SO_PASSRIGHTS)");
   } else {
     spdlog::info("control socket: descriptors a peer sends are taken and closed on the reaper's "
                  "threads (this kernel cannot refuse them; SO_PASSRIGHTS needs Linux 6.16)");
   }
+  handshake_ = std::make_unique<AttachHandshake>(AttachHandshake::Parts{
+      config_, *control_, events_, reaper_, parked_, log_limit_, stats_, sessions_, workers_, models_, changes_,
+      status_, *dead_letters_, stop_requested_});
   for (auto& model : models_) model->prepare(hooks_for(*model));
   status_.publish_model_names();
   for (const auto& model : models_) status_.publish_policy(*model);
@@ -193,16 +200,14 @@ void Daemon::run() {
   bool spinning = false;
   const std::int64_t spin_ns = static_cast<std::int64_t>(config_.drain_spin_us) * 1000;
   for (;;) {
-    handshakes_.new_pass();
+    handshake_->begin_pass();
     events_.handle_completions([this](std::uint64_t data, int result) { handle_event(data, result); });
-    if (listen_deferred_ && !stop_requested_.load(std::memory_order_relaxed)) accept_clients();
-    read_due_hellos();
     apply_reload();
     apply_pending_limits();
     const std::int64_t now_ns = shm::monotonic_ns();
     changes_.advance();
     ping_watchdog_if_due(now_ns);
-    expire_attaches(now_ns);
+    handshake_->expire(now_ns);
     const bool drained = drain_rings(now_ns);
     const bool progressed = fill_batches(now_ns) || drained;
     for (auto& model : models_) model->refresh_policy_stats(now_ns);

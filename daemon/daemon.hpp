@@ -10,33 +10,29 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <cstdint>
 #include <functional>
 #include <mutex>
 #include <optional>
-#include <span>
 #include <memory>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "daemon/attach_handshake.hpp"
 #include "daemon/client_session.hpp"
 #include "daemon/completer.hpp"
 #include "daemon/config.hpp"
 #include "daemon/control_socket.hpp"
 #include "daemon/event_ring.hpp"
 #include "daemon/fd_reaper.hpp"
-#include "daemon/handshake_limiter.hpp"
 #include "daemon/log_limiter.hpp"
 #include "daemon/metrics_listener.hpp"
 #include "daemon/model_changes.hpp"
 #include "daemon/model_pipeline.hpp"
 #include "daemon/model_registry.hpp"
-#include "daemon/pending_attaches.hpp"
+#include "daemon/parked_connections.hpp"
 #include "daemon/session_table.hpp"
 #include "daemon/stats.hpp"
 #include "daemon/status_writer.hpp"
@@ -44,7 +40,6 @@
 #include "daemon/worker_roster.hpp"
 #include "shm/attach_protocol.hpp"
 #include "shm/clock.hpp"
-#include "shm/model_control.hpp"
 #include "shm/spin_advisor.hpp"
 #include "shm/worker_region.hpp"
 
@@ -56,8 +51,6 @@ inline constexpr int kExitAllDevicesLost = 75;
 
 class Daemon : private ModelChanges::Host {
  public:
-  // Connections in the attach handshake at once (see daemon_attach.cpp).
-  static constexpr unsigned kMaxAttaching = 128;
   // backends[0] runs the default model (batchstring, from config's own settings), backends[i] the
   // model config.models[i - 1]: one each.
   Daemon(DaemonConfig config, std::vector<std::unique_ptr<Backend>> backends);
@@ -122,52 +115,16 @@ class Daemon : private ModelChanges::Host {
   // Routes one of the event ring's completions by its operation (daemon_io.cpp).
   void handle_event(std::uint64_t user_data, int result);
 
-  // The attach handshake (daemon_attach.cpp). Accepts within the pass's handshake budget.
-  void accept_clients();
-  // Refuses a connection whose user starts handshakes past its rate, right after accept.
-  void shed(shm::UniqueFd connection, const PeerCredentials& peer);
-  void start_handshake(shm::UniqueFd connection, const PeerCredentials& peer, std::int64_t now_ns);
-  // The handshake's poll fired: reads its hello now, or in a later pass once this one's budget
-  // is spent (read_due_hellos).
-  void on_attach_readable(std::uint64_t id);
-  void read_due_hellos();
-  // Reads a hello (or keeps waiting for it) and answers it; the handshake ends unless it waits.
-  void read_hello(std::uint64_t id);
-  // `message`: what was read (a client's Hello, or a worker's WorkerHello: n says which).
-  void answer_hello(PendingAttach& pending, const Expected<std::size_t>& n, const shm::WorkerHello& message,
-                    bool carried_fds, std::uint64_t id);
-  void attach_session(PendingAttach& pending, std::uint64_t id);
-  // Sends the AttachReply of a successful attach with `fds`; false (and a warning naming `what`)
-  // when the peer's end cannot take it.
-  bool send_attached(const PendingAttach& pending, std::uint64_t id, std::span<const int> fds, const char* what);
-  // Refuses a client whose hello was read (or who is past its handshake's deadline): the reply
-  // says why. The caller releases the connection.
-  void refuse(PendingAttach& pending, shm::AttachStatus status, const std::string& why);
-  // Answers a hello that asked for the dead letters (shm::kHelloDeadLetters); the caller
-  // releases the connection (daemon_dead_letters.cpp).
-  void answer_dead_letters(PendingAttach& pending);
-  // Model control: who may ask, and for which model (daemon_control.cpp); the change itself
-  // is ModelChanges'.
-  void answer_model_control(PendingAttach& pending, const shm::ModelControlHello& hello);
   // SIGHUP's part on the drain loop.
   void apply_reload();
   // ModelChanges::Host.
   void drop_workers_of(ModelPipeline& model) override;
-  void answered(shm::UniqueFd connection) override { release_connection(std::move(connection), 0); }
+  void answered(shm::UniqueFd connection) override { parked_.release(std::move(connection), 0); }
   ModelPipeline::Hooks hooks_for(ModelPipeline& model) override;
   void wake() noexcept override { events_.ring(); }
-  // Ends a handshake early: refuses it, stops waiting for its hello and forgets it.
-  void evict_attach(std::uint64_t id, const std::string& why);
-  // Evicts the handshakes past their deadline; returns the next deadline (0: none waiting).
-  std::int64_t expire_attaches(std::int64_t now_ns);
+  // The attached peers' connections (daemon_peers.cpp): a client's, and a worker's one notice
+  // (stopping) or hang-up, and their ends.
   void on_session_readable(std::uint64_t id);
-  // Worker processes (daemon_workers.cpp): the worker role of the handshake, its connection's
-  // one notice (stopping) or hang-up, and its end.
-  void attach_worker(PendingAttach& pending, const shm::WorkerHello& hello, std::uint64_t id);
-  // The model a worker whose hello names `name` serves; nullptr, having refused it (saying which
-  // models workers serve), when none: a model run in process, or a name no model has while the
-  // default model is not served by workers.
-  ModelPipeline* model_for_worker(PendingAttach& pending, const std::string& name);
   void on_worker_readable(std::uint64_t id);
   // `connection_polled`: as for drop_session. `why` nullptr: it left (or stopped) cleanly.
   void drop_worker(std::uint64_t id, const char* why, bool connection_polled = true);
@@ -176,15 +133,8 @@ class Daemon : private ModelChanges::Host {
   // `connection_polled`: the session's connection poll is armed (false only while its
   // completion is being handled).
   void drop_session(std::uint64_t id, const char* why, bool connection_polled = true);
-  // A peer's connection is done with: to the reaper, or, while the io_uring poll `armed_poll`
-  // (its user_data; 0: none) still references it, parked until that poll's completion.
-  void release_connection(shm::UniqueFd connection, std::uint64_t armed_poll);
-  // A completion for a parked connection's poll: hands the connection to the reaper.
-  bool release_parked(std::uint64_t user_data);
-  // Logs a warning a client can trigger at will, within LogLimiter's budget.
-  template <class... Args>
-  void warn_limited(LogKind kind, fmt::format_string<Args...> format, Args&&... args);
 
+  // The drain path (daemon_batching.cpp).
   bool drain_rings(std::int64_t now_ns);
   // Hands a request taken off a ring to its model's pipeline, or fails it alone when it names
   // a model this daemon does not serve.
@@ -208,9 +158,7 @@ class Daemon : private ModelChanges::Host {
   DaemonConfig config_;
   // First, so destroyed last: everything else may hand it descriptors until then.
   FdReaper reaper_;
-  // Connections waiting for their io_uring poll's completion before the reaper closes them, by
-  // that poll's user_data (see release_connection).
-  std::unordered_map<std::uint64_t, shm::UniqueFd> parked_;
+  ParkedConnections parked_{reaper_};
   WorkerRoster workers_;
   DaemonStats stats_;
   Completer completer_{stats_};
@@ -229,15 +177,14 @@ class Daemon : private ModelChanges::Host {
   // The drain loop's io_uring; its doorbell wakes the loop (workers, model control, stop).
   EventRing events_;
 
-  std::uint64_t next_id_ = 1;
-  PendingAttaches attaching_;
-  HandshakeLimiter handshakes_;
-  bool listen_deferred_ = false;            // connections wait in the backlog for the next pass
   SessionTable sessions_;
   LogLimiter log_limit_;
 
   std::atomic<bool> stop_requested_{false};
   std::int64_t stop_at_ns_ = 0;  // when the drain loop first saw the stop request
+
+  // After what it reads and adds to; made by start(), once the control socket is bound.
+  std::unique_ptr<AttachHandshake> handshake_;
 
   std::atomic<bool> limits_changed_{false};  // some model has new limits to apply
   std::mutex reload_mu_;
@@ -253,12 +200,5 @@ class Daemon : private ModelChanges::Host {
   // Last: it reads the status page until it stops, so it is destroyed first.
   std::unique_ptr<MetricsListener> metrics_;
 };
-
-template <class... Args>
-void Daemon::warn_limited(LogKind kind, fmt::format_string<Args...> format, Args&&... args) {
-  std::string note;
-  if (!log_limit_.allow(kind, shm::monotonic_ns(), note)) return;
-  spdlog::warn("{}{}", fmt::format(format, std::forward<Args>(args)...), note);
-}
 
 }  // namespace batchd

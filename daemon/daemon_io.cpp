@@ -23,16 +23,16 @@ constexpr std::int64_t kStopPollNs = 1'000'000;
 void Daemon::handle_event(std::uint64_t user_data, int result) {
   switch (op_of(user_data)) {
     case Op::kListen:
-      if (!stop_requested_.load(std::memory_order_relaxed)) accept_clients();
+      handshake_->accept_clients();
       break;
     case Op::kDoorbell:
       events_.rearm_doorbell();
       break;
     case Op::kAttach:
-      if (!release_parked(user_data)) on_attach_readable(id_of(user_data));
+      if (!parked_.poll_completed(user_data)) handshake_->on_readable(id_of(user_data));
       break;
     case Op::kSession:
-      if (!release_parked(user_data) && result >= 0) on_session_readable(id_of(user_data));
+      if (!parked_.poll_completed(user_data) && result >= 0) on_session_readable(id_of(user_data));
       break;
     case Op::kClientDoorbell:
       if (ClientSession* session = sessions_.find(id_of(user_data)); session != nullptr && result >= 0) {
@@ -41,7 +41,7 @@ void Daemon::handle_event(std::uint64_t user_data, int result) {
       }
       break;
     case Op::kWorker:
-      if (!release_parked(user_data) && result >= 0) on_worker_readable(id_of(user_data));
+      if (!parked_.poll_completed(user_data) && result >= 0) on_worker_readable(id_of(user_data));
       break;
     case Op::kIgnore:
       break;
@@ -50,7 +50,7 @@ void Daemon::handle_event(std::uint64_t user_data, int result) {
 
 bool Daemon::work_waiting() {
   // Handshake steps left over by the last pass's budget.
-  if (listen_deferred_ || attaching_.hellos_due()) return true;
+  if (handshake_->steps_waiting()) return true;
   if (sessions_.any_pending()) return true;  // rings are drained whether or not a batch object is free
   return std::any_of(models_.begin(), models_.end(), [](const auto& model) { return model->work_waiting(); });
 }
@@ -66,9 +66,8 @@ void Daemon::sleep_until_work() {
       const std::int64_t bound_ns = model->sleep_bound_ns(now_ns);
       if (bound_ns >= 0) wait_ns = wait_ns < 0 ? bound_ns : std::min(wait_ns, bound_ns);
     }
-    if (!attaching_.empty()) {
-      const std::int64_t until_expiry =
-          std::max<std::int64_t>(0, attaching_.next_deadline_ns() - shm::monotonic_ns());
+    if (const std::int64_t deadline_ns = handshake_->next_deadline_ns(); deadline_ns != 0) {
+      const std::int64_t until_expiry = std::max<std::int64_t>(0, deadline_ns - shm::monotonic_ns());
       wait_ns = wait_ns < 0 ? until_expiry : std::min(wait_ns, until_expiry);
     }
     if (watchdog_interval_ns_ != 0) {

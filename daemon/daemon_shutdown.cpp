@@ -22,8 +22,7 @@ bool Daemon::stopping_done(std::int64_t now_ns, bool progressed) {
   if (stop_at_ns_ == 0) {
     stop_at_ns_ = now_ns;
     for (auto& model : models_) model->begin_stop();
-    control_->close_listener();  // new attaches are refused from here on
-    listen_deferred_ = false;
+    handshake_->stop_listening();  // new attaches are refused from here on
     spdlog::info("stopping: finishing in-flight requests");
   }
   // Batches waiting for a worker wait no more once no worker could run them (none attached, or

@@ -3,9 +3,15 @@
 // and the next line that gets through says how many were held back. Drain thread only.
 #pragma once
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
+
+#include "shm/clock.hpp"
 
 namespace batchd {
 
@@ -20,6 +26,14 @@ class LogLimiter {
   // Whether a message of this kind may be logged at now_ns. When it may, `note` is empty or
   // says how many of its kind were suppressed since the last one logged.
   bool allow(LogKind kind, std::int64_t now_ns, std::string& note);
+
+  // Logs a warning of this kind now, within its budget.
+  template <class... Args>
+  void warn(LogKind kind, fmt::format_string<Args...> format, Args&&... args) {
+    std::string note;
+    if (!allow(kind, shm::monotonic_ns(), note)) return;
+    spdlog::warn("{}{}", fmt::format(format, std::forward<Args>(args)...), note);
+  }
 
  private:
   struct Bucket {

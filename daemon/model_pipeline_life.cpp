@@ -152,7 +152,7 @@ void ModelPipeline::prepare(Hooks hooks) {
                                      std::move(hooks.on_tick));
   if (workers_ != nullptr) {
     create_input_arena();
-    // Every place starts empty: a worker that attaches opens one (daemon_workers.cpp).
+    // Every place starts empty: a worker that attaches opens one (attach_worker.cpp).
     for (unsigned d = 0; d < backend_->devices(); ++d) router_->close_device(d);
   }
   if (const std::string_view group = backend_->device_group(); !group.empty() && hooks_.device_groups != nullptr) {

@@ -9,7 +9,7 @@
 namespace batchd {
 
 // Raises the process's open-file limit as far as allowed on the way. `max_attaching`: the
-// handshakes in progress at once (Daemon::kMaxAttaching).
+// handshakes in progress at once (AttachHandshake::kMaxAttaching).
 void check_can_start(const DaemonConfig& config, const ModelRegistry& models, unsigned max_attaching);
 
 }  // namespace batchd
