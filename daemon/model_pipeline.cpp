@@ -7,7 +7,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 
 #include "shm/clock.hpp"
@@ -68,85 +67,24 @@ bool ModelPipeline::admit(PendingRequest request, std::int64_t now_ns) {
 }
 
 void ModelPipeline::note_taken(shm::WirePriority priority, std::uint64_t bytes) noexcept {
-  ++pass_taken_[static_cast<std::size_t>(priority)];
-  pass_bytes_[static_cast<std::size_t>(priority)] += bytes;
+  arrivals_.note(priority, bytes);
 }
 
 void ModelPipeline::end_pass(std::int64_t now_ns, bool backlog) noexcept {
   drain_backlog_ = backlog;
-  std::uint64_t taken = 0;
-  for (std::size_t c = 0; c < arrivals_.size(); ++c) {
-    if (pass_taken_[c] == 0) continue;
-    arrivals_[c].add(pass_taken_[c], pass_bytes_[c], now_ns);
-    taken += pass_taken_[c];
-  }
+  const std::uint64_t taken = arrivals_.end_pass(now_ns);
   // Once a pass, not once a request; only this thread writes it.
   if (taken > 0) taken_.store(taken_.load(std::memory_order_relaxed) + taken, std::memory_order_relaxed);
-  pass_taken_.fill(0);
-  pass_bytes_.fill(0);
-  admission_.taken = false;
+  admission_.new_pass();
 }
 
 bool ModelPipeline::would_miss_deadline(const TakenRequest& taken, std::int64_t now_ns) {
-  AdmissionView& view = admission_;
-  if (!view.taken) {
-    view.delays = router_->delay_view(now_ns);
-    view.passing_per_ns.fill(0);
-    for (std::size_t c = 0; c < arrivals_.size(); ++c) {
-      const double per_ns = arrivals_[c].per_second(now_ns) / 1e9;
-      // Classes served before rank r pass a request of rank r.
-      for (std::size_t r = rank_of(static_cast<shm::WirePriority>(c)) + 1; r < PendingQueue::kClasses; ++r) {
-        view.passing_per_ns[r] += per_ns;
-      }
-    }
-    view.taken = true;
-  }
-  // Everything taken and not yet answered is ahead of this request, but for the waiting requests
-  // of lower classes, which it will pass. Rejecting now, when it cannot make its deadline anyway,
-  // keeps the backlog (and memory) bounded by what can be served in time, and tells the caller at
-  // once instead of at its deadline. Under overload the lowest class sees the longest queue, so
-  // it is refused first, then normal; high sees only its own. Only this model's own backlog
-  // counts: it has its own lanes.
-  const std::size_t rank = rank_of(taken.priority);
-  std::uint64_t behind = 0;
-  for (std::size_t r = rank + 1; r < PendingQueue::kClasses; ++r) behind += pending_.size_of_rank(r);
-  const std::uint64_t not_waiting = behind + view.delays.dispatched;
-  // This model's requests taken and not answered: waiting, in the open batch, on the lanes, and
-  // this one.
-  const std::uint64_t in_flight = pending_.size() + batcher_.count() + view.delays.dispatched + 1;
-  const std::uint64_t waiting_ahead = in_flight > not_waiting ? in_flight - not_waiting : 0;
-  const std::uint32_t max_batch = config_.settings.batch.max_batch;
-  // No exception for an estimate that went wrong: a device's fit counts only while it keeps
-  // running batches (Router::lane_view), so refusing everything sets it aside within a second.
-  std::int64_t delay_ns = Router::estimate_delay_ns(view.delays, waiting_ahead, max_batch);
-  // Requests of higher classes that arrive while this one waits will pass it too.
-  if (view.passing_per_ns[rank] > 0) {
-    const auto passing = static_cast<std::uint64_t>(view.passing_per_ns[rank] * static_cast<double>(delay_ns));
-    delay_ns = Router::estimate_delay_ns(view.delays, waiting_ahead + passing, max_batch);
-  }
-  // A fifth of the budget is kept back for what the estimate cannot see: batch-time jitter, and
-  // the completion reaching the caller. deadline > now here, so budget_ns cannot overflow, and
-  // taking the fifth off by division keeps a far deadline from overflowing.
-  const std::int64_t budget_ns = taken.deadline_mono_ns - now_ns;
-  const std::int64_t allowed_ns = budget_ns - budget_ns / 5;
-  if (delay_ns <= allowed_ns) return false;
-  return delay_within_floor_ns(rank) > allowed_ns;
-}
-
-std::int64_t ModelPipeline::delay_within_floor_ns(std::size_t rank) const noexcept {
-  const ModelSettings& settings = config_.settings;
-  const std::uint32_t percent = rank == 1 ? settings.normal_floor_percent
-                                          : rank == 2 ? settings.low_floor_percent : 0;
-  if (percent == 0) return INT64_MAX;
-  // Its class's floor (PendingQueue) serves it however much the classes above send: the lanes
-  // free, the next batch takes it once its class's requests ahead have gone, and those leave at
-  // the floor's share of the lanes' pace.
-  const Router::DelayView& delays = admission_.delays;
-  const std::uint64_t own_ahead = pending_.size_of_rank(rank);
-  const std::int64_t own_ns = std::max<std::int64_t>(
-      0, Router::estimate_delay_ns(delays, own_ahead, settings.batch.max_batch) - delays.first_free_ns);
-  const auto next_batch_ns = static_cast<std::int64_t>(delays.measured_batch_ns);
-  return delays.first_free_ns + next_batch_ns + own_ns * 100 / percent;
+  if (!admission_.looked()) admission_.look(router_->delay_view(now_ns), arrivals_, now_ns);
+  Admission::Backlog backlog;
+  for (std::size_t r = 0; r < PendingQueue::kClasses; ++r) backlog.waiting_by_rank[r] = pending_.size_of_rank(r);
+  backlog.in_open_batch = batcher_.count();
+  return admission_.would_miss_deadline(rank_of(taken.priority), taken.deadline_mono_ns, now_ns, backlog,
+                                        config_.settings);
 }
 
 bool ModelPipeline::move_into_batch(PendingRequest& request, std::int64_t now_ns) {
@@ -239,12 +177,8 @@ PolicyView ModelPipeline::policy_view(const Router::LaneView& lanes, std::int64_
   view.runs_on_drain_thread =
       drain_backlog_ &&
       router_->would_run_inline(std::min(BatchPolicy::kBacklogFill, config_.settings.batch.max_batch), now_ns);
-  view.arrivals_per_s = 0;
-  double bytes_per_s = 0;
-  for (const RateMeter& meter : arrivals_) {
-    view.arrivals_per_s += meter.per_second(now_ns);
-    bytes_per_s += meter.bytes_per_second(now_ns);
-  }
+  view.arrivals_per_s = arrivals_.per_second(now_ns);
+  const double bytes_per_s = arrivals_.bytes_per_second(now_ns);
   view.mean_input_bytes = view.arrivals_per_s > 0 ? bytes_per_s / view.arrivals_per_s : 0;
   return view;
 }
@@ -263,8 +197,9 @@ void ModelPipeline::refresh_policy_stats(std::int64_t now_ns) noexcept {
   // The status page's own policy figures are the default model's.
   if (id_ != 0) return;
   stats_.arrivals_per_s.store(static_cast<std::uint64_t>(view.arrivals_per_s), relaxed);
-  for (std::size_t c = 0; c < arrivals_.size(); ++c) {
-    stats_.arrivals_per_s_by_class[c].store(static_cast<std::uint64_t>(arrivals_[c].per_second(now_ns)), relaxed);
+  for (std::uint32_t c = 0; c < shm::kWirePriorities; ++c) {
+    stats_.arrivals_per_s_by_class[c].store(
+        static_cast<std::uint64_t>(arrivals_.per_second(static_cast<shm::WirePriority>(c), now_ns)), relaxed);
   }
   stats_.target_batch.store(target, relaxed);
 }

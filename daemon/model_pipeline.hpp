@@ -15,6 +15,8 @@
 #include <string>
 
 #include "backend/backend.hpp"
+#include "daemon/admission.hpp"
+#include "daemon/arrival_rates.hpp"
 #include "daemon/batch_policy.hpp"
 #include "daemon/batch_shares.hpp"
 #include "daemon/batcher.hpp"
@@ -22,7 +24,6 @@
 #include "daemon/config.hpp"
 #include "daemon/input_arena.hpp"
 #include "daemon/pending_queue.hpp"
-#include "daemon/rate_meter.hpp"
 #include "daemon/router.hpp"
 #include "daemon/stats.hpp"
 #include "daemon/worker_backend.hpp"
@@ -147,22 +148,12 @@ class ModelPipeline {
   void stop() noexcept;
 
  private:
-  // What admission reads of the router and the arrival rates, once per drain pass.
-  struct AdmissionView {
-    bool taken = false;
-    Router::DelayView delays;
-    std::array<double, PendingQueue::kClasses> passing_per_ns{};  // by rank: higher classes' arrivals
-  };
-
   void reject(const PendingRequest& request, shm::WireStatus status, const char* why);
   // Rejects a request its client withdrew, or one past its deadline (saying late_why); returns
   // whether it did.
   bool rejected_as_gone(const PendingRequest& request, std::int64_t now_ns, const char* late_why);
-  // Whether the request's predicted wait would use more than 80% of what its deadline leaves.
+  // Admission's verdict (admission.hpp) on a request with a deadline.
   bool would_miss_deadline(const TakenRequest& taken, std::int64_t now_ns);
-  // The wait of a request of class `rank` served at its class's floor share (normal_floor_percent,
-  // low_floor_percent) however busy the classes above; INT64_MAX without a floor.
-  [[nodiscard]] std::int64_t delay_within_floor_ns(std::size_t rank) const noexcept;
   // Whether `request` joining the open batch would make a request of another tenant (or class)
   // already in it wait more than twice its time alone, past the fair slice: then the batch is
   // cut and `request` opens the next. Never while one group fills the batch, so a lone tenant
@@ -211,10 +202,8 @@ class ModelPipeline {
   WaitOrFullBatcher batcher_;
   BatchShares shares_;  // the open batch's requests by tenant and class
   BatchPolicy policy_;
-  std::array<RateMeter, shm::kWirePriorities> arrivals_;  // taken from the rings, by WirePriority
-  std::array<std::uint64_t, shm::kWirePriorities> pass_taken_{};  // this pass's, by WirePriority
-  std::array<std::uint64_t, shm::kWirePriorities> pass_bytes_{};
-  AdmissionView admission_;      // this pass's
+  ArrivalRates arrivals_;  // taken from the rings
+  Admission admission_;
   std::int64_t recheck_ns_ = 0;  // when the held open batch must be looked at again; 0: on events
   bool held_for_lane_ = false;   // the last decision held the open batch because no lane was idle
   bool drain_backlog_ = false;   // the last pass left requests on a ring
