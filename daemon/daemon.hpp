@@ -1,7 +1,8 @@
-// The batchd daemon: accepts clients on its control socket, drains their submission rings into
-// wait-or-full batches, runs them on the backend's lanes and completes each request in its slot.
-// One drain thread owns the sessions, the batcher and the io_uring it sleeps on; the backend's
-// worker threads complete batches.
+// The batchd daemon's drain loop: takes clients and workers in through the control socket's
+// handshake (AttachHandshake), drains the clients' submission rings into each model's pipeline
+// (ModelPipeline: admission, batching, its router's lanes) and completes each request in its slot.
+// One drain thread owns the sessions, the pipelines' batching and the io_uring it sleeps on; the
+// backends' lane threads complete batches.
 #pragma once
 
 // Before liburing (event_ring.hpp): <linux/fs.h> defines a BLOCK_SIZE macro that breaks
