@@ -68,10 +68,7 @@ void AttachHandshake::answer_dead_letters(PendingAttach& pending) {
     refuse(pending, shm::AttachStatus::kInternalError, "cannot hand over the dead letters: " + memfd.error().message);
     return;
   }
-  shm::AttachReply reply{};
-  reply.magic = shm::kAttachMagic;
-  reply.protocol_version = shm::kProtocolVersion;
-  reply.status = shm::AttachStatus::kOk;
+  const shm::AttachReply reply = reply_of(shm::AttachStatus::kOk);
   const int fds[] = {memfd->get()};
   // Non-blocking, as every send to a client: one that does not read loses only its answer.
   (void)shm::send_with_fds(pending.connection.get(), std::as_bytes(std::span(&reply, 1)), fds);

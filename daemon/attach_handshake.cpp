@@ -93,11 +93,16 @@ void AttachHandshake::start(shm::UniqueFd connection, const PeerCredentials& pee
   read_hello(id);
 }
 
-void AttachHandshake::refuse(PendingAttach& pending, shm::AttachStatus status, const std::string& why) {
+shm::AttachReply AttachHandshake::reply_of(shm::AttachStatus status) noexcept {
   shm::AttachReply reply{};
   reply.magic = shm::kAttachMagic;
   reply.protocol_version = shm::kProtocolVersion;
   reply.status = status;
+  return reply;
+}
+
+void AttachHandshake::refuse(PendingAttach& pending, shm::AttachStatus status, const std::string& why) {
+  shm::AttachReply reply = reply_of(status);
   std::snprintf(reply.message, sizeof(reply.message), "%s", why.c_str());
   // The daemon's end is non-blocking; a client that never reads its reply loses only the reply.
   (void)shm::send_with_fds(pending.connection.get(), std::as_bytes(std::span(&reply, 1)), {});
@@ -120,11 +125,10 @@ void AttachHandshake::evict(std::uint64_t id, const std::string& why) {
   p_.parked.release(std::move(pending.connection), armed);
 }
 
-std::int64_t AttachHandshake::expire(std::int64_t now_ns) {
+void AttachHandshake::expire(std::int64_t now_ns) {
   while (!attaching_.empty() && attaching_.next_deadline_ns() <= now_ns) {
     evict(attaching_.oldest(), "no attach request within " + std::to_string(p_.config.attach_timeout_ms) + " ms");
   }
-  return attaching_.next_deadline_ns();
 }
 
 void AttachHandshake::on_readable(std::uint64_t id) {
@@ -253,10 +257,7 @@ void AttachHandshake::attach_session(PendingAttach& pending, std::uint64_t id) {
 
 bool AttachHandshake::send_attached(const PendingAttach& pending, std::uint64_t id, std::span<const int> fds,
                            const char* what) {
-  shm::AttachReply reply{};
-  reply.magic = shm::kAttachMagic;
-  reply.protocol_version = shm::kProtocolVersion;
-  reply.status = shm::AttachStatus::kOk;
+  shm::AttachReply reply = reply_of(shm::AttachStatus::kOk);
   reply.client_id = static_cast<std::uint32_t>(id);
   // The daemon's end is non-blocking; a peer that never reads loses its attachment.
   const auto sent = shm::send_with_fds(pending.connection.get(), std::as_bytes(std::span(&reply, 1)), fds);

@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 
+#include "base/expected.hpp"
 #include "daemon/config.hpp"
 #include "daemon/control_socket.hpp"
 #include "daemon/dead_letter_log.hpp"
@@ -34,7 +35,6 @@
 #include "shm/attach_protocol.hpp"
 #include "shm/model_control.hpp"
 #include "shm/worker_region.hpp"
-#include "base/expected.hpp"
 
 namespace batchd {
 
@@ -73,8 +73,8 @@ class AttachHandshake {
   // A handshake's poll fired: reads its hello now, or in a later pass once this one's budget
   // is spent.
   void on_readable(std::uint64_t id);
-  // Evicts the handshakes past their deadline; returns the next deadline (0: none waiting).
-  std::int64_t expire(std::int64_t now_ns);
+  // Evicts the handshakes past their deadline (next_deadline_ns() says when the next is due).
+  void expire(std::int64_t now_ns);
   // Steps the last pass's budget left over: the drain loop must not sleep on them.
   [[nodiscard]] bool steps_waiting() const noexcept { return listen_deferred_ || attaching_.hellos_due(); }
   // The first handshake's deadline (0: none waiting).
@@ -100,6 +100,8 @@ class AttachHandshake {
   // Refuses a peer whose hello was read (or who is past its handshake's deadline): the reply
   // says why. The caller releases the connection.
   void refuse(PendingAttach& pending, shm::AttachStatus status, const std::string& why);
+  // An AttachReply of this protocol with `status`, to fill in and send.
+  static shm::AttachReply reply_of(shm::AttachStatus status) noexcept;
   // Sends the AttachReply of a successful attach with `fds`; false (and a warning naming `what`)
   // when the peer's end cannot take it.
   bool send_attached(const PendingAttach& pending, std::uint64_t id, std::span<const int> fds, const char* what);
