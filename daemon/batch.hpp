@@ -63,8 +63,8 @@ struct Batch {
   // Devices that went away under this batch (router_devices.cpp): past a few, the batch itself is
   // suspected of killing them (an input that crashes the model).
   unsigned device_faults = 0;
-  // A probe (router_pick.cpp): a copy of a request sent to a device that is far slower than the
-  // pool, only to measure it; its answer is dropped (the original is answered elsewhere), and a
+  // A probe (router_pick.cpp): a copy of some requests sent to a device that is far slower than
+  // the pool, only to measure it; its answer is dropped (the original is answered elsewhere), and a
   // failure or a redirect drops it too.
   bool shadow = false;
   std::atomic<std::uint64_t> run_state{0};

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "daemon/tsan_handoff.hpp"
+#include "shm/clock.hpp"
 #include "shm/futex.hpp"
 
 namespace batchd {
@@ -23,7 +24,7 @@ Router::Router(Backend& backend, Completer& completer, RouterOptions options,
     health_.push_back(std::make_unique<DeviceHealth>());
     health_.back()->set_backoff(options_.backoff);
     cost_.push_back(std::make_unique<CostModel>());
-    probe_.push_back(std::make_unique<ProbeState>());
+    speed_.push_back(std::make_unique<SpeedState>());
     memory_.push_back(std::make_unique<MemoryState>());
     for (unsigned s = 0; s < streams; ++s) {
       lanes_.push_back(std::make_unique<Lane>());
@@ -35,6 +36,8 @@ Router::Router(Backend& backend, Completer& completer, RouterOptions options,
     batches_.push_back(std::make_unique<Batch>());
     free_.enqueue(batches_.back().get());
   }
+  const std::int64_t now_ns = shm::monotonic_ns();
+  for (unsigned d = 0; d < devices; ++d) open_window(d, now_ns);
   held_.reserve(total);
   held_retry_.reserve(total);
   refresh_memory();  // the first batches, and the first status published, see the memory too
@@ -124,7 +127,10 @@ void Router::release(Batch* batch) noexcept {
 void Router::record_success(unsigned device, const Batch& batch, std::int64_t run_ns,
                             std::int64_t now_ns) noexcept {
   health_[device]->record_success(batch.size(), run_ns, now_ns, batch.shadow);
-  cost_[device]->record(batch.size(), batch.input_bytes.size(), run_ns);
+  // A window's cold first runs say how the device starts, not how fast it is (laggard_verdict.hpp).
+  if (speed_[device]->window_runs.fetch_add(1, std::memory_order_relaxed) >= LaggardVerdict::kColdBatches) {
+    cost_[device]->record(batch.size(), batch.input_bytes.size(), run_ns);
+  }
   if (latency_ != nullptr && !batch.shadow) record_latency(device, batch, now_ns - run_ns, run_ns);
 }
 
@@ -303,6 +309,9 @@ void Router::worker(Lane& lane) noexcept {
     const std::uint64_t token = batch->run_token;
     batch->run_state.store(make_run_state(token, RunPhase::kRunning), std::memory_order_release);
     lane.running_items.store(batch->size(), std::memory_order_relaxed);
+    lane.predicted_ns.store(static_cast<std::int64_t>(predict_run_ns(lane.id.device, static_cast<double>(batch->size()),
+                                                                     static_cast<double>(batch->input_bytes.size()))),
+                            std::memory_order_relaxed);
     lane.started_ns.store(shm::monotonic_ns(), std::memory_order_relaxed);
     lane.running_token.store(token, std::memory_order_relaxed);
     lane.running.store(batch, std::memory_order_release);

@@ -27,6 +27,7 @@
 #include "daemon/dead_letter_log.hpp"
 #include "daemon/device_group.hpp"
 #include "daemon/device_health.hpp"
+#include "daemon/laggard_verdict.hpp"
 #include "daemon/memory_budget.hpp"
 #include "daemon/router_options.hpp"
 #include "daemon/stats.hpp"
@@ -35,7 +36,7 @@ namespace batchd {
 
 class Router {
  public:
-  // How often a laggard device (or an idle one) gets a probe: a copy of a request, which delays
+  // How often a laggard device (or an idle one) gets a probe: a copy of requests, which delays
   // no caller (router_pick.cpp).
   static constexpr std::int64_t kProbeIntervalNs = 500'000'000;
 
@@ -174,6 +175,7 @@ class Router {
     std::atomic<Batch*> running{nullptr};        // what the watchdog checks
     std::atomic<std::uint64_t> running_token{0};
     std::atomic<std::int64_t> started_ns{0};
+    std::atomic<std::int64_t> predicted_ns{0};   // the running batch's, by its device's fit
     std::atomic<bool> stuck{false};              // its run was abandoned and has not returned
     std::atomic<bool> open{true};                // the device in its place runs this stream
     std::thread worker;
@@ -186,6 +188,18 @@ class Router {
     return health_[lane.id.device]->available(now_ns) && !lane.stuck.load(std::memory_order_acquire) &&
            lane.open.load(std::memory_order_acquire);
   }
+  // Whether the lane's running batch has run far past its prediction (kStallFactor times and
+  // kStallSlackNs more), or to the hang timeout: its lane is stalled, and nothing should wait
+  // behind it. Routing takes it last, the policy and admission do not count on it, and the
+  // watchdog moves its queued batches to lanes that run.
+  [[nodiscard]] bool stalled(const Lane& lane, std::int64_t now_ns) const noexcept;
+  // Whether the policy and admission count on a lane: usable and not stalled, and not a
+  // laggard's unless `laggards_too` (no other lane is counted on: see counts_laggards()).
+  [[nodiscard]] bool counted_on(const Lane& lane, const PoolSpeed& speed, bool laggards_too,
+                                std::int64_t now_ns) const noexcept;
+  // No lane but laggards' can be counted on (the others stalled or gone): then theirs are, as
+  // routing sends them the work.
+  [[nodiscard]] bool counts_laggards(const PoolSpeed& speed, std::int64_t now_ns) const noexcept;
   // A device's bit in Batch::failed_devices (devices past 64 have none: never avoided).
   static constexpr std::uint64_t device_bit(unsigned device) noexcept {
     return device < 64 ? std::uint64_t{1} << device : 0;
@@ -228,7 +242,7 @@ class Router {
   void check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept;
   // Drops one of an abandoned run's two holds (Batch::abandon_holds); the last returns the batch.
   void let_go_of_abandoned(Batch* batch) noexcept;
-  void requeue_from_unavailable() noexcept;
+  void requeue_from_unavailable(std::int64_t now_ns) noexcept;
   // Takes a batch that was queued on the lane but will not run there off its load counts.
   void unqueue(Lane& lane, const Batch& batch) noexcept;
   // Where a batch goes (router_pick.cpp). The lane where it is expected to finish first, or
@@ -238,35 +252,28 @@ class Router {
   // A device's predicted run time for a batch: its fit, else its measured mean batch time; 0
   // while nothing is measured there.
   [[nodiscard]] double predict_run_ns(unsigned device, double items, double bytes) const noexcept;
-  // The reference batch's predicted run time on the fastest available measured device; 0: none.
-  [[nodiscard]] double fastest_reference_ns(std::int64_t now_ns) const noexcept;
-  // Far slower than the fastest device (kLaggardFactor): the batching policy and admission do not
-  // count on its lanes, and it gets real work only where it finishes first, else probes.
-  [[nodiscard]] bool laggard(unsigned device, double fastest_reference_ns) const noexcept;
-  // The two above for the whole pool, as of at most kSpeedRefreshNs ago: every batch's pass
-  // reads them several times, and the fits they come from move by one batch's weight at a time.
-  struct PoolSpeed {
-    double fastest_ns = 0;
-    std::uint64_t laggards = 0;  // of the first 64 devices; a device past them is never one
-    [[nodiscard]] bool laggard(unsigned device) const noexcept {
-      return device < 64 && (laggards >> device & 1U) != 0;
-    }
-  };
+  // The laggards and the fastest device (laggard_verdict.hpp), as of at most kSpeedRefreshNs
+  // ago: every batch's pass reads them several times, and the fits they come from move by one
+  // batch's weight at a time.
   [[nodiscard]] PoolSpeed pool_speed(std::int64_t now_ns) const noexcept {
     if (now_ns < speed_due_ns_.load(std::memory_order_acquire)) {
-      return {speed_fastest_ns_.load(std::memory_order_relaxed), speed_laggards_.load(std::memory_order_relaxed)};
+      return {speed_fastest_ns_.load(std::memory_order_relaxed), speed_fastest_device_.load(std::memory_order_relaxed),
+              speed_laggards_.load(std::memory_order_relaxed)};
     }
     return measure_pool_speed(now_ns);
   }
   [[nodiscard]] PoolSpeed measure_pool_speed(std::int64_t now_ns) const noexcept;
+  // A device's evidence window opens: it arrived, or its cost is measured afresh.
+  void open_window(unsigned device, std::int64_t now_ns) noexcept;
   // The next pool_speed() recomputes: a device's fit was reset.
   void refresh_pool_speed() noexcept { speed_due_ns_.store(0, std::memory_order_relaxed); }
   // Before `batch` goes to a lane: a laggard device that is idle and was not probed for
-  // kProbeIntervalNs gets a copy of one of its requests (Batch::shadow), so its estimate stays
+  // kProbeIntervalNs gets a copy of some of its requests (Batch::shadow), so its estimate stays
   // fresh and it is used again once it recovers, at no caller's cost.
   void probe_laggards(const Batch& batch, std::int64_t now_ns) noexcept;
-  // A probe ran in run_ns: a device far faster than predicted has recovered; what was learnt of
-  // it goes. Call before record_success.
+  // A probe ran in run_ns: a device far faster than predicted, or about as fast as the fastest
+  // would run the same probe, has recovered; what was learnt of it goes, and its evidence window
+  // opens again (laggard_verdict.hpp). Call before record_success.
   void learn_from_probe(unsigned device, const Batch& probe, std::int64_t run_ns) noexcept;
   // Puts a batch on a lane's queue, counted in its load.
   void enqueue_on(Lane& lane, Batch* batch) noexcept;
@@ -344,22 +351,28 @@ class Router {
   std::string canary_;                      // guarded by canary_mu_
   std::atomic<bool> have_canary_{false};
 
-  // Probes of laggard devices (router_pick.cpp).
-  static constexpr double kLaggardFactor = 4.0;
-  // And slower by more than this: below it, the difference is a VM's wake-ups and a cold cache
-  // (a worker probed twice a second runs cold), not the device.
-  static constexpr double kLaggardSlackNs = 1e6;
+  // What the laggard verdict compares devices on (router_pick.cpp).
   static constexpr double kReferenceItems = 16;
   static constexpr double kReferenceBytes = 16 * 256;
-  struct ProbeState {
-    std::atomic<std::int64_t> probed_ns{0};  // when the last probe was sent
-    std::atomic<std::uint64_t> probes{0};    // sent, for stats
+  // A probe copies up to kReferenceItems requests of the batch it goes beside, within this many
+  // input bytes (at least one request).
+  static constexpr std::size_t kProbeMaxBytes = 64 * 1024;
+  // A run this far past its prediction stalls its lane (stalled()): twice the prediction and a
+  // few milliseconds, which a VM's scheduling alone does not add to a run.
+  static constexpr double kStallFactor = 2.0;
+  static constexpr std::int64_t kStallSlackNs = 3'000'000;
+  // What the router knows of a device's speed beyond its fit: its evidence window, and probes.
+  struct SpeedState {
+    std::atomic<std::int64_t> window_opened_ns{0};
+    std::atomic<std::uint64_t> window_runs{0};  // measured since, cold ones included
+    std::atomic<std::int64_t> probed_ns{0};     // when the last probe was sent
   };
-  std::vector<std::unique_ptr<ProbeState>> probe_;  // by device index
+  std::vector<std::unique_ptr<SpeedState>> speed_;  // by device index
   // pool_speed()'s copy, any thread's to refresh (two refreshing at once compute the same).
   static constexpr std::int64_t kSpeedRefreshNs = 1'000'000;
   mutable std::atomic<std::int64_t> speed_due_ns_{0};
   mutable std::atomic<double> speed_fastest_ns_{0};
+  mutable std::atomic<unsigned> speed_fastest_device_{0};
   mutable std::atomic<std::uint64_t> speed_laggards_{0};
 
   std::vector<std::unique_ptr<MemoryState>> memory_;  // by device index

@@ -6,11 +6,13 @@
 #include <algorithm>
 
 #include "daemon/router.hpp"
+#include "shm/clock.hpp"
 
 namespace batchd {
 
 void Router::open_device(unsigned device, unsigned streams) noexcept {
   cost_[device]->reset();
+  open_window(device, shm::monotonic_ns());
   refresh_pool_speed();
   for (auto& lane : lanes_) {
     if (lane->id.device == device) lane->open.store(lane->id.stream < streams, std::memory_order_release);

@@ -2,9 +2,10 @@
 // cost and what its lane already holds, so a slower device gets work only when the faster ones'
 // queues make it the quicker way. A device far slower than the fastest (a laggard: a slower GPU,
 // a worker under memory pressure, a model that got slow) is left out of what the batching policy
-// and admission count on, and gets a probe, a copy of one request whose answer is dropped, every
-// kProbeIntervalNs while idle: its estimate stays fresh, and a probe that runs far faster than
-// predicted brings it back into the pool at once.
+// and admission count on, and gets a probe, a copy of a few requests whose answers are dropped,
+// every kProbeIntervalNs while idle: its estimate stays fresh, and a probe that runs far faster than
+// predicted, or about as fast as the fastest device would, brings it back into the pool at once.
+// A lane whose run has stalled (far past its prediction) is taken last.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <limits>
 
 #include "daemon/router.hpp"
+#include "shm/clock.hpp"
 
 namespace batchd {
 
@@ -21,29 +23,24 @@ double Router::predict_run_ns(unsigned device, double items, double bytes) const
   return static_cast<double>(health_[device]->measured_batch_ns());
 }
 
-double Router::fastest_reference_ns(std::int64_t now_ns) const noexcept {
-  double fastest = 0;
+PoolSpeed Router::measure_pool_speed(std::int64_t now_ns) const noexcept {
+  thread_local std::vector<DeviceSpeed> devices;
+  devices.assign(health_.size(), DeviceSpeed{});
   for (unsigned d = 0; d < health_.size(); ++d) {
-    if (!health_[d]->available(now_ns)) continue;
-    const double ref = predict_run_ns(d, kReferenceItems, kReferenceBytes);
-    if (ref > 0 && (fastest == 0 || ref < fastest)) fastest = ref;
+    const CostFit fit = cost_[d]->fit();
+    const SpeedState& state = *speed_[d];
+    const std::uint64_t runs = state.window_runs.load(std::memory_order_relaxed);
+    devices[d] = DeviceSpeed{
+        .available = health_[d]->available(now_ns),
+        .reference_ns = predict_run_ns(d, kReferenceItems, kReferenceBytes),
+        .fitted = fit.fitted,
+        .warm_batches = runs > LaggardVerdict::kColdBatches ? runs - LaggardVerdict::kColdBatches : 0,
+        .window_age_ns = now_ns - state.window_opened_ns.load(std::memory_order_relaxed),
+    };
   }
-  return fastest;
-}
-
-bool Router::laggard(unsigned device, double fastest_reference_ns) const noexcept {
-  if (fastest_reference_ns <= 0) return false;
-  return predict_run_ns(device, kReferenceItems, kReferenceBytes) >
-         kLaggardFactor * fastest_reference_ns + kLaggardSlackNs;
-}
-
-Router::PoolSpeed Router::measure_pool_speed(std::int64_t now_ns) const noexcept {
-  PoolSpeed speed;
-  speed.fastest_ns = fastest_reference_ns(now_ns);
-  for (unsigned d = 0; d < health_.size() && d < 64; ++d) {
-    if (laggard(d, speed.fastest_ns)) speed.laggards |= std::uint64_t{1} << d;
-  }
+  const PoolSpeed speed = LaggardVerdict::judge(devices, speed_laggards_.load(std::memory_order_relaxed));
   speed_fastest_ns_.store(speed.fastest_ns, std::memory_order_relaxed);
+  speed_fastest_device_.store(speed.fastest_device, std::memory_order_relaxed);
   const std::uint64_t before = speed_laggards_.exchange(speed.laggards, std::memory_order_relaxed);
   // Said once a change: which devices get probes only is what an operator asks of a slow pool.
   for (std::uint64_t changed = before ^ speed.laggards; changed != 0; changed &= changed - 1) {
@@ -63,6 +60,12 @@ namespace {
 constexpr std::uint64_t kLastResort = std::numeric_limits<std::uint64_t>::max() - 1;
 
 }  // namespace
+
+void Router::open_window(unsigned device, std::int64_t now_ns) noexcept {
+  SpeedState& state = *speed_[device];
+  state.window_opened_ns.store(now_ns, std::memory_order_relaxed);
+  state.window_runs.store(0, std::memory_order_relaxed);
+}
 
 std::bitset<64> Router::laggards(std::int64_t now_ns) const noexcept {
   std::bitset<64> out;
@@ -94,6 +97,11 @@ Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns, bool* m
       if (memory_short != nullptr) *memory_short = true;
       continue;
     }
+    if (stalled(lane, now_ns)) {  // whatever waits there waits for a run that does not end
+      scores[i] = kLastResort;
+      best = std::min(best, scores[i]);
+      continue;
+    }
     const CostFit fit = cost_[d]->fit();
     double run_ns = 0;
     const std::uint64_t queued = lane.outstanding.load(std::memory_order_relaxed);
@@ -111,8 +119,8 @@ Router::Lane* Router::pick_lane(const Batch& batch, std::int64_t now_ns, bool* m
       // Not yet fitted (new, or brought back by a probe): tried as if no slower than the fastest,
       // one batch at a time, until its fit is trusted. Judged on its few first runs instead, a
       // device that ran one of them at a bad moment would lose every pick to a fitted peer, and
-      // with no more batches its estimate would never move again. One far slower is a laggard
-      // after one run (the bar reads the measured runs until the fit is trusted): judged on them.
+      // with no more batches its estimate would never move again. One far slower costs one batch
+      // at a time until the verdict has its evidence (laggard_verdict.hpp).
       run_ns = static_cast<double>(health_[d]->measured_batch_ns());
       if (fastest > 0 && !speed.laggard(d)) {
         const double like_fastest = fastest * std::max(items, 1.0) / kReferenceItems;
@@ -143,7 +151,7 @@ void Router::probe_laggards(const Batch& batch, std::int64_t now_ns) noexcept {
   if (batch.shadow || batch.size() == 0 || speed.laggards == 0) return;
   for (unsigned d = 0; d < health_.size(); ++d) {
     if (!speed.laggard(d)) continue;
-    ProbeState& probe = *probe_[d];
+    SpeedState& probe = *speed_[d];
     std::int64_t last = probe.probed_ns.load(std::memory_order_relaxed);
     if (now_ns - last < kProbeIntervalNs) continue;
     const DeviceHealth& h = *health_[d];
@@ -164,21 +172,37 @@ void Router::probe_laggards(const Batch& batch, std::int64_t now_ns) noexcept {
     Batch* copy = acquire_extra();
     copy->shadow = true;
     copy->opened_ns = batch.opened_ns;
-    copy->append(batch.input().at(0), batch.requests.front());
-    probe.probes.fetch_add(1, std::memory_order_relaxed);
+    // Up to a reference batch of the requests: a probe of one measures a device's fixed cost
+    // only, and a device slow per request would pass it as recovered (learn_from_probe compares like
+    // with like).
+    const BatchInput in = batch.input();
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < in.size() && i < kReferenceItems; ++i) {
+      bytes += in.at(i).size();
+      if (i > 0 && bytes > kProbeMaxBytes) break;
+      copy->append(in.at(i), batch.requests[i]);
+    }
     enqueue_on(*lane, copy);
   }
 }
 
 void Router::learn_from_probe(unsigned device, const Batch& probe, std::int64_t run_ns) noexcept {
-  const double predicted =
-      predict_run_ns(device, static_cast<double>(probe.size()), static_cast<double>(probe.input_bytes.size()));
-  if (static_cast<double>(run_ns) * kLaggardFactor + kLaggardSlackNs >= predicted) return;
-  spdlog::info("{} device {}: a probe ran in {} us, predicted {} us: it is faster again; its cost is "
-               "measured afresh",
-               backend_.name(), device, run_ns / 1000, static_cast<std::int64_t>(predicted / 1000));
+  const auto items = static_cast<double>(probe.size());
+  const auto bytes = static_cast<double>(probe.input_bytes.size());
+  const double predicted = predict_run_ns(device, items, bytes);
+  const std::int64_t now_ns = shm::monotonic_ns();
+  const PoolSpeed speed = pool_speed(now_ns);
+  const double fastest = speed.fastest_ns > 0 && speed.fastest_device != device
+                             ? predict_run_ns(speed.fastest_device, items, bytes)
+                             : 0;
+  if (!LaggardVerdict::probe_shows_recovery(static_cast<double>(run_ns), predicted, fastest)) return;
+  spdlog::info("{} device {}: a probe ran in {} us, predicted {} us (the fastest: {} us): it is fast again; "
+               "its cost is measured afresh",
+               backend_.name(), device, run_ns / 1000, static_cast<std::int64_t>(predicted / 1000),
+               static_cast<std::int64_t>(fastest / 1000));
   cost_[device]->reset();
   health_[device]->forget_speed();
+  open_window(device, now_ns);
   refresh_pool_speed();
 }
 

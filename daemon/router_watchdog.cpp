@@ -1,6 +1,6 @@
 // The router's watchdog: every few tens of milliseconds it abandons runs past the hang timeout
-// (their batches run again elsewhere), moves batches queued behind unavailable devices, reads
-// device memory, sends held batches again and publishes the status.
+// (their batches run again elsewhere), moves batches queued behind unavailable devices and stalled
+// runs, reads device memory, sends held batches again and publishes the status.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -22,7 +22,7 @@ void Router::watchdog() noexcept {
     const std::int64_t now_ns = shm::monotonic_ns();
     for (unsigned d = 0; d < health_.size(); ++d) note_if_lost(d);
     for (auto& lane : lanes_) check_lane_timeout(*lane, now_ns);
-    requeue_from_unavailable();
+    requeue_from_unavailable(now_ns);
     refresh_memory();
     retry_held(now_ns);
     on_tick_();
@@ -77,13 +77,20 @@ void Router::let_go_of_abandoned(Batch* batch) noexcept {
   release(batch);
 }
 
-void Router::requeue_from_unavailable() noexcept {
-  // Batches queued behind a device that went unhealthy would wait out its back-off: move them.
+void Router::requeue_from_unavailable(std::int64_t now_ns) noexcept {
+  // Batches queued behind a device that went unhealthy would wait out its back-off, and those
+  // behind a stalled run would wait for it until the hang timeout: move them. From a stalled
+  // lane only where another lane runs (they would come back to it otherwise).
+  const bool others_run = std::any_of(lanes_.begin(), lanes_.end(), [&](const auto& lane) {
+    return lane_usable(*lane, now_ns) && !stalled(*lane, now_ns);
+  });
   for (auto& lane : lanes_) {
     const DeviceHealth& h = *health_[lane->id.device];
     const bool unavailable = h.state() == DeviceState::kUnhealthy || h.state() == DeviceState::kLost ||
                              !h.present() || !lane->open.load(std::memory_order_acquire);
-    if (!unavailable && !lane->stuck.load(std::memory_order_acquire)) continue;
+    if (!unavailable && !lane->stuck.load(std::memory_order_acquire) && !(others_run && stalled(*lane, now_ns))) {
+      continue;
+    }
     Batch* batch = nullptr;
     while (lane->queue.try_dequeue(batch)) {
       if (batch == nullptr) {  // a stop request: put it back for the worker

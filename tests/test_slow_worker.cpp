@@ -1,12 +1,15 @@
 // A slow worker costs only itself (router_pick.cpp): beside a good worker, one a hundred times
 // slower gets only probes and what it would finish first, so callers see the good worker's
-// latency and none times out; once it is fast again it takes its share back within seconds.
+// latency and none times out; once it is fast again it takes its share back within seconds. A
+// worker that hangs costs only the batches it holds (router_view.cpp: a stalled lane is not
+// counted on), and one that starts cold is not judged on its cold batches (laggard_verdict.hpp).
 // Both workers are tests/worker_misbehave sleeping per batch (a GPU's batch time, no CPU), so
 // the two cores are left to the daemon and the load.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -134,4 +137,95 @@ TEST_CASE("a worker far slower than the pool costs only itself, and gets its sha
   CHECK(after.exit_code() == 0);
   CHECK(recovered_s > 0);
   CHECK(recovered_s <= 10 * test::slowdown());
+}
+
+TEST_CASE("a good worker beside one that hangs after 20 batches: every request answered, none shed") {
+  // Issue 46's case as a new user runs it: the daemon's own batching defaults, batchd-worker on
+  // the cpu backend, and beside it a worker whose model stops answering on its 21st batch. The
+  // good worker's cold first batches must not make it a laggard, and the stalled worker must not
+  // be counted on: before, 2 runs of 3 shed about 2,000 of 36,000 requests while the good worker
+  // stood idle.
+  const std::string socket = test::temp_socket_path();
+  DaemonConfig config = test::workers_config(socket);
+  config.batch.max_wait = DaemonConfig{}.batch.max_wait;
+  config.routing.device_timeout = test::grace(1000ms);
+  test::InProcessDaemon daemon(config, nullptr);
+  auto client = test::connect(socket);
+  test::WorkerProcess good({test::built_binary("BATCHD_WORKER_BIN"), "--socket", socket, "--backend", "cpu",
+                            "--concurrency", "1", "--log-level", "warn"});
+  test::WorkerProcess hanging(sleeper(socket, "hang-after", "20"));
+  const std::size_t hanging_place = place_of(*client, "misbehave-hang-after");
+  REQUIRE(test::eventually([&] { return client->daemon_status().workers == 2; }, test::grace(10s)));
+
+  const auto rate = static_cast<unsigned>(test::scaled(3000, 300));
+  const test::StressRun run = test::run_stress(paced(socket, rate, 6 * test::scale() + 2));
+  check_clean(run, "beside a worker that hangs");
+  CHECK(run.field("/errors_by_kind/overloaded") == 0);
+  // The requests in the hung batches wait for the hang timeout, then run on the good worker;
+  // nothing else waits behind the hang.
+  const double timeout_us = static_cast<double>(config.routing.device_timeout.count()) * 1e3;
+  const double p99_us = run.field("p99_us");
+  MESSAGE("p99 ", p99_us, " us against a hang timeout of ", timeout_us, " us");
+  CHECK(p99_us <= timeout_us + 100'000 * test::slowdown());
+  CHECK(daemon.devices().at(hanging_place)->timeouts() > 0);  // it did hang under the load
+}
+
+TEST_CASE("a worker slow only for its first second gets its share back, and carries the load when its peer stalls") {
+  // A cold start: 60 ms a batch for the first second after it attaches, then 2 ms, beside a
+  // worker at 2 ms that stalls on cue. Judged on its cold batches, it would get probes only; it
+  // must get its share within 2 s of turning fast, and take every batch once its peer stalls.
+  const std::string socket = test::temp_socket_path();
+  const std::string stall_flag = socket + ".stall";
+  DaemonConfig config = test::workers_config(socket);
+  config.routing.device_timeout = test::grace(1000ms);
+  test::InProcessDaemon daemon(config, nullptr);
+  auto client = test::connect(socket);
+  const auto rate = static_cast<unsigned>(test::scaled(2000, 300));
+
+  test::WorkerProcess peer(sleeper(socket, "hold-if", "2", stall_flag));
+  const std::size_t peer_place = place_of(*client, "misbehave-hold-if");
+  std::vector<std::string> argv{test::built_binary("BATCHD_STRESS_BIN"), "--quiet"};
+  for (std::string& arg : paced(socket, rate, 12 * test::slowdown())) argv.push_back(std::move(arg));
+  test::BackgroundRun load(argv);
+  std::this_thread::sleep_for(500ms);
+  test::WorkerProcess cold(sleeper(socket, "cold", "60:2:1000"));
+  const std::size_t cold_place = place_of(*client, "misbehave-cold");
+  const auto attached = std::chrono::steady_clock::now();
+  const auto& devices = daemon.devices();
+  REQUIRE(cold_place < devices.size());
+  REQUIRE(peer_place < devices.size());
+
+  // Its share, a second at a time, from when it turns fast (1 s after attaching).
+  std::this_thread::sleep_until(attached + 1s);
+  const auto fast_from = std::chrono::steady_clock::now();
+  std::uint64_t cold_then = devices.at(cold_place)->batches_ok();
+  std::uint64_t all_then = cold_then + devices.at(peer_place)->batches_ok();
+  double share_back_s = -1;
+  for (int tick = 0; tick < 6 && share_back_s < 0; ++tick) {
+    std::this_thread::sleep_for(500ms);
+    const std::uint64_t cold_now = devices.at(cold_place)->batches_ok();
+    const std::uint64_t all_now = cold_now + devices.at(peer_place)->batches_ok();
+    const double share = static_cast<double>(cold_now - cold_then) /
+                         static_cast<double>(std::max<std::uint64_t>(all_now - all_then, 1));
+    MESSAGE(0.5 * (tick + 1), " s after turning fast: the cold-started worker ran ", 100 * share, " % of the batches");
+    if (share >= 0.25) {
+      share_back_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - fast_from).count();
+    }
+    cold_then = cold_now;
+    all_then = all_now;
+  }
+  CHECK(share_back_s > 0);
+  CHECK(share_back_s <= 2 * test::slowdown());
+
+  // Its peer stalls: every batch from then on is the cold-started worker's, and nobody is shed.
+  const std::uint64_t cold_before = devices.at(cold_place)->batches_ok();
+  std::ofstream(stall_flag).put('1');
+  std::this_thread::sleep_for(2s);
+  const std::uint64_t cold_after = devices.at(cold_place)->batches_ok();
+  MESSAGE("while its peer stalled, the cold-started worker ran ", cold_after - cold_before, " batches");
+  CHECK(cold_after - cold_before > 100);
+  const test::ProcessOutput out = load.wait(test::grace(60s));
+  INFO(out.err);
+  CHECK(out.exit_code() == 0);  // every answer right, none an error (shed or timed out)
+  std::remove(stall_flag.c_str());
 }

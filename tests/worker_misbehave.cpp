@@ -9,6 +9,12 @@
 //                      answers right, SLOW_MS milliseconds after each batch arrives, or FAST_MS
 //                      while FILE exists: a slow worker that becomes fast again
 //   hold               takes its first batch and never answers (the test kills it)
+//   hang-after N       answers its first N batches right, then holds every batch it takes
+//   cold SLOW_MS:FAST_MS:COLD_MS
+//                      answers right, SLOW_MS milliseconds after each batch arrives for its first
+//                      COLD_MS milliseconds after attaching, FAST_MS after: a cold start
+//   hold-if MS FILE    answers right MS milliseconds after each batch arrives, and holds every
+//                      batch that arrives while FILE exists: a worker that stalls on cue
 //   fail-on PREFIX     the model throws on a batch holding an input that starts with PREFIX
 //   bad-offsets, too-few, too-many, oversize, bad-status, scribble
 //                      a raw worker: its first answer breaks the protocol that way
@@ -20,6 +26,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -59,8 +67,24 @@ int serve_sdk(const std::string& socket, const std::string& mode, const std::str
   std::fflush(stdout);
   g_worker = worker.get();
   std::signal(SIGTERM, on_sigterm);
+  const auto attached = std::chrono::steady_clock::now();
+  std::atomic<unsigned> batches{0};
+  const auto ms_field = [&](std::size_t field) {  // of "A:B:C"
+    std::size_t from = 0;
+    for (std::size_t i = 0; i < field; ++i) from = arg.find(':', from) + 1;
+    return std::chrono::milliseconds(std::stoi(arg.substr(from, arg.find(':', from) - from)));
+  };
   worker->serve([&](WorkerBatch& batch) {
     if (mode == "hold") std::this_thread::sleep_for(std::chrono::hours(1));
+    if (mode == "hang-after" && batches.fetch_add(1) >= std::stoul(arg)) std::this_thread::sleep_for(std::chrono::hours(1));
+    if (mode == "cold") {
+      const bool cold = std::chrono::steady_clock::now() - attached < ms_field(2);
+      std::this_thread::sleep_for(ms_field(cold ? 0 : 1));
+    }
+    if (mode == "hold-if") {
+      if (::access(fast_flag.c_str(), F_OK) == 0) std::this_thread::sleep_for(std::chrono::hours(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(arg)));
+    }
     if (mode == "sleep") std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(arg)));
     if (mode == "slow-unless") {
       const bool fast = ::access(fast_flag.c_str(), F_OK) == 0;
@@ -227,7 +251,8 @@ int main(int argc, char** argv) {
   }
   const std::string socket = argv[1], mode = argv[2], arg = argc > 3 ? argv[3] : "";
   const std::string fast_flag = argc > 4 ? argv[4] : "";
-  if (mode == "ok" || mode == "sleep" || mode == "slow-unless" || mode == "hold" || mode == "fail-on") {
+  if (mode == "ok" || mode == "sleep" || mode == "slow-unless" || mode == "hold" || mode == "fail-on" ||
+      mode == "hang-after" || mode == "cold" || mode == "hold-if") {
     return serve_sdk(socket, mode, arg, fast_flag);
   }
   return serve_raw(socket, mode, arg);
