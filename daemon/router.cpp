@@ -60,8 +60,7 @@ DeviceGroup::Ticket Router::take_turn(const Lane& lane, double items, double byt
   if (!group_) return {};
   const unsigned d = lane.id.device;
   const auto predicted = static_cast<std::int64_t>(predict_run_ns(d, items, bytes));
-  const auto stale_after = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.device_timeout).count();
-  DeviceGroup::Ticket turn = group_->acquire(member_, group_device_[d], predicted, stale_after, leaving_group_);
+  DeviceGroup::Ticket turn = group_->acquire(member_, group_device_[d], predicted, device_timeout_ns(), leaving_group_);
   if (turn.waited_ns != 0 && counters_ != nullptr) {
     counters_->turns_waited.fetch_add(1, std::memory_order_relaxed);
     counters_->turn_wait_ns.fetch_add(static_cast<std::uint64_t>(turn.waited_ns), std::memory_order_relaxed);

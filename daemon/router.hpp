@@ -218,6 +218,11 @@ class Router {
   void worker(Lane& lane) noexcept;
   // Waits for the model's turn on the lane's device, when it is shared (group_); counts the wait.
   DeviceGroup::Ticket take_turn(const Lane& lane, double items, double bytes) noexcept;
+  // The hang timeout (RouterOptions::device_timeout) in nanoseconds: what the watchdog abandons a
+  // run at, and the longest a stalled lane is expected to hold its run.
+  [[nodiscard]] std::int64_t device_timeout_ns() const noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(options_.device_timeout).count();
+  }
   // inline_run_max in nanoseconds; 0 where batches never run on the drain thread.
   [[nodiscard]] std::uint64_t inline_budget_ns() const noexcept;
   // Whether device h, healthy and measured, would run a batch of `items` within inline_run_max.

@@ -125,8 +125,7 @@ void Router::retry_held(std::int64_t now_ns) noexcept {
     std::lock_guard lock(held_mu_);
     held_retry_.swap(held_);
   }
-  const std::int64_t timeout_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.device_timeout).count();
+  const std::int64_t timeout_ns = device_timeout_ns();
   for (Batch* batch : held_retry_) {
     if (batch->held_for_device) {  // router_devices.cpp: waits for a device, not for memory
       batch->held_for_device = false;

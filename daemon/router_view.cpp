@@ -13,9 +13,8 @@ bool Router::stalled(const Lane& lane, std::int64_t now_ns) const noexcept {
   if (lane.running.load(std::memory_order_acquire) == nullptr) return false;
   const std::int64_t elapsed_ns = now_ns - lane.started_ns.load(std::memory_order_relaxed);
   const auto predicted_ns = static_cast<double>(lane.predicted_ns.load(std::memory_order_relaxed));
-  const std::int64_t timeout_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.device_timeout).count();
   return static_cast<double>(elapsed_ns) > kStallFactor * predicted_ns + static_cast<double>(kStallSlackNs) ||
-         elapsed_ns >= timeout_ns;
+         elapsed_ns >= device_timeout_ns();
 }
 
 bool Router::counted_on(const Lane& lane, const PoolSpeed& speed, bool laggards_too, std::int64_t now_ns) const noexcept {
@@ -41,8 +40,7 @@ std::int64_t Router::lane_busy_for_ns(const Lane& lane, const CostFit& cost, std
   // A run past its prediction is not about to end: expected to take as long again as it has run,
   // until the hang timeout at worst (then it is abandoned, and the lane with it).
   const auto elapsed_ns = static_cast<double>(now_ns - lane.started_ns.load(std::memory_order_relaxed));
-  const auto timeout_ns =
-      static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(options_.device_timeout).count());
+  const auto timeout_ns = static_cast<double>(device_timeout_ns());
   double left_ns = elapsed_ns <= running_ns ? running_ns - elapsed_ns
                                             : std::min(elapsed_ns, std::max(timeout_ns - elapsed_ns, 0.0));
   if (batches > 1) {  // queued behind it: of the mean size of the rest

@@ -34,9 +34,7 @@ void Router::check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept {
   if (batch == nullptr) return;
   const std::uint64_t token = lane.running_token.load(std::memory_order_relaxed);
   const std::int64_t started = lane.started_ns.load(std::memory_order_relaxed);
-  const std::int64_t timeout_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.device_timeout).count();
-  if (now_ns - started < timeout_ns) return;
+  if (now_ns - started < device_timeout_ns()) return;
   // Two holds on an abandoned run (this copy, and the lane's return): whichever lets go last
   // returns the object to the pool, so the lane never clears it while it is being copied. Only
   // this thread abandons runs, so a hold count of 0 here is this object's own.
