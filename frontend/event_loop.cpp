@@ -63,7 +63,8 @@ EventLoop::EventLoop(const LoopContext& context)
   api_limits.max_timeout = std::chrono::milliseconds(options_.max_timeout_ms);
   api_limits.max_body_bytes = options_.max_body_bytes;
   api_ = std::make_unique<Api>(api_limits, static_cast<ApiContext&>(*this));
-  jobs_api_ = std::make_unique<JobsApi>(api_limits, jobs_.options().max_inputs, static_cast<ApiContext&>(*this));
+  jobs_api_ = std::make_unique<JobsApi>(api_limits, jobs_.options().max_inputs, jobs_.options().max_deadline,
+                                        static_cast<ApiContext&>(*this));
   v2_api_ = std::make_unique<V2Api>(V2Limits{api_limits, options_.max_infer_strings, context.model_control != nullptr},
                                     static_cast<ApiContext&>(*this));
   now_ns_ = shm::monotonic_ns();

@@ -114,6 +114,8 @@ class EventLoop final : private ApiContext {
   // asynchronous jobs (loop_jobs.cpp)
   void on_jobs_request(Conn& conn, std::uint64_t seq, Request&& request, Priority granted);
   void submit_job(const Caller& caller, JobSubmit&& job);
+  // With a store that queues (Redis): the job goes into its model's stream; any node runs it.
+  void enqueue_job(const Caller& caller, JobSubmit&& job);
   void on_job_stored(const Caller& caller, const std::string& id, const JobSubmit& job, StoreReply&& reply);
   void on_job_answer(std::uint64_t serial, std::size_t index, Result&& result);
   void finish_job(RunningJob& job);

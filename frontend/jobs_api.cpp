@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <system_error>
 
+#include "text/ascii.hpp"
 #include "text/json_escape.hpp"
 
 namespace batchd::http {
@@ -30,8 +32,9 @@ bool is_jobs_target(std::string_view target) noexcept {
                                path[kJobsPath.size()] == '/');
 }
 
-JobsApi::JobsApi(const ApiLimits& limits, std::uint32_t max_inputs, ApiContext& context)
-    : limits_(limits), max_inputs_(max_inputs), context_(context),
+JobsApi::JobsApi(const ApiLimits& limits, std::uint32_t max_inputs, std::chrono::seconds max_deadline,
+                 ApiContext& context)
+    : limits_(limits), max_inputs_(max_inputs), max_deadline_(max_deadline), context_(context),
       json_(std::max<std::size_t>(limits.max_body_bytes, 64)) {}
 
 JobsAction JobsApi::route(const Request& request) {
@@ -61,6 +64,7 @@ JobsAction JobsApi::submit(const Request& request) {
   }
   if (auto refused = read_inputs(root, job)) return std::move(*refused);
   if (auto refused = read_json_priority(root, priority)) return std::move(*refused);
+  if (auto refused = read_deadline(request, root, job)) return std::move(*refused);
   job.priority = priority.value_or(Priority::kNormal);
   simdjson::dom::element model;
   if (root.at_key("model").get(model) == simdjson::SUCCESS) {
@@ -112,6 +116,35 @@ std::optional<Response> JobsApi::read_inputs(simdjson::dom::object root, JobSubm
     }
     job.inputs.emplace_back(input);
   }
+  return std::nullopt;
+}
+
+std::optional<Response> JobsApi::read_deadline(const Request& request, simdjson::dom::object root,
+                                               JobSubmit& job) const {
+  const std::string bad = "a job's deadline (\"deadline_s\" or X-Job-Deadline-S) must be a whole number of "
+                          "seconds from 1 to " + std::to_string(max_deadline_.count());
+  std::optional<std::uint64_t> seconds;
+  simdjson::dom::element field;
+  if (root.at_key("deadline_s").get(field) == simdjson::SUCCESS) {
+    std::uint64_t value = 0;
+    if (field.get_uint64().get(value) != simdjson::SUCCESS) return error_response(400, "bad_deadline", bad);
+    seconds = value;
+  }
+  if (const auto it = request.find("X-Job-Deadline-S"); it != request.end()) {
+    const std::string_view text = text::trim(std::string_view(it->value().data(), it->value().size()));
+    std::uint64_t value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size()) return error_response(400, "bad_deadline", bad);
+    if (seconds && *seconds != value) {
+      return error_response(400, "bad_deadline", "the body's \"deadline_s\" and X-Job-Deadline-S disagree");
+    }
+    seconds = value;
+  }
+  if (!seconds) return std::nullopt;
+  if (*seconds == 0 || *seconds > static_cast<std::uint64_t>(max_deadline_.count())) {
+    return error_response(400, "bad_deadline", bad);
+  }
+  job.deadline = std::chrono::seconds(*seconds);
   return std::nullopt;
 }
 
@@ -178,9 +211,11 @@ std::string job_done_body(std::string_view id, std::span<const std::string> outp
   return body;
 }
 
-std::string job_failed_body(std::string_view id, const Response& error) {
+std::string job_failed_body(std::string_view id, const Response& error) { return job_error_body(id, "failed", error); }
+
+std::string job_error_body(std::string_view id, std::string_view status, const Response& error) {
   std::string body;
-  append_id_and_status(body, id, "failed");
+  append_id_and_status(body, id, status);
   // The error body is {"error":{...}}: its members follow the id and status as they are.
   body.push_back(',');
   body.append(std::string_view(error.body).substr(1));

@@ -24,6 +24,9 @@ struct JobSubmit {
   std::chrono::milliseconds timeout{};
   Priority priority = Priority::kNormal;
   std::string model;  // by name ("model" in the body); empty: the default model
+  // By when it must start ("deadline_s" in the body, or X-Job-Deadline-S), from now; 0: the
+  // node's default. Only a queued job (Redis) waits: the embedded store runs it at once.
+  std::chrono::seconds deadline{0};
 };
 struct JobPoll {  // GET or HEAD /v1/jobs/{id}
   std::string id;
@@ -39,7 +42,7 @@ bool is_jobs_target(std::string_view target) noexcept;
 // One per event loop, like Api.
 class JobsApi {
  public:
-  JobsApi(const ApiLimits& limits, std::uint32_t max_inputs, ApiContext& context);
+  JobsApi(const ApiLimits& limits, std::uint32_t max_inputs, std::chrono::seconds max_deadline, ApiContext& context);
 
   // Precondition: is_jobs_target(request.target()).
   JobsAction route(const Request& request);
@@ -48,9 +51,11 @@ class JobsApi {
   JobsAction submit(const Request& request);
   // Reads "input" or "inputs" from the body into `job`.
   std::optional<Response> read_inputs(simdjson::dom::object root, JobSubmit& job);
+  std::optional<Response> read_deadline(const Request& request, simdjson::dom::object root, JobSubmit& job) const;
 
   ApiLimits limits_;
   std::uint32_t max_inputs_;
+  std::chrono::seconds max_deadline_;
   ApiContext& context_;  // borrowed; outlives the JobsApi
   simdjson::dom::parser json_;
 };
@@ -70,6 +75,8 @@ std::string job_pending_body(std::string_view id);
 std::string job_done_body(std::string_view id, std::span<const std::string> outputs, bool many);
 // `error` is an error response (its body {"error":{...}}, as the synchronous API answers).
 std::string job_failed_body(std::string_view id, const Response& error);
+// A job that ended without an answer in `status` ("expired"), with `error`'s members.
+std::string job_error_body(std::string_view id, std::string_view status, const Response& error);
 // A DELETE's answer: the job's state was "cancelled" (it was pending) or "deleted".
 std::string job_deleted_body(std::string_view id, std::string_view status);
 

@@ -6,6 +6,7 @@
 
 #include <iterator>
 
+#include "frontend/jobs_consumer.hpp"
 #include "frontend/metrics.hpp"
 
 namespace batchd::http {
@@ -53,13 +54,29 @@ JobsInboxes::Mail JobsInboxes::take(unsigned worker) {
 JobsService::JobsService(const JobsOptions& options, std::span<const int> wake_fds)
     : options_(options), inboxes_(wake_fds) {
   if (uses_redis()) {
-    store_ = make_redis_jobs_store(parse_redis_url(options_.redis_url), inboxes_, counters_);
+    const RedisAddress address = parse_redis_url(options_.redis_url);
+    store_ = make_redis_jobs_store(address, inboxes_, counters_);
+    JobsConsumerOptions consumer;
+    consumer.redis = address;
+    consumer.client.socket_path = options_.socket_path;
+    consumer.ttl = options_.ttl;
+    consumer.limits.max_inputs = options_.max_inputs;
+    consumer.limits.max_timeout = options_.max_timeout;
+    consumer.default_timeout = options_.default_timeout;
+    consumer.claim_idle = options_.claim_idle;
+    consumer.max_deliveries = options_.max_deliveries;
+    consumer.max_inputs_in_flight = options_.inputs_in_flight;
+    consumer_ = std::make_unique<JobsConsumer>(consumer, counters_);
   } else {
     store_ = make_memory_jobs_store(options_.limits, counters_);
   }
 }
 
 JobsService::~JobsService() = default;
+
+void JobsService::stop_consumer(std::chrono::milliseconds drain) {
+  if (consumer_) consumer_->stop(drain);
+}
 
 void JobsService::register_running(const std::string& id, unsigned worker) {
   std::lock_guard lock(running_mu_);
@@ -103,6 +120,32 @@ void JobsService::render_metrics(std::string& out) const {
           counters_.store_full);
   counter("batchd_http_jobs_store_errors_total", "Jobs store calls that failed (store unreachable).",
           counters_.store_errors);
+  if (consumer_) {
+    counter("batchd_http_jobs_consumed_total", "Queue entries this node's consumer took.", counters_.consumed);
+    counter("batchd_http_jobs_redelivered_total", "Entries taken again after another delivery left them.",
+            counters_.redelivered);
+    counter("batchd_http_jobs_released_total", "Entries given back for another delivery after a transient failure.",
+            counters_.released);
+    counter("batchd_http_jobs_dead_letters_total", "Entries moved to the dead-letter stream.", counters_.dead_letters);
+    counter("batchd_http_jobs_deadline_expired_total", "Jobs that ended expired, not started by their deadline.",
+            counters_.deadline_expired);
+    counter("batchd_http_jobs_duplicates_total", "Answers found already stored by another delivery.",
+            counters_.duplicates);
+    const auto depths = consumer_->depths();
+    const auto gauge = [&](std::string_view name, std::string_view help, auto value_of) {
+      metric_family(out, name, "gauge", help);
+      for (const JobsConsumer::StreamDepth& d : depths) {
+        fmt::format_to(std::back_inserter(out), "{}{{model=\"{}\",priority=\"{}\"}} {}\n", name, d.model, d.priority,
+                       value_of(d.depth));
+      }
+    };
+    gauge("batchd_http_jobs_queue_entries", "Unanswered entries in the queue (waiting or pending on a node).",
+          [](const RedisJobsStreams::Depth& d) { return d.entries; });
+    gauge("batchd_http_jobs_queue_pending", "Entries delivered to a node and not yet answered.",
+          [](const RedisJobsStreams::Depth& d) { return d.pending; });
+    gauge("batchd_http_jobs_queue_oldest_seconds", "Age of the oldest unanswered entry.",
+          [](const RedisJobsStreams::Depth& d) { return static_cast<double>(d.oldest_age_ms) / 1000.0; });
+  }
   metric_family(out, "batchd_http_jobs_running", "gauge", "Jobs accepted by this process whose inputs are not all answered.");
   fmt::format_to(std::back_inserter(out), "batchd_http_jobs_running {}\n", counters_.running.load(std::memory_order_relaxed));
   const std::int64_t stored = store_->size();

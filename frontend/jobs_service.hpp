@@ -19,6 +19,10 @@
 #include "frontend/jobs_store.hpp"
 
 namespace batchd::http {
+class JobsConsumer;
+}
+
+namespace batchd::http {
 
 // Process-wide; any thread adds (relaxed: counters, read for /metrics only).
 struct JobsCounters {
@@ -30,6 +34,15 @@ struct JobsCounters {
   std::atomic<std::uint64_t> store_full{0};    // submissions refused: the bound was reached
   std::atomic<std::uint64_t> store_errors{0};  // store calls that failed (Redis unreachable, ...)
   std::atomic<std::int64_t> running{0};        // accepted here, not yet answered by the daemon
+  // The queue's consumer (Redis): entries taken (redelivered: taken again after another consumer
+  // left them), given back after a transient failure, dead-lettered, ended expired at their
+  // deadline, and answers found already stored by another delivery.
+  std::atomic<std::uint64_t> consumed{0};
+  std::atomic<std::uint64_t> redelivered{0};
+  std::atomic<std::uint64_t> released{0};
+  std::atomic<std::uint64_t> dead_letters{0};
+  std::atomic<std::uint64_t> deadline_expired{0};
+  std::atomic<std::uint64_t> duplicates{0};
 
   static void add(std::atomic<std::uint64_t>& counter) noexcept { counter.fetch_add(1, std::memory_order_relaxed); }
 };
@@ -66,6 +79,17 @@ struct JobsOptions {
   JobsStoreLimits limits;
   std::uint32_t max_inputs = 256;  // per job
   std::string redis_url;           // empty: the embedded store
+  // The queue (with Redis, docs/JOBS.md): unanswered entries a model's stream of one class holds
+  // at most; a job's deadline to start, by default and at most; the consumer's settings.
+  std::uint64_t queue_max = 1'000'000;
+  std::chrono::seconds default_deadline{3600};
+  std::chrono::seconds max_deadline{86400};
+  std::chrono::milliseconds claim_idle{5000};
+  std::uint32_t max_deliveries = 3;
+  std::uint32_t inputs_in_flight = 1024;
+  std::chrono::milliseconds default_timeout{5000};
+  std::chrono::milliseconds max_timeout{60000};
+  std::string socket_path;  // the daemon the consumer feeds; empty: its default
 };
 
 class JobsService {
@@ -97,11 +121,15 @@ class JobsService {
   // The jobs series in the Prometheus text format.
   void render_metrics(std::string& out) const;
 
+  // Stops the queue's consumer (if any), giving it up to `drain` to answer what it holds.
+  void stop_consumer(std::chrono::milliseconds drain);
+
  private:
   JobsOptions options_;
   JobsCounters counters_;
   JobsInboxes inboxes_;
   std::unique_ptr<JobsStore> store_;  // after inboxes_, so it (and Redis's thread) goes first
+  std::unique_ptr<JobsConsumer> consumer_;  // with Redis; after counters_, which it writes
 
   mutable std::mutex running_mu_;
   std::unordered_map<std::string, unsigned> running_;  // guarded by running_mu_: id -> worker

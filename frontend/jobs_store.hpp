@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace batchd::http {
 
@@ -18,7 +20,7 @@ class JobsInboxes;
 struct JobsCounters;
 
 // The first byte of a stored value.
-enum class JobState : char { kPending = 'P', kDone = 'D', kFailed = 'F' };
+enum class JobState : char { kPending = 'P', kDone = 'D', kFailed = 'F', kExpired = 'X' };
 
 inline std::string encode_job(JobState state, std::string_view body) {
   std::string value(1, static_cast<char>(state));
@@ -30,7 +32,7 @@ enum class StoreStatus : std::uint8_t {
   kOk,
   kNotFound,     // no such id (never was, expired, or deleted)
   kExists,       // create: the id is taken (128 random bits: practically never)
-  kFull,         // create: the store's bound is reached
+  kFull,         // create, enqueue: the store's (or the queue's) bound is reached
   kUnavailable,  // the store cannot be reached now (Redis down or too far behind)
 };
 
@@ -63,6 +65,14 @@ class JobsStore {
   virtual void get(unsigned worker, std::string id, StoreCallback done) = 0;
   // Deletes the record and answers with the value it had.
   virtual void remove(unsigned worker, std::string id, StoreCallback done) = 0;
+  // Stores the job's pending record and appends its entry (field, value pairs) to `stream`, both
+  // or neither, unless the id is taken (kExists) or the stream holds max_entries unconsumed
+  // (kFull). Only a store that queues (Redis: queues()) does; the embedded store's jobs run at
+  // once from the loop that took them.
+  virtual void enqueue(unsigned worker, std::string id, std::string value, std::chrono::seconds ttl,
+                       std::string stream, std::vector<std::pair<std::string, std::string>> fields,
+                       std::uint64_t max_entries, StoreCallback done) = 0;
+  [[nodiscard]] virtual bool queues() const noexcept = 0;
   // Records held now, or -1 where the store cannot say cheaply (Redis).
   [[nodiscard]] virtual std::int64_t size() const = 0;
 };

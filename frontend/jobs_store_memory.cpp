@@ -65,6 +65,12 @@ class MemoryJobsStore final : public JobsStore {
     done(std::move(reply));
   }
 
+  void enqueue(unsigned, std::string, std::string, std::chrono::seconds, std::string,
+               std::vector<std::pair<std::string, std::string>>, std::uint64_t, StoreCallback done) override {
+    done({StoreStatus::kUnavailable, {}, "the embedded jobs store runs jobs at once; it has no queue"});
+  }
+  [[nodiscard]] bool queues() const noexcept override { return false; }
+
   [[nodiscard]] std::int64_t size() const override {
     std::lock_guard lock(mu_);
     return static_cast<std::int64_t>(records_.size());

@@ -18,7 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "frontend/jobs_entry.hpp"
 #include "frontend/jobs_service.hpp"
+#include "frontend/redis_connect.hpp"
 #include "frontend/jobs_store.hpp"
 #include "shm/clock.hpp"
 
@@ -28,11 +30,14 @@ namespace {
 
 constexpr std::size_t kMaxQueued = 16384;  // commands waiting for the thread; more answer kUnavailable
 constexpr std::size_t kMaxPipeline = 512;  // commands sent before their replies are read
-constexpr timeval kConnectTimeout{0, 500'000};
-constexpr timeval kCommandTimeout{1, 0};
-constexpr std::int64_t kFirstBackoffNs = 50'000'000;
-constexpr std::int64_t kMaxBackoffNs = 2'000'000'000;
-constexpr std::string_view kKeyPrefix = "batchd:job:";
+// The pending record and the stream entry go in together, and only below the stream's bound:
+// -1 full, 0 the id taken, else the entry's id. An acknowledged entry is deleted (XDEL), so XLEN
+// counts what is not yet answered; nothing accepted is ever trimmed.
+constexpr const char* kEnqueueScript = R"lua(
+if redis.call('XLEN', KEYS[2]) >= tonumber(ARGV[3]) then return -1 end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 0 end
+return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
+)lua";
 
 class RedisJobsStore final : public JobsStore {
  public:
@@ -53,22 +58,35 @@ class RedisJobsStore final : public JobsStore {
 
   void create(unsigned worker, std::string id, std::string value, std::chrono::seconds ttl,
               StoreCallback done) override {
-    enqueue({Kind::kCreate, worker, key(id), std::move(value), ttl.count(), std::move(done)});
+    push({Kind::kCreate, worker, key(id), std::move(value), ttl.count(), std::move(done)});
   }
   void complete(unsigned worker, std::string id, std::string value, std::chrono::seconds ttl,
                 StoreCallback done) override {
-    enqueue({Kind::kComplete, worker, key(id), std::move(value), ttl.count(), std::move(done)});
+    push({Kind::kComplete, worker, key(id), std::move(value), ttl.count(), std::move(done)});
   }
+  void enqueue(unsigned worker, std::string id, std::string value, std::chrono::seconds ttl, std::string stream,
+               std::vector<std::pair<std::string, std::string>> fields, std::uint64_t max_entries,
+               StoreCallback done) override {
+    Command command{Kind::kEnqueue, worker, job_record_key(id), std::move(value), ttl.count(), std::move(done)};
+    command.args = {"EVAL", kEnqueueScript, "2", command.key, std::move(stream), command.value,
+                    std::to_string(ttl.count()), std::to_string(max_entries)};
+    for (auto& [name, field] : fields) {
+      command.args.push_back(std::move(name));
+      command.args.push_back(std::move(field));
+    }
+    push(std::move(command));
+  }
+  [[nodiscard]] bool queues() const noexcept override { return true; }
   void get(unsigned worker, std::string id, StoreCallback done) override {
-    enqueue({Kind::kGet, worker, key(id), {}, 0, std::move(done)});
+    push({Kind::kGet, worker, key(id), {}, 0, std::move(done)});
   }
   void remove(unsigned worker, std::string id, StoreCallback done) override {
-    enqueue({Kind::kRemove, worker, key(id), {}, 0, std::move(done)});
+    push({Kind::kRemove, worker, key(id), {}, 0, std::move(done)});
   }
   [[nodiscard]] std::int64_t size() const override { return -1; }
 
  private:
-  enum class Kind : std::uint8_t { kCreate, kComplete, kGet, kRemove };
+  enum class Kind : std::uint8_t { kCreate, kComplete, kGet, kRemove, kEnqueue };
   struct Command {
     Kind kind;
     unsigned worker;
@@ -76,16 +94,13 @@ class RedisJobsStore final : public JobsStore {
     std::string value;
     long long ttl_s;
     StoreCallback done;
+    std::vector<std::string> args;  // kEnqueue: the whole command
   };
 
-  static std::string key(const std::string& id) {
-    std::string k(kKeyPrefix);
-    k.append(id);
-    return k;
-  }
+  static std::string key(const std::string& id) { return job_record_key(id); }
 
   // Loop thread. A full queue means Redis is far behind: saying so at once beats waiting.
-  void enqueue(Command&& command) {
+  void push(Command&& command) {
     {
       std::lock_guard lock(mu_);
       if (queue_.size() < kMaxQueued) {
@@ -158,6 +173,7 @@ class RedisJobsStore final : public JobsStore {
         return;
       case Kind::kGet: redisAppendCommand(context_, "GET %b", c.key.data(), c.key.size()); return;
       case Kind::kRemove: redisAppendCommand(context_, "GETDEL %b", c.key.data(), c.key.size()); return;
+      case Kind::kEnqueue: append_command(context_, c.args); return;
     }
   }
 
@@ -167,6 +183,14 @@ class RedisJobsStore final : public JobsStore {
       // Redis at its maxmemory (noeviction) refuses writes with OOM: the store is full.
       if (text.starts_with("OOM")) return {StoreStatus::kFull, {}, "the jobs store (Redis) is full: " + text};
       return unavailable("Redis answered " + text);
+    }
+    if (kind == Kind::kEnqueue) {
+      if (reply.type == REDIS_REPLY_STRING) return {};
+      if (reply.type == REDIS_REPLY_INTEGER && reply.integer == 0) return {StoreStatus::kExists, {}, {}};
+      if (reply.type == REDIS_REPLY_INTEGER) {
+        return {StoreStatus::kFull, {}, "the jobs queue is full: this model's stream holds its maximum of unanswered jobs"};
+      }
+      return unavailable("Redis gave an unexpected reply type " + std::to_string(reply.type));
     }
     if (reply.type == REDIS_REPLY_NIL) {
       return {kind == Kind::kCreate ? StoreStatus::kExists : StoreStatus::kNotFound, {}, {}};
@@ -191,20 +215,10 @@ class RedisJobsStore final : public JobsStore {
     if (context_ != nullptr) return true;
     const std::int64_t now_ns = shm::monotonic_ns();
     if (now_ns < next_attempt_ns_) return false;
-    redisContext* c = redisConnectWithTimeout(address_.host.c_str(), address_.port, kConnectTimeout);
     std::string failure;
+    redisContext* c = connect_redis(address_, &failure);
     if (c == nullptr) {
-      failure = "out of memory";
-    } else if (c->err != 0) {
-      failure = c->errstr;
-    } else if (redisSetTimeout(c, kCommandTimeout) != REDIS_OK) {
-      failure = c->errstr;
-    } else if (address_.db != 0) {
-      failure = select_db(c);
-    }
-    if (!failure.empty()) {
-      if (c != nullptr) redisFree(c);
-      backoff_ns_ = backoff_ns_ == 0 ? kFirstBackoffNs : std::min(2 * backoff_ns_, kMaxBackoffNs);
+      backoff_ns_ = backoff_ns_ == 0 ? kRedisFirstBackoffNs : std::min(2 * backoff_ns_, kRedisMaxBackoffNs);
       next_attempt_ns_ = shm::monotonic_ns() + backoff_ns_;
       if (last_error_ != failure) spdlog::warn("batchd-http: jobs store: cannot reach Redis at {}: {}", name_, failure);
       last_error_ = failure;
@@ -215,15 +229,6 @@ class RedisJobsStore final : public JobsStore {
     spdlog::info("batchd-http: jobs store: connected to Redis at {} (db {})", name_, address_.db);
     last_error_.clear();
     return true;
-  }
-
-  std::string select_db(redisContext* c) const {
-    auto* reply = static_cast<redisReply*>(redisCommand(c, "SELECT %d", address_.db));
-    if (reply == nullptr) return c->errstr;
-    std::string failure;
-    if (reply->type == REDIS_REPLY_ERROR) failure = "SELECT " + std::to_string(address_.db) + ": " + reply->str;
-    freeReplyObject(reply);
-    return failure;
   }
 
   // The next batch connects again at once: a dropped connection is worth one immediate retry.

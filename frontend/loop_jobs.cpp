@@ -1,13 +1,16 @@
-// The event loop's side of asynchronous jobs. A submission is stored as pending first and only
-// then handed to the daemon, so a job is never answered before its record exists (with Redis the
-// store's reply comes later, through the loop's inbox); its daemon answers gather here, and the
-// last one writes the result. Every store call is asynchronous: nothing here waits on the store.
+// The event loop's side of asynchronous jobs. With Redis, a submission's pending record and its
+// queue entry are written together and the job is answered 202 once Redis has both; any node's
+// consumer (jobs_consumer.cpp) runs it. With the embedded store, the record is stored first and
+// the job then handed to this loop's daemon at once: its answers gather here, and the last one
+// writes the result. Every store call is asynchronous: nothing here waits on the store.
 #include <simdjson.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 
+#include "frontend/jobs_entry.hpp"
 #include "frontend/loop_internal.hpp"
+#include "shm/status_page.hpp"
 
 namespace batchd::http {
 
@@ -43,7 +46,51 @@ void EventLoop::on_jobs_request(Conn& conn, std::uint64_t seq, Request&& request
   }
 }
 
+void EventLoop::enqueue_job(const Caller& caller, JobSubmit&& job) {
+  const JobsOptions& options = jobs_.options();
+  const std::string model = job.model.empty() ? std::string(shm::kDefaultModelName) : job.model;
+  // A stream per model name: only the names the daemon serves make one.
+  if (const oip::ModelCatalog::Lookup lookup = models().find(model, ""); !lookup.model) {
+    answer_caller(caller, error_response(404, "unknown_model", lookup.error));
+    return;
+  }
+  JobEntry entry;
+  entry.id = new_job_id();
+  entry.inputs = std::move(job.inputs);
+  entry.many = job.many;
+  entry.timeout = job.timeout;
+  const std::chrono::seconds deadline = job.deadline.count() > 0 ? job.deadline : options.default_deadline;
+  entry.deadline_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          (std::chrono::system_clock::now() + deadline).time_since_epoch()).count();
+  entry.has_record = true;
+  // The pending record outlives the wait and the run, then the result's TTL, so a job whose
+  // every node died still disappears by itself.
+  const std::chrono::seconds ttl = options.ttl + deadline + std::chrono::ceil<std::chrono::seconds>(job.timeout);
+  std::string id = entry.id;
+  jobs_.store().enqueue(context_.index, id, encode_job(JobState::kPending, job_pending_body(id)), ttl,
+                        jobs_stream_key(model, job.priority), job_entry_fields(entry), options.queue_max,
+                        [this, caller, id](StoreReply&& reply) {
+                          if (reply.status == StoreStatus::kFull) {
+                            JobsCounters::add(jobs_.counters().store_full);
+                            answer_caller(caller, error_response(503, "jobs_queue_full", reply.message, 1));
+                            return;
+                          }
+                          if (reply.status != StoreStatus::kOk) {
+                            answer_caller(caller, store_failure(reply, id));
+                            return;
+                          }
+                          JobsCounters::add(jobs_.counters().submitted);
+                          Response accepted = json_response(202, job_pending_body(id));
+                          accepted.location = std::string(kJobsPath) + "/" + id;
+                          answer_caller(caller, accepted);
+                        });
+}
+
 void EventLoop::submit_job(const Caller& caller, JobSubmit&& job) {
+  if (jobs_.store().queues()) {
+    enqueue_job(caller, std::move(job));
+    return;
+  }
   if (link_.client() == nullptr) {
     answer_caller(caller, error_response(503, "daemon_unavailable",
                                          "not attached to the batchd daemon: " + link_.last_error(), 1));

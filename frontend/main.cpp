@@ -84,6 +84,23 @@ void add_flags(CLI::App& app, FrontendOptions& o, std::string& io_mode, std::str
       ->capture_default_str()->check(CLI::Range(1U, 65536U));
   app.add_option("--jobs-redis", o.jobs_redis,
                  "keep jobs in Redis (redis://HOST[:PORT][/DB]) so any node can answer a poll");
+  app.add_option("--jobs-queue-max", o.jobs_queue_max,
+                 "with --jobs-redis: unanswered jobs a model's queue of one class holds; more are refused (503)")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
+  app.add_option("--jobs-deadline-s", o.jobs_deadline_s,
+                 "with --jobs-redis: a queued job not started within this long ends expired (unless it names its own)")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{30} * 86'400));
+  app.add_option("--jobs-max-deadline-s", o.jobs_max_deadline_s, "the longest deadline a job may name (deadline_s)")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{30} * 86'400));
+  app.add_option("--jobs-claim-idle-ms", o.jobs_claim_idle_ms,
+                 "with --jobs-redis: a job left this long by the node that took it (dead or stuck) is taken over")
+      ->capture_default_str()->check(CLI::Range(std::int64_t{100}, std::int64_t{3'600'000}));
+  app.add_option("--jobs-max-deliveries", o.jobs_max_deliveries,
+                 "with --jobs-redis: a job delivered more often than this is dead-lettered and fails")
+      ->capture_default_str()->check(CLI::Range(1U, 1000U));
+  app.add_option("--jobs-inputs-in-flight", o.jobs_inputs_in_flight,
+                 "with --jobs-redis: the most queued jobs' inputs this node runs at once (also at most half its slots)")
+      ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
 }
 
@@ -94,6 +111,15 @@ batchd::http::JobsOptions jobs_options(const FrontendOptions& options) {
   jobs.limits.max_bytes = options.jobs_max_bytes;
   jobs.max_inputs = options.jobs_max_inputs;
   jobs.redis_url = options.jobs_redis;
+  jobs.queue_max = options.jobs_queue_max;
+  jobs.default_deadline = std::chrono::seconds(std::min(options.jobs_deadline_s, options.jobs_max_deadline_s));
+  jobs.max_deadline = std::chrono::seconds(options.jobs_max_deadline_s);
+  jobs.claim_idle = std::chrono::milliseconds(options.jobs_claim_idle_ms);
+  jobs.max_deliveries = options.jobs_max_deliveries;
+  jobs.inputs_in_flight = options.jobs_inputs_in_flight;
+  jobs.default_timeout = std::chrono::milliseconds(options.default_timeout_ms);
+  jobs.max_timeout = std::chrono::milliseconds(options.max_timeout_ms);
+  jobs.socket_path = options.socket_path;
   return jobs;
 }
 
@@ -148,6 +174,9 @@ int run_workers(const FrontendOptions& options, const batchd::http::UringFeature
     [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
   }
   for (auto& t : threads) t.join();
+  // The queue's jobs this node holds are answered within the drain, or left for another node.
+  jobs->stop_consumer(std::chrono::milliseconds(options.drain_timeout_ms > 0 ? options.drain_timeout_ms
+                                                                             : options.max_timeout_ms + 1000));
   model_control.reset();
   jobs.reset();
   for (const int fd : wake_fds) ::close(fd);

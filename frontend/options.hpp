@@ -39,6 +39,13 @@ struct FrontendOptions {
   // by default, so one request never takes them all (a request is admitted whole or not at all).
   std::uint32_t max_infer_strings = 256;
   std::string jobs_redis;                 // redis://HOST[:PORT][/DB]; empty: the embedded store
+  // The jobs queue (with --jobs-redis; docs/JOBS.md).
+  std::uint64_t jobs_queue_max = 1'000'000;  // unanswered entries per model and class
+  std::int64_t jobs_deadline_s = 3600;       // a job's deadline to start, when it names none
+  std::int64_t jobs_max_deadline_s = 86400;  // the longest deadline a job may name
+  std::int64_t jobs_claim_idle_ms = 5000;    // an entry idle this long on its consumer is claimed
+  std::uint32_t jobs_max_deliveries = 3;     // more, and the entry is dead-lettered
+  std::uint32_t jobs_inputs_in_flight = 1024;  // this node's consumer's ceiling
 };
 
 }  // namespace batchd::http

@@ -5,7 +5,8 @@ valid so that positive_data_acceptance holds the server to 2xx for what the cont
 Negative cases are left as generated: any 4xx is right for them.
 - The X-Priority header and the JSON body's "priority" must name the same class when both are
   given (the Priority parameter), or the answer is 400 bad_priority: a case naming two classes is
-  made to name the header's in both.
+  made to name the header's in both. The same for a job's deadline (X-Job-Deadline-S and the
+  body's "deadline_s", else 400 bad_deadline).
 - An integer anywhere in a JSON body must fit in 64 bits (the JSON parser's limit; the request
   schemas say so), or the answer is 400 invalid_json: a larger one, in the members the server
   ignores, is clamped into range. And an integer member must be written as one: JSON Schema
@@ -36,6 +37,9 @@ def map_case(context, case):
     header = case.headers.get("X-Priority") if case.headers else None
     if header is not None and isinstance(case.body, dict) and "priority" in case.body:
         case.body = {**case.body, "priority": header}
+    deadline = case.headers.get("X-Job-Deadline-S") if case.headers else None
+    if deadline is not None and isinstance(case.body, dict) and "deadline_s" in case.body:
+        case.body = {**case.body, "deadline_s": int(deadline)}
     if isinstance(case.body, (dict, list)):
         case.body = _within_64_bits(case.body)
     if case.operation.path.endswith("/infer"):

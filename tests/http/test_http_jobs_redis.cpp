@@ -20,70 +20,13 @@
 
 #include "backend/reference_batchstring.hpp"
 #include "tests/http/jobs_test_support.hpp"
+#include "tests/http/redis_test_support.hpp"
 
 using namespace batchd;
 using namespace batchd::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-// True once something on 127.0.0.1:port answers PING with +PONG.
-bool redis_answers(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{1, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  bool ok = false;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && ::send(fd, "PING\r\n", 6, MSG_NOSIGNAL) == 6) {
-    char buf[16] = {};
-    ok = ::recv(fd, buf, sizeof(buf) - 1, 0) > 0 && std::string_view(buf).starts_with("+PONG");
-  }
-  ::close(fd);
-  return ok;
-}
-
-// A redis-server of this test's own: loopback, a free port (kept across restarts), no
-// persistence, its files in the test's temporary directory.
-class RedisServer {
- public:
-  RedisServer() : port_(free_port()), dir_(std::filesystem::path(temp_socket_path("redis")).parent_path()) {
-    start();
-  }
-  ~RedisServer() { stop(); }
-  RedisServer(const RedisServer&) = delete;
-  RedisServer& operator=(const RedisServer&) = delete;
-
-  void start() {
-    const char* bin = std::getenv("BATCHD_REDIS_SERVER");
-    const bool installed = bin != nullptr && *bin != '\0';
-    REQUIRE_MESSAGE(installed, "redis-server is not installed (scripts/setup.sh installs it)");
-    pid_ = spawn({bin, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                  "--dir", dir_, "--protected-mode", "no", "--loglevel", "warning", "--daemonize", "no"});
-    REQUIRE_MESSAGE(eventually([&] { return redis_answers(port_); }, 10s), "redis-server did not start");
-  }
-
-  void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGCONT);  // in case it was paused
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
-  void pause() const { ::kill(pid_, SIGSTOP); }
-  void resume() const { ::kill(pid_, SIGCONT); }
-  [[nodiscard]] std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
-
- private:
-  std::uint16_t port_;
-  std::string dir_;
-  pid_t pid_ = -1;
-};
 
 // A node: its own cpu daemon and its own front-end, keeping jobs in the shared Redis.
 struct Node {

@@ -1,0 +1,422 @@
+#include "frontend/jobs_consumer.hpp"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "frontend/http_api.hpp"
+#include "frontend/jobs_api.hpp"
+#include "frontend/jobs_service.hpp"
+#include "shm/clock.hpp"
+#include "shm/status_page.hpp"
+
+namespace batchd::http {
+
+namespace {
+
+constexpr std::size_t kMaxRead = 64;                          // entries per read
+constexpr std::chrono::milliseconds kIdleBlock{100};          // a read's wait while nothing is held
+constexpr std::int64_t kStreamsRefreshNs = 1'000'000'000;     // the daemon's models looked at again
+constexpr std::int64_t kSubmitRetryNs = 2'000'000;            // after the daemon had no room
+constexpr std::int64_t kNs = 1'000'000;
+
+std::string consumer_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return fmt::format("{}:{}:{}", host, ::getpid(), new_job_id().substr(0, 8));
+}
+
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A failure that another try may not meet: the entry is given back (left pending, claimed after
+// the idle time, its delivery counted) rather than answered.
+bool transient(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kTimeout:
+    case ErrorCode::kOverloaded:
+    case ErrorCode::kDaemonUnavailable:
+    case ErrorCode::kBackendUnavailable:
+    case ErrorCode::kCancelled:
+    case ErrorCode::kProtocolError:
+    case ErrorCode::kTooManyClients: return true;
+    case ErrorCode::kTooLarge:
+    case ErrorCode::kInvalidUtf8:
+    case ErrorCode::kBackendError:
+    case ErrorCode::kPermissionDenied:
+    case ErrorCode::kUnknownModel: return false;
+  }
+  return true;
+}
+
+std::string failed_value(std::string_view id, const Response& error) {
+  return encode_job(JobState::kFailed, job_failed_body(id, error));
+}
+
+}  // namespace
+
+JobsConsumer::JobsConsumer(const JobsConsumerOptions& options, JobsCounters& counters)
+    : options_(options), counters_(counters),
+      redis_(options.redis, consumer_name(), options.ttl, options.dead_letters_kept) {
+  thread_ = std::thread([this] { run(); });
+}
+
+JobsConsumer::~JobsConsumer() { stop(std::chrono::milliseconds(0)); }
+
+void JobsConsumer::stop(std::chrono::milliseconds drain) {
+  if (!thread_.joinable()) return;
+  drain_until_ns_.store(shm::monotonic_ns() + drain.count() * kNs);
+  stopping_.store(true);
+  thread_.join();
+}
+
+std::vector<JobsConsumer::StreamDepth> JobsConsumer::depths() const {
+  std::lock_guard lock(depths_mu_);
+  return depths_;
+}
+
+std::size_t JobsConsumer::credit() const noexcept {
+  std::size_t waiting_inputs = 0;
+  for (const std::uint64_t serial : waiting_) waiting_inputs += held_.at(serial).job.inputs.size();
+  const std::size_t used = inputs_in_flight_ + waiting_inputs;
+  return used >= window_ ? 0 : window_ - used;
+}
+
+void JobsConsumer::attach() {
+  Error error;
+  ClientOptions client = options_.client;
+  client.connect_timeout = std::chrono::milliseconds(500);
+  client_ = Client::connect(client, &error);
+  if (!client_) return;
+  const std::size_t half = std::max<std::size_t>(client_->slot_count() / 2, 1);
+  window_ = std::min<std::size_t>(options_.max_inputs_in_flight, half);
+  spdlog::info("batchd-http: jobs consumer {}: attached to the daemon; up to {} inputs in flight", redis_.consumer(),
+               window_);
+}
+
+const JobsConsumer::StreamName* JobsConsumer::stream_named(const std::string& key) const {
+  for (const StreamName& s : streams_) {
+    if (s.key == key) return &s;
+  }
+  return nullptr;
+}
+
+void JobsConsumer::refresh_streams() {
+  std::vector<std::string> models;
+  for (const DaemonStatus::Model& m : client_->daemon_status().models) {
+    if (!m.name.empty() && m.state != "absent" && m.state != "unloaded") models.push_back(m.name);
+  }
+  if (models.empty()) models.emplace_back(shm::kDefaultModelName);  // a daemon before models
+  std::vector<StreamName> streams;
+  for (const Priority priority : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
+    for (const std::string& model : models) streams.push_back({jobs_stream_key(model, priority), model, priority});
+  }
+  const bool changed = streams.size() != streams_.size() ||
+                       !std::equal(streams.begin(), streams.end(), streams_.begin(),
+                                   [](const StreamName& a, const StreamName& b) { return a.key == b.key; });
+  if (!changed) return;
+  std::vector<std::string> keys;
+  for (const StreamName& s : streams) keys.push_back(s.key);
+  if (!redis_.ensure_groups(keys)) return;
+  streams_ = std::move(streams);
+  // A held entry of a model that went away has no stream now: it is given back when its turn comes.
+  for (auto& [serial, held] : held_) held.stream = stream_named(held.entry.stream);
+}
+
+void JobsConsumer::finish(const StreamEntry& entry, std::string job_id, bool has_record, std::string value,
+                          std::string dead_reason) {
+  EntryFinish f;
+  f.stream = entry.stream;
+  f.entry_id = entry.id;
+  f.job_id = std::move(job_id);
+  f.has_record = has_record;
+  f.value = std::move(value);
+  f.deliveries = entry.deliveries;
+  if (!dead_reason.empty()) {
+    spdlog::warn("batchd-http: jobs consumer: dead letter: entry {} of {}: {}", entry.id, entry.stream, dead_reason);
+    f.fields = entry.fields;
+    JobsCounters::add(counters_.dead_letters);
+  }
+  f.dead_reason = std::move(dead_reason);
+  finished_.push_back(std::move(f));
+}
+
+void JobsConsumer::take(std::vector<StreamEntry>&& entries) {
+  const std::int64_t now_ms = unix_ms();
+  for (StreamEntry& entry : entries) {
+    JobsCounters::add(counters_.consumed);
+    if (entry.deliveries > 1) JobsCounters::add(counters_.redelivered);
+    if (entry.fields.empty()) {  // deleted from the stream while pending: only the acknowledgement is owed
+      finish(entry, {}, false, {}, {});
+      continue;
+    }
+    const std::string id(job_id_of(entry.fields));
+    const StreamName* stream = stream_named(entry.stream);
+    auto parsed = parse_job_entry(entry.fields, options_.limits);
+    const JobEntry* good = std::get_if<JobEntry>(&parsed);
+    if (entry.deliveries > options_.max_deliveries) {
+      const std::string why = fmt::format("delivered {} times without an answer (the limit is {}): each node that "
+                                          "took it died, hung, or could not run it",
+                                          entry.deliveries, options_.max_deliveries);
+      finish(entry, id, good != nullptr && good->has_record,
+             id.empty() ? std::string() : failed_value(id, error_response(500, "max_deliveries", why)),
+             "max_deliveries: " + why);
+      continue;
+    }
+    if (const std::string* why = std::get_if<std::string>(&parsed)) {
+      // The record may or may not exist (a producer's own entry has none): written either way.
+      finish(entry, id, false,
+             id.empty() ? std::string() : failed_value(id, error_response(400, "malformed_entry", *why)),
+             "malformed: " + *why);
+      continue;
+    }
+    JobEntry& job = std::get<JobEntry>(parsed);
+    if (stream == nullptr) {  // read before its model went away: another try may find it back
+      continue;
+    }
+    if (job.deadline_ms != 0 && now_ms > job.deadline_ms) {
+      JobsCounters::add(counters_.deadline_expired);
+      const std::string why = fmt::format("not started by its deadline ({} ms ago)", now_ms - job.deadline_ms);
+      finish(entry, job.id, job.has_record,
+             encode_job(JobState::kExpired, job_error_body(job.id, "expired", error_response(504, "expired", why))), {});
+      continue;
+    }
+    const std::uint64_t serial = ++next_serial_;
+    Held held;
+    held.entry = std::move(entry);
+    held.job = std::move(job);
+    held.stream = stream;
+    held.results.resize(held.job.inputs.size());
+    held_.emplace(serial, std::move(held));
+    waiting_.push_back(serial);
+  }
+}
+
+void JobsConsumer::submit_waiting() {
+  if (shm::monotonic_ns() < retry_submit_ns_) return;
+  while (!waiting_.empty()) {
+    const std::uint64_t serial = waiting_.front();
+    Held& held = held_.at(serial);
+    if (held.stream == nullptr) {
+      waiting_.pop_front();
+      JobsCounters::add(counters_.released);
+      held_.erase(serial);
+      continue;
+    }
+    const std::size_t n = held.job.inputs.size();
+    std::vector<Client::AsyncSubmission> submissions(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      submissions[i].input = held.job.inputs[i];
+      submissions[i].priority = held.stream->priority;
+      submissions[i].model = held.stream->model;
+      submissions[i].done = [this, serial, i](Result&& result) { on_answer(serial, i, std::move(result)); };
+    }
+    const auto timeout = held.job.timeout.count() > 0 ? held.job.timeout : options_.default_timeout;
+    if (!client_->submit_all_async(submissions, timeout)) {
+      const Error& refusal = *submissions.front().refused;
+      if (transient(refusal.code)) {  // no room now: the window shrinks, and this waits its turn
+        window_ = std::max<std::size_t>(window_ / 2, 1);
+        retry_submit_ns_ = shm::monotonic_ns() + kSubmitRetryNs;
+        return;
+      }
+      waiting_.pop_front();
+      const std::string why = "the daemon refused it: " + refusal.message;
+      finish(held.entry, held.job.id, held.job.has_record, failed_value(held.job.id, response_for_error(refusal)),
+             std::string("input_refused: ") + error_code_name(refusal.code) + ": " + refusal.message);
+      held_.erase(serial);
+      continue;
+    }
+    waiting_.pop_front();
+    held.submitted = true;
+    held.remaining = n;
+    inputs_in_flight_ += n;
+  }
+}
+
+void JobsConsumer::on_answer(std::uint64_t serial, std::size_t index, Result&& result) {
+  const auto it = held_.find(serial);
+  if (it == held_.end()) return;
+  --inputs_in_flight_;
+  it->second.results[index].emplace(std::move(result));
+  if (--it->second.remaining == 0) conclude(serial);
+}
+
+void JobsConsumer::conclude(std::uint64_t serial) {
+  Held& held = held_.at(serial);
+  const JobEntry& job = held.job;
+  // A transient failure of any input gives the whole entry back for another delivery; a lasting
+  // one fails the job (and dead-letters its entry: an input that fails alone is poison).
+  for (std::size_t i = 0; i < held.results.size(); ++i) {
+    const Result& r = *held.results[i];
+    if (!r.ok() && transient(r.error().code)) {
+      if (r.error().code == ErrorCode::kOverloaded) window_ = std::max<std::size_t>(window_ / 2, 1);
+      JobsCounters::add(counters_.released);
+      spdlog::info("batchd-http: jobs consumer: entry {} of {} given back: {}", held.entry.id, held.entry.stream,
+                   r.error().message);
+      held_.erase(serial);
+      return;
+    }
+  }
+  std::vector<std::string> outputs;
+  for (std::size_t i = 0; i < held.results.size(); ++i) {
+    Result& r = *held.results[i];
+    const std::string where = job.many ? "input " + std::to_string(i) + ": " : std::string();
+    std::optional<Response> error;
+    std::string reason;
+    if (!r.ok()) {
+      error = response_for_error(Error{r.error().code, where + r.error().message});
+      reason = std::string("input_failed: ") + where + error_code_name(r.error().code) + ": " + r.error().message;
+    } else if (!simdjson::validate_utf8(r.output().data(), r.output().size())) {
+      error = error_response(500, "invalid_output", where + "the backend's output is not valid UTF-8");
+      reason = "invalid_output: " + where + "the backend's output is not valid UTF-8";
+    }
+    if (error) {
+      finish(held.entry, job.id, job.has_record, failed_value(job.id, *error), std::move(reason));
+      held_.erase(serial);
+      return;
+    }
+    outputs.push_back(std::move(r.output()));
+  }
+  if (window_ < std::min<std::size_t>(options_.max_inputs_in_flight, client_->slot_count() / 2)) ++window_;
+  finish(held.entry, job.id, job.has_record, encode_job(JobState::kDone, job_done_body(job.id, outputs, job.many)), {});
+  held_.erase(serial);
+}
+
+void JobsConsumer::flush_finished() {
+  if (finished_.empty()) return;
+  std::vector<FinishOutcome> outcomes;
+  if (!redis_.finish(finished_, outcomes)) return;  // kept, and tried again once Redis answers
+  std::vector<EntryFinish> again;  // refused by Redis (full, say): tried again next time
+  for (std::size_t i = 0; i < finished_.size(); ++i) {
+    EntryFinish& f = finished_[i];
+    if (outcomes[i] == FinishOutcome::kFailed) {
+      again.push_back(std::move(f));
+      continue;
+    }
+    if (outcomes[i] == FinishOutcome::kDuplicate) JobsCounters::add(counters_.duplicates);
+    if (outcomes[i] != FinishOutcome::kStored) continue;
+    const char state = f.value.empty() ? '\0' : f.value.front();
+    if (state == static_cast<char>(JobState::kDone)) JobsCounters::add(counters_.done);
+    if (state == static_cast<char>(JobState::kFailed)) JobsCounters::add(counters_.failed);
+  }
+  finished_ = std::move(again);
+}
+
+void JobsConsumer::touch_held() {
+  for (const StreamName& s : streams_) {
+    std::vector<std::string> ids;
+    for (const auto& [serial, held] : held_) {
+      if (held.entry.stream == s.key) ids.push_back(held.entry.id);
+    }
+    for (const EntryFinish& f : finished_) {
+      if (f.stream == s.key) ids.push_back(f.entry_id);
+    }
+    if (!redis_.touch(s.key, ids)) return;
+  }
+}
+
+void JobsConsumer::claim_idle() {
+  for (const StreamName& s : streams_) {
+    const std::size_t room = credit();
+    if (room == 0) return;
+    std::vector<StreamEntry> entries;
+    if (!redis_.claim_idle(s.key, options_.claim_idle, std::min(room, kMaxRead), entries)) return;
+    take(std::move(entries));
+  }
+}
+
+void JobsConsumer::read_new(bool idle) {
+  std::vector<StreamEntry> entries;
+  if (idle) {  // all streams in one blocking read: whichever has an entry first
+    std::vector<std::string> keys;
+    for (const StreamName& s : streams_) keys.push_back(s.key);
+    if (redis_.read(keys, std::min(credit(), kMaxRead), kIdleBlock, entries)) take(std::move(entries));
+    return;
+  }
+  // Higher classes first: a class is read only with the room the classes above it left.
+  for (const Priority priority : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
+    const std::size_t room = credit();
+    if (room == 0) return;
+    std::vector<std::string> keys;
+    for (const StreamName& s : streams_) {
+      if (s.priority == priority) keys.push_back(s.key);
+    }
+    entries.clear();
+    if (!redis_.read(keys, std::min(room, kMaxRead), std::chrono::milliseconds(0), entries)) return;
+    take(std::move(entries));
+  }
+}
+
+void JobsConsumer::sample_depths() {
+  std::vector<StreamDepth> depths;
+  for (const StreamName& s : streams_) {
+    StreamDepth d{s.model, std::string(priority_name(s.priority)), {}};
+    if (!redis_.depth(s.key, d.depth)) return;
+    depths.push_back(std::move(d));
+  }
+  std::lock_guard lock(depths_mu_);
+  depths_ = std::move(depths);
+}
+
+void JobsConsumer::run() {
+  std::int64_t next_streams_ns = 0, next_touch_ns = 0, next_claim_ns = 0, next_depth_ns = 0;
+  const std::int64_t claim_idle_ns = options_.claim_idle.count() * kNs;
+  for (;;) {
+    const bool stopping = stopping_.load();
+    if (stopping) {
+      // What has not started is left pending, for another node to claim; what runs may finish.
+      for (const std::uint64_t serial : waiting_) held_.erase(serial);
+      waiting_.clear();
+      if (held_.empty() || shm::monotonic_ns() >= drain_until_ns_.load()) break;
+    }
+    if (!client_) {
+      if (stopping) break;
+      attach();
+      if (!client_) continue;  // connect waited its timeout
+    }
+    client_->poll();
+    if (!redis_.ready()) {
+      if (held_.empty()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      } else {
+        client_->poll_wait(std::chrono::milliseconds(20));
+      }
+      continue;
+    }
+    const std::int64_t now = shm::monotonic_ns();
+    if (now >= next_streams_ns) {
+      refresh_streams();
+      next_streams_ns = now + kStreamsRefreshNs;
+    }
+    flush_finished();
+    if (now >= next_touch_ns) {
+      touch_held();
+      next_touch_ns = now + claim_idle_ns / 3;
+    }
+    if (!stopping && now >= next_claim_ns) {
+      claim_idle();
+      next_claim_ns = now + std::max<std::int64_t>(claim_idle_ns / 4, 50 * kNs);
+    }
+    if (now >= next_depth_ns) {
+      sample_depths();
+      next_depth_ns = now + kStreamsRefreshNs;
+    }
+    const bool idle = held_.empty() && finished_.empty();
+    if (!stopping) read_new(idle);
+    submit_waiting();
+    if (!finished_.empty()) {
+      client_->poll_wait(std::chrono::milliseconds(20));  // Redis refused some: no spinning on it
+    } else if (!held_.empty()) {
+      client_->poll_wait(std::chrono::milliseconds(2));
+    }
+  }
+  client_.reset();
+  if (redis_.ready()) flush_finished();
+}
+
+}  // namespace batchd::http
