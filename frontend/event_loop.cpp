@@ -236,10 +236,8 @@ void EventLoop::begin_stopping() {
 }
 
 bool EventLoop::finished() const noexcept {
-  // Jobs still running have no connection to keep the loop going: they get until the drain
-  // deadline to finish and store their results.
-  return stopping_ && context_.listen_fd < 0 && live_connections_ == 0 &&
-         (running_jobs_.empty() || now_ns_ >= drain_deadline_ns_);
+  // Queued jobs are the jobs consumer's: it drains them after the loops (main.cpp).
+  return stopping_ && context_.listen_fd < 0 && live_connections_ == 0;
 }
 
 }  // namespace batchd::http

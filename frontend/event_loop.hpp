@@ -63,7 +63,6 @@ class EventLoop final : private ApiContext {
   class Dispatcher;
   struct Answer;
   struct Caller;
-  struct RunningJob;
 
   // ring plumbing (event_loop.cpp)
   io_uring_sqe* sqe();
@@ -113,17 +112,10 @@ class EventLoop final : private ApiContext {
   void control_model(const Caller& caller, V2ModelControl&& control);
   // asynchronous jobs (loop_jobs.cpp)
   void on_jobs_request(Conn& conn, std::uint64_t seq, Request&& request, Priority granted);
+  // Stores the job's record and queue entry; the jobs consumer runs it.
   void submit_job(const Caller& caller, JobSubmit&& job);
-  // With a store that queues (Redis): the job goes into its model's stream; any node runs it.
-  void enqueue_job(const Caller& caller, JobSubmit&& job);
-  void on_job_stored(const Caller& caller, const std::string& id, const JobSubmit& job, StoreReply&& reply);
-  void on_job_answer(std::uint64_t serial, std::size_t index, Result&& result);
-  void finish_job(RunningJob& job);
   void poll_job(const Caller& caller, const std::string& id);
   void delete_job(const Caller& caller, const std::string& id);
-  // A deleted pending job's requests are withdrawn by the loop that submitted them.
-  void withdraw_job(const std::string& id);
-  void cancel_job(const std::string& id);
   void take_jobs_mail();
   void answer_caller(const Caller& caller, const Response& response);
   Response store_failure(const StoreReply& reply, const std::string& id);
@@ -179,11 +171,6 @@ class EventLoop final : private ApiContext {
 
   JobsService& jobs_;
   std::unique_ptr<JobsApi> jobs_api_;
-  // Jobs this loop submitted whose inputs are not all answered, by a loop-local serial (which
-  // the daemon callbacks carry: cheaper than the id), and the serial of each job id.
-  std::unordered_map<std::uint64_t, std::unique_ptr<RunningJob>> running_jobs_;
-  std::unordered_map<std::string, std::uint64_t> running_job_serials_;
-  std::uint64_t next_job_serial_ = 0;
 };
 
 }  // namespace batchd::http

@@ -23,11 +23,15 @@ constexpr std::int64_t kStreamsRefreshNs = 1'000'000'000;     // the daemon's mo
 constexpr std::int64_t kSubmitRetryNs = 2'000'000;            // after the daemon had no room
 constexpr std::int64_t kNs = 1'000'000;
 
-std::string consumer_name() {
+}  // namespace
+
+std::string jobs_consumer_name() {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   return fmt::format("{}:{}:{}", host, ::getpid(), new_job_id().substr(0, 8));
 }
+
+namespace {
 
 std::int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -60,9 +64,8 @@ std::string failed_value(std::string_view id, const Response& error) {
 
 }  // namespace
 
-JobsConsumer::JobsConsumer(const JobsConsumerOptions& options, JobsCounters& counters)
-    : options_(options), counters_(counters),
-      redis_(options.redis, consumer_name(), options.ttl, options.dead_letters_kept) {
+JobsConsumer::JobsConsumer(const JobsConsumerOptions& options, JobsQueue& queue, JobsCounters& counters)
+    : options_(options), counters_(counters), queue_(queue) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -75,7 +78,7 @@ void JobsConsumer::stop(std::chrono::milliseconds drain) {
   thread_.join();
 }
 
-std::vector<JobsConsumer::StreamDepth> JobsConsumer::depths() const {
+std::vector<JobsConsumer::ModelDepth> JobsConsumer::depths() const {
   std::lock_guard lock(depths_mu_);
   return depths_;
 }
@@ -95,7 +98,7 @@ void JobsConsumer::attach() {
   if (!client_) return;
   const std::size_t half = std::max<std::size_t>(client_->slot_count() / 2, 1);
   window_ = std::min<std::size_t>(options_.max_inputs_in_flight, half);
-  spdlog::info("batchd-http: jobs consumer {}: attached to the daemon; up to {} inputs in flight", redis_.consumer(),
+  spdlog::info("batchd-http: jobs consumer {}: attached to the daemon; up to {} inputs in flight", queue_.consumer(),
                window_);
 }
 
@@ -122,7 +125,7 @@ void JobsConsumer::refresh_streams() {
   if (!changed) return;
   std::vector<std::string> keys;
   for (const StreamName& s : streams) keys.push_back(s.key);
-  if (!redis_.ensure_groups(keys)) return;
+  if (!queue_.ensure_streams(keys)) return;
   streams_ = std::move(streams);
   // A held entry of a model that went away has no stream now: it is given back when its turn comes.
   for (auto& [serial, held] : held_) held.stream = stream_named(held.entry.stream);
@@ -290,7 +293,7 @@ void JobsConsumer::conclude(std::uint64_t serial) {
 void JobsConsumer::flush_finished() {
   if (finished_.empty()) return;
   std::vector<FinishOutcome> outcomes;
-  if (!redis_.finish(finished_, outcomes)) return;  // kept, and tried again once Redis answers
+  if (!queue_.finish(finished_, outcomes)) return;  // kept, and tried again once Redis answers
   std::vector<EntryFinish> again;  // refused by Redis (full, say): tried again next time
   for (std::size_t i = 0; i < finished_.size(); ++i) {
     EntryFinish& f = finished_[i];
@@ -316,7 +319,7 @@ void JobsConsumer::touch_held() {
     for (const EntryFinish& f : finished_) {
       if (f.stream == s.key) ids.push_back(f.entry_id);
     }
-    if (!redis_.touch(s.key, ids)) return;
+    if (!queue_.touch(s.key, ids)) return;
   }
 }
 
@@ -325,7 +328,7 @@ void JobsConsumer::claim_idle() {
     const std::size_t room = credit();
     if (room == 0) return;
     std::vector<StreamEntry> entries;
-    if (!redis_.claim_idle(s.key, options_.claim_idle, std::min(room, kMaxRead), entries)) return;
+    if (!queue_.claim_idle(s.key, options_.claim_idle, std::min(room, kMaxRead), entries)) return;
     take(std::move(entries));
   }
 }
@@ -335,7 +338,7 @@ void JobsConsumer::read_new(bool idle) {
   if (idle) {  // all streams in one blocking read: whichever has an entry first
     std::vector<std::string> keys;
     for (const StreamName& s : streams_) keys.push_back(s.key);
-    if (redis_.read(keys, std::min(credit(), kMaxRead), kIdleBlock, entries)) take(std::move(entries));
+    if (queue_.read(keys, std::min(credit(), kMaxRead), kIdleBlock, entries)) take(std::move(entries));
     return;
   }
   // Higher classes first: a class is read only with the room the classes above it left.
@@ -347,16 +350,16 @@ void JobsConsumer::read_new(bool idle) {
       if (s.priority == priority) keys.push_back(s.key);
     }
     entries.clear();
-    if (!redis_.read(keys, std::min(room, kMaxRead), std::chrono::milliseconds(0), entries)) return;
+    if (!queue_.read(keys, std::min(room, kMaxRead), std::chrono::milliseconds(0), entries)) return;
     take(std::move(entries));
   }
 }
 
 void JobsConsumer::sample_depths() {
-  std::vector<StreamDepth> depths;
+  std::vector<ModelDepth> depths;
   for (const StreamName& s : streams_) {
-    StreamDepth d{s.model, std::string(priority_name(s.priority)), {}};
-    if (!redis_.depth(s.key, d.depth)) return;
+    ModelDepth d{s.model, std::string(priority_name(s.priority)), {}};
+    if (!queue_.depth(s.key, d.depth)) return;
     depths.push_back(std::move(d));
   }
   std::lock_guard lock(depths_mu_);
@@ -380,7 +383,7 @@ void JobsConsumer::run() {
       if (!client_) continue;  // connect waited its timeout
     }
     client_->poll();
-    if (!redis_.ready()) {
+    if (!queue_.ready()) {
       if (held_.empty()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       } else {
@@ -416,7 +419,7 @@ void JobsConsumer::run() {
     }
   }
   client_.reset();
-  if (redis_.ready()) flush_finished();
+  if (queue_.ready()) flush_finished();
 }
 
 }  // namespace batchd::http

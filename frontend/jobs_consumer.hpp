@@ -1,5 +1,5 @@
-// A node's share of the jobs queue (docs/JOBS.md): one thread, a member of the consumer group of
-// every model's streams, that takes entries only while its daemon has room for their inputs (a
+// A node's share of the jobs queue (docs/JOBS.md): one thread, a consumer of every model's streams
+// (with Redis, a member of each stream's consumer group, beside the other nodes'), that takes entries only while its daemon has room for their inputs (a
 // window of inputs in flight, at most half the client's slots, halved when the daemon sheds), so
 // a burst waits in Redis and idle nodes take it. Each job's inputs run as ordinary requests of its
 // model and class; its answer is stored and its entry acknowledged together. Entries that another
@@ -22,27 +22,28 @@
 
 #include "client_lib/client.hpp"
 #include "frontend/jobs_entry.hpp"
-#include "frontend/jobs_streams_redis.hpp"
+#include "frontend/jobs_queue.hpp"
 
 namespace batchd::http {
 
 struct JobsCounters;
 
 struct JobsConsumerOptions {
-  RedisAddress redis;
   ClientOptions client;
-  std::chrono::seconds ttl{600};  // a finished job's record
   JobEntryLimits limits;
   std::chrono::milliseconds default_timeout{5000};  // an input's run, where the entry names none
   std::chrono::milliseconds claim_idle{5000};       // an entry idle this long on its consumer is claimed
   std::uint32_t max_deliveries = 3;
   std::uint32_t max_inputs_in_flight = 1024;
-  std::uint64_t dead_letters_kept = 100000;
 };
+
+// A name no other consumer of a Redis group has: host, process id and 32 random bits.
+std::string jobs_consumer_name();
 
 class JobsConsumer {
  public:
-  JobsConsumer(const JobsConsumerOptions& options, JobsCounters& counters);
+  // `queue` outlives the consumer.
+  JobsConsumer(const JobsConsumerOptions& options, JobsQueue& queue, JobsCounters& counters);
   // Stops taking entries and waits up to `drain` for those it holds; what is left stays pending
   // in Redis, where another node claims it.
   ~JobsConsumer();
@@ -51,11 +52,11 @@ class JobsConsumer {
   void stop(std::chrono::milliseconds drain);
 
   // Each stream's depth, as last sampled (about once a second), for /metrics. Any thread.
-  struct StreamDepth {
+  struct ModelDepth {
     std::string model, priority;
-    RedisJobsStreams::Depth depth;
+    StreamDepth depth;
   };
-  [[nodiscard]] std::vector<StreamDepth> depths() const;
+  [[nodiscard]] std::vector<ModelDepth> depths() const;
 
  private:
   struct StreamName {
@@ -90,7 +91,7 @@ class JobsConsumer {
 
   const JobsConsumerOptions options_;
   JobsCounters& counters_;
-  RedisJobsStreams redis_;
+  JobsQueue& queue_;
   std::unique_ptr<Client> client_;
 
   std::vector<StreamName> streams_;  // every model's, high first
@@ -103,7 +104,7 @@ class JobsConsumer {
   std::int64_t retry_submit_ns_ = 0;
 
   mutable std::mutex depths_mu_;
-  std::vector<StreamDepth> depths_;  // guarded by depths_mu_
+  std::vector<ModelDepth> depths_;  // guarded by depths_mu_
 
   std::atomic<bool> stopping_{false};
   std::atomic<std::int64_t> drain_until_ns_{0};

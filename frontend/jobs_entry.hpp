@@ -13,16 +13,14 @@
 #include <vector>
 
 #include "client_lib/client.hpp"
+#include "redis/jobs_keys.hpp"
 
 namespace batchd::http {
 
-// One stream per model and class; every node's consumer is a member of kJobsGroup on each.
-inline constexpr std::string_view kJobsStreamPrefix = "batchd:jobs:";
-inline constexpr std::string_view kJobsGroup = "batchd";
-// Where entries that cannot be answered go, with the reason (one stream for every model).
-inline constexpr std::string_view kJobsDeadStream = "batchd:jobs:dead";
-// A job's record (its state and result), polled by id.
-inline constexpr std::string_view kJobRecordPrefix = "batchd:job:";
+using redis::kJobRecordPrefix;
+using redis::kJobsDeadStream;
+using redis::kJobsGroup;
+using redis::kJobsStreamPrefix;
 
 std::string jobs_stream_key(std::string_view model, Priority priority);
 std::string job_record_key(std::string_view id);

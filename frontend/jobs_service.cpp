@@ -7,9 +7,16 @@
 #include <iterator>
 
 #include "frontend/jobs_consumer.hpp"
+#include "frontend/jobs_streams_redis.hpp"
 #include "frontend/metrics.hpp"
 
 namespace batchd::http {
+
+namespace {
+
+constexpr std::uint64_t kDeadLettersKept = 100000;  // in Redis's dead-letter stream (MAXLEN ~)
+
+}  // namespace
 
 JobsInboxes::JobsInboxes(std::span<const int> wake_fds)
     : wake_fds_(wake_fds.begin(), wake_fds.end()), boxes_(std::make_unique<Box[]>(wake_fds.size())) {}
@@ -19,24 +26,9 @@ void JobsInboxes::post(unsigned worker, std::function<void()> task) {
   bool was_empty = false;
   {
     std::lock_guard lock(box.mu);
-    was_empty = box.mail.tasks.empty() && box.mail.cancels.empty();
-    box.mail.tasks.push_back(std::move(task));
+    was_empty = box.mail.empty();
+    box.mail.push_back(std::move(task));
   }
-  wake_if_first(worker, was_empty);
-}
-
-void JobsInboxes::post_cancel(unsigned worker, std::string id) {
-  Box& box = boxes_[worker];
-  bool was_empty = false;
-  {
-    std::lock_guard lock(box.mu);
-    was_empty = box.mail.tasks.empty() && box.mail.cancels.empty();
-    box.mail.cancels.push_back(std::move(id));
-  }
-  wake_if_first(worker, was_empty);
-}
-
-void JobsInboxes::wake_if_first(unsigned worker, bool was_empty) {
   // A box that held mail already has a wake-up on its way: the loop takes everything at once.
   if (!was_empty) return;
   const std::uint64_t one = 1;
@@ -53,58 +45,30 @@ JobsInboxes::Mail JobsInboxes::take(unsigned worker) {
 
 JobsService::JobsService(const JobsOptions& options, std::span<const int> wake_fds)
     : options_(options), inboxes_(wake_fds) {
+  JobsConsumerOptions consumer;
+  consumer.client.socket_path = options_.socket_path;
+  consumer.limits.max_inputs = options_.max_inputs;
+  consumer.limits.max_timeout = options_.max_timeout;
+  consumer.default_timeout = options_.default_timeout;
+  consumer.claim_idle = options_.claim_idle;
+  consumer.max_deliveries = options_.max_deliveries;
+  consumer.max_inputs_in_flight = options_.inputs_in_flight;
   if (uses_redis()) {
-    const RedisAddress address = parse_redis_url(options_.redis_url);
+    const redis::RedisAddress address = redis::parse_redis_url(options_.redis_url);
     store_ = make_redis_jobs_store(address, inboxes_, counters_);
-    JobsConsumerOptions consumer;
-    consumer.redis = address;
-    consumer.client.socket_path = options_.socket_path;
-    consumer.ttl = options_.ttl;
-    consumer.limits.max_inputs = options_.max_inputs;
-    consumer.limits.max_timeout = options_.max_timeout;
-    consumer.default_timeout = options_.default_timeout;
-    consumer.claim_idle = options_.claim_idle;
-    consumer.max_deliveries = options_.max_deliveries;
-    consumer.max_inputs_in_flight = options_.inputs_in_flight;
-    consumer_ = std::make_unique<JobsConsumer>(consumer, counters_);
+    redis_queue_ = std::make_unique<RedisJobsStreams>(address, jobs_consumer_name(), options_.ttl, kDeadLettersKept);
+    queue_ = redis_queue_.get();
   } else {
-    store_ = make_memory_jobs_store(options_.limits, counters_);
+    EmbeddedJobs embedded = make_memory_jobs_store(options_.limits, options_.ttl, counters_);
+    store_ = std::move(embedded.store);
+    queue_ = embedded.queue;
   }
+  consumer_ = std::make_unique<JobsConsumer>(consumer, *queue_, counters_);
 }
 
 JobsService::~JobsService() = default;
 
-void JobsService::stop_consumer(std::chrono::milliseconds drain) {
-  if (consumer_) consumer_->stop(drain);
-}
-
-void JobsService::register_running(const std::string& id, unsigned worker) {
-  std::lock_guard lock(running_mu_);
-  running_[id] = worker;
-}
-
-void JobsService::unregister_running(const std::string& id) {
-  std::lock_guard lock(running_mu_);
-  running_.erase(id);
-}
-
-std::optional<unsigned> JobsService::runner_of(const std::string& id) const {
-  std::lock_guard lock(running_mu_);
-  const auto it = running_.find(id);
-  if (it == running_.end()) return std::nullopt;
-  return it->second;
-}
-
-bool JobsService::try_start_running() noexcept {
-  const auto max = static_cast<std::int64_t>(options_.limits.max_jobs);
-  std::int64_t running = counters_.running.load(std::memory_order_relaxed);
-  do {
-    if (running >= max) return false;
-  } while (!counters_.running.compare_exchange_weak(running, running + 1, std::memory_order_relaxed));
-  return true;
-}
-
-void JobsService::release_running() noexcept { counters_.running.fetch_sub(1, std::memory_order_relaxed); }
+void JobsService::stop_consumer(std::chrono::milliseconds drain) { consumer_->stop(drain); }
 
 void JobsService::render_metrics(std::string& out) const {
   const auto counter = [&](std::string_view name, std::string_view help, const std::atomic<std::uint64_t>& value) {
@@ -120,7 +84,7 @@ void JobsService::render_metrics(std::string& out) const {
           counters_.store_full);
   counter("batchd_http_jobs_store_errors_total", "Jobs store calls that failed (store unreachable).",
           counters_.store_errors);
-  if (consumer_) {
+  {
     counter("batchd_http_jobs_consumed_total", "Queue entries this node's consumer took.", counters_.consumed);
     counter("batchd_http_jobs_redelivered_total", "Entries taken again after another delivery left them.",
             counters_.redelivered);
@@ -134,20 +98,18 @@ void JobsService::render_metrics(std::string& out) const {
     const auto depths = consumer_->depths();
     const auto gauge = [&](std::string_view name, std::string_view help, auto value_of) {
       metric_family(out, name, "gauge", help);
-      for (const JobsConsumer::StreamDepth& d : depths) {
+      for (const JobsConsumer::ModelDepth& d : depths) {
         fmt::format_to(std::back_inserter(out), "{}{{model=\"{}\",priority=\"{}\"}} {}\n", name, d.model, d.priority,
                        value_of(d.depth));
       }
     };
     gauge("batchd_http_jobs_queue_entries", "Unanswered entries in the queue (waiting or pending on a node).",
-          [](const RedisJobsStreams::Depth& d) { return d.entries; });
+          [](const StreamDepth& d) { return d.entries; });
     gauge("batchd_http_jobs_queue_pending", "Entries delivered to a node and not yet answered.",
-          [](const RedisJobsStreams::Depth& d) { return d.pending; });
+          [](const StreamDepth& d) { return d.pending; });
     gauge("batchd_http_jobs_queue_oldest_seconds", "Age of the oldest unanswered entry.",
-          [](const RedisJobsStreams::Depth& d) { return static_cast<double>(d.oldest_age_ms) / 1000.0; });
+          [](const StreamDepth& d) { return static_cast<double>(d.oldest_age_ms) / 1000.0; });
   }
-  metric_family(out, "batchd_http_jobs_running", "gauge", "Jobs accepted by this process whose inputs are not all answered.");
-  fmt::format_to(std::back_inserter(out), "batchd_http_jobs_running {}\n", counters_.running.load(std::memory_order_relaxed));
   const std::int64_t stored = store_->size();
   if (stored >= 0) {
     metric_family(out, "batchd_http_jobs_stored", "gauge", "Jobs the embedded store holds (pending and finished).");

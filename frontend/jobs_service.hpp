@@ -1,6 +1,7 @@
-// What batchd-http's event loops share for asynchronous jobs: the store, each loop's inbox (replies
-// from the Redis thread, and cancels for jobs another loop runs), which loop runs which job, and
-// the jobs counters for /metrics. Made once before the loops start; outlives them.
+// What batchd-http's event loops share for asynchronous jobs: the store (and queue), each loop's
+// inbox (replies from the Redis thread), the jobs consumer that runs the queued jobs on this
+// node's daemon, and the jobs counters for /metrics. Made once before the loops start; outlives
+// them.
 #pragma once
 
 #include <atomic>
@@ -20,7 +21,8 @@
 
 namespace batchd::http {
 class JobsConsumer;
-}
+class JobsQueue;
+}  // namespace batchd::http
 
 namespace batchd::http {
 
@@ -30,11 +32,10 @@ struct JobsCounters {
   std::atomic<std::uint64_t> done{0};          // every input answered; result stored
   std::atomic<std::uint64_t> failed{0};        // an input failed; the error stored
   std::atomic<std::uint64_t> cancelled{0};     // deleted while pending
-  std::atomic<std::uint64_t> expired{0};       // dropped at their TTL (embedded store only)
+  std::atomic<std::uint64_t> expired{0};       // records dropped at their TTL (embedded store only)
   std::atomic<std::uint64_t> store_full{0};    // submissions refused: the bound was reached
   std::atomic<std::uint64_t> store_errors{0};  // store calls that failed (Redis unreachable, ...)
-  std::atomic<std::int64_t> running{0};        // accepted here, not yet answered by the daemon
-  // The queue's consumer (Redis): entries taken (redelivered: taken again after another consumer
+  // The queue's consumer on this node: entries taken (redelivered: taken again after another consumer
   // left them), given back after a transient failure, dead-lettered, ended expired at their
   // deadline, and answers found already stored by another delivery.
   std::atomic<std::uint64_t> consumed{0};
@@ -50,16 +51,12 @@ struct JobsCounters {
 // One mailbox per event loop, emptied by that loop when its wake eventfd fires.
 class JobsInboxes {
  public:
-  struct Mail {
-    std::vector<std::function<void()>> tasks;  // store replies to run
-    std::vector<std::string> cancels;          // ids of jobs this loop runs that were deleted
-  };
+  using Mail = std::vector<std::function<void()>>;  // store replies to run
 
   // wake_fds[w] is worker w's eventfd (not owned; it outlives this).
   explicit JobsInboxes(std::span<const int> wake_fds);
   // Any thread. The loop is woken only when its box was empty, so a burst costs one write.
   void post(unsigned worker, std::function<void()> task);
-  void post_cancel(unsigned worker, std::string id);
   // Worker w's thread: takes everything waiting.
   Mail take(unsigned worker);
 
@@ -79,8 +76,8 @@ struct JobsOptions {
   JobsStoreLimits limits;
   std::uint32_t max_inputs = 256;  // per job
   std::string redis_url;           // empty: the embedded store
-  // The queue (with Redis, docs/JOBS.md): unanswered entries a model's stream of one class holds
-  // at most; a job's deadline to start, by default and at most; the consumer's settings.
+  // The queue (docs/JOBS.md): unanswered entries a model's stream of one class holds at most; a
+  // job's deadline to start, by default and at most; the consumer's settings.
   std::uint64_t queue_max = 1'000'000;
   std::chrono::seconds default_deadline{3600};
   std::chrono::seconds max_deadline{86400};
@@ -95,7 +92,7 @@ struct JobsOptions {
 class JobsService {
  public:
   // Throws std::invalid_argument for a bad Redis URL. Redis itself may be down: jobs calls then
-  // answer 503 until it is up.
+  // answer 503 until it is up. The consumer starts at once and attaches to the daemon by itself.
   JobsService(const JobsOptions& options, std::span<const int> wake_fds);
   ~JobsService();
   JobsService(const JobsService&) = delete;
@@ -106,17 +103,6 @@ class JobsService {
   [[nodiscard]] JobsInboxes& inboxes() noexcept { return inboxes_; }
   [[nodiscard]] JobsCounters& counters() noexcept { return counters_; }
   [[nodiscard]] bool uses_redis() const noexcept { return !options_.redis_url.empty(); }
-
-  // A running job's place, so that a DELETE on any loop reaches the loop holding its requests.
-  // Any thread.
-  void register_running(const std::string& id, unsigned worker);
-  void unregister_running(const std::string& id);
-  [[nodiscard]] std::optional<unsigned> runner_of(const std::string& id) const;
-
-  // Counts one more running job unless this node already runs max_jobs (its memory bound with
-  // Redis, where the store's bound is Redis's own maxmemory); release_running undoes it.
-  [[nodiscard]] bool try_start_running() noexcept;
-  void release_running() noexcept;
 
   // The jobs series in the Prometheus text format.
   void render_metrics(std::string& out) const;
@@ -129,10 +115,9 @@ class JobsService {
   JobsCounters counters_;
   JobsInboxes inboxes_;
   std::unique_ptr<JobsStore> store_;  // after inboxes_, so it (and Redis's thread) goes first
-  std::unique_ptr<JobsConsumer> consumer_;  // with Redis; after counters_, which it writes
-
-  mutable std::mutex running_mu_;
-  std::unordered_map<std::string, unsigned> running_;  // guarded by running_mu_: id -> worker
+  std::unique_ptr<JobsQueue> redis_queue_;  // the consumer's own connection to Redis
+  JobsQueue* queue_ = nullptr;              // redis_queue_, or the embedded store itself
+  std::unique_ptr<JobsConsumer> consumer_;  // last: stopped first; it uses all of the above
 };
 
 }  // namespace batchd::http

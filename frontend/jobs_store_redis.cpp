@@ -20,7 +20,7 @@
 
 #include "frontend/jobs_entry.hpp"
 #include "frontend/jobs_service.hpp"
-#include "frontend/redis_connect.hpp"
+#include "redis/redis_connect.hpp"
 #include "frontend/jobs_store.hpp"
 #include "shm/clock.hpp"
 
@@ -41,7 +41,7 @@ return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
 
 class RedisJobsStore final : public JobsStore {
  public:
-  RedisJobsStore(const RedisAddress& address, JobsInboxes& inboxes)
+  RedisJobsStore(const redis::RedisAddress& address, JobsInboxes& inboxes)
       : address_(address), inboxes_(inboxes), name_(address.host + ":" + std::to_string(address.port)) {
     thread_ = std::thread([this] { run(); });
   }
@@ -56,19 +56,11 @@ class RedisJobsStore final : public JobsStore {
     if (context_ != nullptr) redisFree(context_);
   }
 
-  void create(unsigned worker, std::string id, std::string value, std::chrono::seconds ttl,
-              StoreCallback done) override {
-    push({Kind::kCreate, worker, key(id), std::move(value), ttl.count(), std::move(done)});
-  }
-  void complete(unsigned worker, std::string id, std::string value, std::chrono::seconds ttl,
-                StoreCallback done) override {
-    push({Kind::kComplete, worker, key(id), std::move(value), ttl.count(), std::move(done)});
-  }
   void enqueue(unsigned worker, std::string id, std::string value, std::chrono::seconds ttl, std::string stream,
                std::vector<std::pair<std::string, std::string>> fields, std::uint64_t max_entries,
                StoreCallback done) override {
-    Command command{Kind::kEnqueue, worker, job_record_key(id), std::move(value), ttl.count(), std::move(done)};
-    command.args = {"EVAL", kEnqueueScript, "2", command.key, std::move(stream), command.value,
+    Command command{Kind::kEnqueue, worker, job_record_key(id), std::move(done), {}};
+    command.args = {"EVAL", kEnqueueScript, "2", command.key, std::move(stream), std::move(value),
                     std::to_string(ttl.count()), std::to_string(max_entries)};
     for (auto& [name, field] : fields) {
       command.args.push_back(std::move(name));
@@ -76,28 +68,23 @@ class RedisJobsStore final : public JobsStore {
     }
     push(std::move(command));
   }
-  [[nodiscard]] bool queues() const noexcept override { return true; }
   void get(unsigned worker, std::string id, StoreCallback done) override {
-    push({Kind::kGet, worker, key(id), {}, 0, std::move(done)});
+    push({Kind::kGet, worker, job_record_key(id), std::move(done), {}});
   }
   void remove(unsigned worker, std::string id, StoreCallback done) override {
-    push({Kind::kRemove, worker, key(id), {}, 0, std::move(done)});
+    push({Kind::kRemove, worker, job_record_key(id), std::move(done), {}});
   }
   [[nodiscard]] std::int64_t size() const override { return -1; }
 
  private:
-  enum class Kind : std::uint8_t { kCreate, kComplete, kGet, kRemove, kEnqueue };
+  enum class Kind : std::uint8_t { kEnqueue, kGet, kRemove };
   struct Command {
     Kind kind;
     unsigned worker;
     std::string key;
-    std::string value;
-    long long ttl_s;
     StoreCallback done;
     std::vector<std::string> args;  // kEnqueue: the whole command
   };
-
-  static std::string key(const std::string& id) { return job_record_key(id); }
 
   // Loop thread. A full queue means Redis is far behind: saying so at once beats waiting.
   void push(Command&& command) {
@@ -163,17 +150,9 @@ class RedisJobsStore final : public JobsStore {
 
   void append(const Command& c) {
     switch (c.kind) {
-      case Kind::kCreate:
-        redisAppendCommand(context_, "SET %b %b NX EX %lld", c.key.data(), c.key.size(), c.value.data(),
-                           c.value.size(), c.ttl_s);
-        return;
-      case Kind::kComplete:
-        redisAppendCommand(context_, "SET %b %b XX EX %lld", c.key.data(), c.key.size(), c.value.data(),
-                           c.value.size(), c.ttl_s);
-        return;
       case Kind::kGet: redisAppendCommand(context_, "GET %b", c.key.data(), c.key.size()); return;
       case Kind::kRemove: redisAppendCommand(context_, "GETDEL %b", c.key.data(), c.key.size()); return;
-      case Kind::kEnqueue: append_command(context_, c.args); return;
+      case Kind::kEnqueue: redis::append_command(context_, c.args); return;
     }
   }
 
@@ -188,15 +167,12 @@ class RedisJobsStore final : public JobsStore {
       if (reply.type == REDIS_REPLY_STRING) return {};
       if (reply.type == REDIS_REPLY_INTEGER && reply.integer == 0) return {StoreStatus::kExists, {}, {}};
       if (reply.type == REDIS_REPLY_INTEGER) {
-        return {StoreStatus::kFull, {}, "the jobs queue is full: this model's stream holds its maximum of unanswered jobs"};
+        return {StoreStatus::kQueueFull, {}, "the jobs queue is full: this model's stream holds its maximum of unanswered jobs"};
       }
       return unavailable("Redis gave an unexpected reply type " + std::to_string(reply.type));
     }
-    if (reply.type == REDIS_REPLY_NIL) {
-      return {kind == Kind::kCreate ? StoreStatus::kExists : StoreStatus::kNotFound, {}, {}};
-    }
-    if ((kind == Kind::kCreate || kind == Kind::kComplete) && reply.type == REDIS_REPLY_STATUS) return {};
-    if ((kind == Kind::kGet || kind == Kind::kRemove) && reply.type == REDIS_REPLY_STRING) {
+    if (reply.type == REDIS_REPLY_NIL) return {StoreStatus::kNotFound, {}, {}};
+    if (reply.type == REDIS_REPLY_STRING) {
       return {StoreStatus::kOk, std::string(reply.str, reply.len), {}};
     }
     return unavailable("Redis gave an unexpected reply type " + std::to_string(reply.type));
@@ -216,9 +192,9 @@ class RedisJobsStore final : public JobsStore {
     const std::int64_t now_ns = shm::monotonic_ns();
     if (now_ns < next_attempt_ns_) return false;
     std::string failure;
-    redisContext* c = connect_redis(address_, &failure);
+    redisContext* c = redis::connect_redis(address_, &failure);
     if (c == nullptr) {
-      backoff_ns_ = backoff_ns_ == 0 ? kRedisFirstBackoffNs : std::min(2 * backoff_ns_, kRedisMaxBackoffNs);
+      backoff_ns_ = backoff_ns_ == 0 ? redis::kRedisFirstBackoffNs : std::min(2 * backoff_ns_, redis::kRedisMaxBackoffNs);
       next_attempt_ns_ = shm::monotonic_ns() + backoff_ns_;
       if (last_error_ != failure) spdlog::warn("batchd-http: jobs store: cannot reach Redis at {}: {}", name_, failure);
       last_error_ = failure;
@@ -240,7 +216,7 @@ class RedisJobsStore final : public JobsStore {
     next_attempt_ns_ = 0;
   }
 
-  const RedisAddress address_;
+  const redis::RedisAddress address_;
   JobsInboxes& inboxes_;  // borrowed; the service outlives the store
   const std::string name_;  // host:port, for messages
 
@@ -256,51 +232,9 @@ class RedisJobsStore final : public JobsStore {
   std::thread thread_;  // last: it starts once everything above is built
 };
 
-int parse_port_or_db(std::string_view text, int max, std::string_view what, std::string_view url) {
-  int value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < 0 || value > max) {
-    throw std::invalid_argument("--jobs-redis " + std::string(url) + ": bad " + std::string(what));
-  }
-  return value;
-}
-
 }  // namespace
 
-RedisAddress parse_redis_url(std::string_view url) {
-  constexpr std::string_view kScheme = "redis://";
-  if (!url.starts_with(kScheme)) {
-    throw std::invalid_argument("--jobs-redis " + std::string(url) + ": expected redis://HOST[:PORT][/DB]");
-  }
-  std::string_view rest = url.substr(kScheme.size());
-  RedisAddress address;
-  if (const std::size_t slash = rest.find('/'); slash != std::string_view::npos) {
-    const std::string_view db = rest.substr(slash + 1);
-    if (!db.empty()) address.db = parse_port_or_db(db, 1 << 20, "database number", url);
-    rest = rest.substr(0, slash);
-  }
-  if (rest.find('@') != std::string_view::npos) {
-    throw std::invalid_argument("--jobs-redis " + std::string(url) + ": credentials in the URL are not supported");
-  }
-  // [v6 address]:port, host:port, or host alone.
-  std::string_view host = rest;
-  std::string_view port;
-  if (rest.starts_with('[')) {
-    const std::size_t close = rest.find(']');
-    if (close == std::string_view::npos) throw std::invalid_argument("--jobs-redis " + std::string(url) + ": bad host");
-    host = rest.substr(1, close - 1);
-    if (close + 1 < rest.size() && rest[close + 1] == ':') port = rest.substr(close + 2);
-  } else if (const std::size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
-    host = rest.substr(0, colon);
-    port = rest.substr(colon + 1);
-  }
-  if (host.empty()) throw std::invalid_argument("--jobs-redis " + std::string(url) + ": no host");
-  address.host = std::string(host);
-  if (!port.empty()) address.port = parse_port_or_db(port, 65535, "port", url);
-  return address;
-}
-
-std::unique_ptr<JobsStore> make_redis_jobs_store(const RedisAddress& address, JobsInboxes& inboxes,
+std::unique_ptr<JobsStore> make_redis_jobs_store(const redis::RedisAddress& address, JobsInboxes& inboxes,
                                                  JobsCounters&) {
   return std::make_unique<RedisJobsStore>(address, inboxes);
 }

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "frontend/redis_connect.hpp"
+#include "redis/redis_connect.hpp"
 #include "shm/clock.hpp"
 
 namespace batchd::http {
@@ -80,7 +80,7 @@ std::int64_t entry_ms(std::string_view id) {
 
 }  // namespace
 
-RedisJobsStreams::RedisJobsStreams(const RedisAddress& address, std::string consumer, std::chrono::seconds ttl,
+RedisJobsStreams::RedisJobsStreams(const redis::RedisAddress& address, std::string consumer, std::chrono::seconds ttl,
                                    std::uint64_t dead_letters_kept)
     : address_(address), consumer_(std::move(consumer)), name_(address.host + ":" + std::to_string(address.port)),
       ttl_(ttl), dead_letters_kept_(dead_letters_kept) {}
@@ -93,9 +93,9 @@ bool RedisJobsStreams::ready() {
   if (context_ != nullptr) return true;
   if (shm::monotonic_ns() < next_attempt_ns_) return false;
   std::string failure;
-  context_ = connect_redis(address_, &failure);
+  context_ = redis::connect_redis(address_, &failure);
   if (context_ == nullptr) {
-    backoff_ns_ = backoff_ns_ == 0 ? kRedisFirstBackoffNs : std::min(2 * backoff_ns_, kRedisMaxBackoffNs);
+    backoff_ns_ = backoff_ns_ == 0 ? redis::kRedisFirstBackoffNs : std::min(2 * backoff_ns_, redis::kRedisMaxBackoffNs);
     next_attempt_ns_ = shm::monotonic_ns() + backoff_ns_;
     if (last_error_ != failure) spdlog::warn("batchd-http: jobs consumer: cannot reach Redis at {}: {}", name_, failure);
     last_error_ = failure;
@@ -117,7 +117,7 @@ void RedisJobsStreams::drop(const std::string& why) {
 
 redisReply* RedisJobsStreams::command(std::span<const std::string> args) {
   if (context_ == nullptr) return nullptr;
-  append_command(context_, args);
+  redis::append_command(context_, args);
   void* reply = nullptr;
   if (redisGetReply(context_, &reply) != REDIS_OK) {
     drop(context_->errstr);
@@ -126,7 +126,7 @@ redisReply* RedisJobsStreams::command(std::span<const std::string> args) {
   return static_cast<redisReply*>(reply);
 }
 
-bool RedisJobsStreams::ensure_groups(std::span<const std::string> streams) {
+bool RedisJobsStreams::ensure_streams(std::span<const std::string> streams) {
   for (const std::string& stream : streams) {
     const std::string args[] = {"XGROUP", "CREATE", stream, std::string(kJobsGroup), "0", "MKSTREAM"};
     Reply reply(command(args));
@@ -157,7 +157,7 @@ bool RedisJobsStreams::read(std::span<const std::string> streams, std::size_t co
   if (reply->type == REDIS_REPLY_ERROR) {
     const std::string error = text_of(reply.get());
     // A stream or group gone (deleted, or a Redis that lost its data): made again, read next time.
-    if (error.starts_with("NOGROUP")) return ensure_groups(streams);
+    if (error.starts_with("NOGROUP")) return ensure_streams(streams);
     drop("XREADGROUP: " + error);
     return false;
   }
@@ -238,7 +238,7 @@ bool RedisJobsStreams::finish(std::span<const EntryFinish> finishes, std::vector
         args.push_back(value);
       }
     }
-    append_command(context_, args);
+    redis::append_command(context_, args);
   }
   for (std::size_t i = 0; i < finishes.size(); ++i) {
     void* raw = nullptr;
@@ -267,7 +267,7 @@ bool RedisJobsStreams::finish(std::span<const EntryFinish> finishes, std::vector
   return true;
 }
 
-bool RedisJobsStreams::depth(const std::string& stream, Depth& out) {
+bool RedisJobsStreams::depth(const std::string& stream, StreamDepth& out) {
   out = {};
   const std::string len_args[] = {"XLEN", stream};
   Reply len(command(len_args));

@@ -81,15 +81,6 @@ struct EventLoop::Caller {
   std::int64_t started_ns;
 };
 
-// A job whose inputs are with the daemon.
-struct EventLoop::RunningJob {
-  std::string id;
-  bool many = false;                         // answered with "outputs"
-  std::vector<std::optional<Result>> results;  // by input
-  std::size_t remaining = 0;                 // results still to come
-  std::vector<std::uint64_t> request_ids;    // for Client::cancel, when the job is deleted
-};
-
 // Hands the requests a connection parses to the loop, with the connection they came on.
 class EventLoop::Dispatcher final : public HttpConnection::Handler {
  public:

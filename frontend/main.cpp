@@ -73,7 +73,7 @@ void add_flags(CLI::App& app, FrontendOptions& o, std::string& io_mode, std::str
   app.add_option("--jobs-ttl-s", o.jobs_ttl_s, "keep a finished job's result this long (seconds)")
       ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{30} * 86'400));
   app.add_option("--jobs-max", o.jobs_max,
-                 "jobs the embedded store holds at most (with --jobs-redis: jobs running on this node)")
+                 "job records the embedded store holds at most (pending and finished)")
       ->capture_default_str()->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 32));
   app.add_option("--jobs-max-bytes", o.jobs_max_bytes, "bytes of job records the embedded store holds at most")
       ->capture_default_str()->check(CLI::Range(std::uint64_t{1} << 10, std::uint64_t{1} << 40));
@@ -83,23 +83,23 @@ void add_flags(CLI::App& app, FrontendOptions& o, std::string& io_mode, std::str
                  "strings one Open Inference Protocol request may carry (the model's max_batch_size)")
       ->capture_default_str()->check(CLI::Range(1U, 65536U));
   app.add_option("--jobs-redis", o.jobs_redis,
-                 "keep jobs in Redis (redis://HOST[:PORT][/DB]) so any node can answer a poll");
+                 "queue jobs in Redis (redis://HOST[:PORT][/DB]), which every node consumes and any node answers polls from");
   app.add_option("--jobs-queue-max", o.jobs_queue_max,
-                 "with --jobs-redis: unanswered jobs a model's queue of one class holds; more are refused (503)")
+                 "unanswered jobs a model's queue of one class holds; more are refused (503)")
       ->capture_default_str()->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
   app.add_option("--jobs-deadline-s", o.jobs_deadline_s,
-                 "with --jobs-redis: a queued job not started within this long ends expired (unless it names its own)")
+                 "a queued job not started within this long ends expired (unless it names its own)")
       ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{30} * 86'400));
   app.add_option("--jobs-max-deadline-s", o.jobs_max_deadline_s, "the longest deadline a job may name (deadline_s)")
       ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{30} * 86'400));
   app.add_option("--jobs-claim-idle-ms", o.jobs_claim_idle_ms,
-                 "with --jobs-redis: a job left this long by the node that took it (dead or stuck) is taken over")
+                 "a job left this long by the node that took it (dead or stuck) is taken over")
       ->capture_default_str()->check(CLI::Range(std::int64_t{100}, std::int64_t{3'600'000}));
   app.add_option("--jobs-max-deliveries", o.jobs_max_deliveries,
-                 "with --jobs-redis: a job delivered more often than this is dead-lettered and fails")
+                 "a job delivered more often than this is dead-lettered and fails")
       ->capture_default_str()->check(CLI::Range(1U, 1000U));
   app.add_option("--jobs-inputs-in-flight", o.jobs_inputs_in_flight,
-                 "with --jobs-redis: the most queued jobs' inputs this node runs at once (also at most half its slots)")
+                 "the most queued jobs' inputs this node runs at once (also at most half its slots)")
       ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
 }

@@ -32,14 +32,14 @@ struct FrontendOptions {
   std::int64_t drain_timeout_ms = 0;      // SIGTERM: longest wait for answers; 0: max_timeout_ms + 1 s
   std::int64_t drain_delay_ms = 0;        // SIGTERM: /readyz fails this long before the listener closes
   std::int64_t jobs_ttl_s = 600;          // a finished job's result is kept this long
-  std::uint64_t jobs_max = 100000;        // jobs stored (embedded) or running on this node (Redis)
+  std::uint64_t jobs_max = 100000;        // job records the embedded store holds
   std::uint64_t jobs_max_bytes = std::uint64_t{256} << 20;  // the embedded store's bytes
   std::uint32_t jobs_max_inputs = 256;    // inputs in one job
   // Strings in one /v2 inference (the model's max_batch_size): a quarter of a daemon client's slots
   // by default, so one request never takes them all (a request is admitted whole or not at all).
   std::uint32_t max_infer_strings = 256;
   std::string jobs_redis;                 // redis://HOST[:PORT][/DB]; empty: the embedded store
-  // The jobs queue (with --jobs-redis; docs/JOBS.md).
+  // The jobs queue (docs/JOBS.md).
   std::uint64_t jobs_queue_max = 1'000'000;  // unanswered entries per model and class
   std::int64_t jobs_deadline_s = 3600;       // a job's deadline to start, when it names none
   std::int64_t jobs_max_deadline_s = 86400;  // the longest deadline a job may name

@@ -1,5 +1,6 @@
 // batchctl: what a running daemon says about itself (its status page), once, repeated or as a
-// live view (batchctl top), and its dead letters (batchctl dead-letters).
+// live view (batchctl top), and its dead letters (batchctl dead-letters); the jobs queue in Redis
+// (batchctl jobs).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 
 #include "client_lib/client.hpp"
 #include "text/json_escape.hpp"
+#include "tools/batchctl_jobs.hpp"
 #include "tools/top_screen.hpp"
 
 namespace {
@@ -306,8 +308,23 @@ int main(int argc, char** argv) {
     command->add_option("--timeout", control_timeout_s, "seconds to wait for the change to be done")
         ->capture_default_str();
   }
+  batchd::jobsctl::Options jobs_options;
+  CLI::App* jobs = app.add_subcommand(
+      "jobs", "the jobs queue in Redis: depth, pending per node, oldest age, redeliveries, dead letters");
+  jobs->fallthrough();
+  jobs->add_option("--redis", jobs_options.redis_url, "the queue's Redis, as batchd-http's --jobs-redis")->required();
+  jobs->add_option("--dead", jobs_options.dead, "list this many of the most recent dead letters")
+      ->expected(0, 1)->default_str("20");
+  jobs->add_option("--requeue", jobs_options.requeue,
+                   "put this dead letter (its id) back in its stream, its job pending again (no deadline)");
+  jobs->add_option("--drop", jobs_options.drop, "delete this dead letter (its id)");
   CLI11_PARSE(app, argc, argv);
 
+  if (jobs->parsed()) {
+    jobs_options.json = json;
+    if (jobs->count("--dead") > 0 && jobs_options.dead < 0) jobs_options.dead = 20;
+    return batchd::jobsctl::run(jobs_options);
+  }
   batchd::ClientOptions options;
   options.socket_path = socket_path;
   options.connect_timeout = std::chrono::milliseconds(1000);

@@ -7,12 +7,9 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-import os
 import re
-import signal
 import socket
 import struct
-import subprocess
 import time
 import urllib.request
 from typing import Callable, Iterator
@@ -36,41 +33,6 @@ ODD_STRINGS = ["héllo wörld", "日本語のテキスト", "emoji 🙂🚀", ""
 def _strings(count: int) -> list[str]:
     """`count` distinct strings of varied lengths, some of them not ASCII."""
     return [f"{i}:" + ODD_STRINGS[i % len(ODD_STRINGS)] + "é" * (i % 37) for i in range(count)]
-
-
-@pytest.fixture
-def start_http(socket_dir: str) -> Iterator[Callable[..., str]]:
-    """start_http(daemon_socket, *flags) starts batchd-http on a free port, waits for /readyz, and
-    returns "127.0.0.1:PORT"; each is stopped after the test and must exit cleanly."""
-    fronts: list[subprocess.Popen[bytes]] = []
-
-    def start(daemon_socket: str, *flags: str) -> str:
-        binary = os.environ.get("BATCHD_HTTP_BIN")
-        if not binary:
-            pytest.fail("BATCHD_HTTP_BIN is not set (run the tests through meson test)")
-        port_file = os.path.join(socket_dir, f"http{len(fronts)}.port")
-        process = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--port-file", port_file,
-                                    "--socket", daemon_socket, "--log-level", "warn", *flags])
-        fronts.append(process)
-        deadline = time.monotonic() + 20
-        while True:
-            assert process.poll() is None, f"batchd-http exited with {process.returncode} at start"
-            assert time.monotonic() < deadline, "batchd-http did not become ready within 20 s"
-            try:
-                with open(port_file) as f:
-                    port = int(f.read().strip())
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as ready:
-                    if ready.status == 200:
-                        return f"127.0.0.1:{port}"
-            except (OSError, ValueError):  # no port file yet, or a half-written one, or not ready
-                pass
-            time.sleep(0.02)
-
-    yield start
-    for process in fronts:
-        process.send_signal(signal.SIGTERM)
-    for process in fronts:
-        assert process.wait(timeout=30) == 0, f"batchd-http exited with {process.returncode} on SIGTERM"
 
 
 @pytest.fixture

@@ -267,3 +267,50 @@ TEST_CASE("a job names its model: answered by that model; an unknown or malforme
   check_error(stack.call(make_request("POST", "/v1/jobs", R"({"input":"abc","model":7})")), 400, "bad_request");
   check_error(stack.call(make_request("POST", "/v1/jobs", R"({"input":"abc","model":""})")), 400, "bad_request");
 }
+
+TEST_CASE("the embedded queue absorbs a burst of six times the daemon's slots; a deleted waiting job never runs") {
+  // A slow device (batches of 64 every 20 ms: 3,200 inputs/s), and a consumer that takes 64
+  // inputs at a time: 200 jobs of 32 inputs wait in batchd-http's memory, none refused.
+  Stack stack({"--jobs-inputs-in-flight", "64"},
+              {"--backend", "sim", "--sim-repeat", "1", "--sim-devices", "1", "--sim-fixed-us", "20000",
+               "--sim-per-item-us", "0", "--max-batch", "64", "--policy", "fixed", "--max-wait-ms", "1"});
+  constexpr std::size_t kJobs = 200, kInputs = 32, kDeleted = 20;
+  const auto inputs_of = [](std::size_t job) {
+    std::vector<std::string> inputs;
+    for (std::size_t k = 0; k < kInputs; ++k) inputs.push_back("burst " + std::to_string(job) + "." + std::to_string(k));
+    return inputs;
+  };
+  std::vector<std::string> ids;
+  {
+    HttpClient client(stack.frontend.port());
+    for (std::size_t j = 0; j < kJobs; ++j) {
+      auto r = client.round_trip(jobs_request(inputs_of(j)));
+      REQUIRE(r.has_value());
+      REQUIRE_MESSAGE(r->status == 202, r->body);
+      ids.push_back(parse_job(r->body).id);
+    }
+    // The last ones still wait (the burst takes the device 2 s): deleted, they never run.
+    for (std::size_t j = kJobs - kDeleted; j < kJobs; ++j) {
+      auto r = client.round_trip(make_request("DELETE", "/v1/jobs/" + ids[j]));
+      REQUIRE(r.has_value());
+      CHECK(parse_job(r->body).status == "cancelled");
+    }
+  }
+  HttpClient client(stack.frontend.port());
+  for (std::size_t j = 0; j < kJobs - kDeleted; ++j) {
+    const HttpResponse r = poll_until_finished(client, ids[j], grace(20000ms));
+    const JobView job = parse_job(r.body);
+    REQUIRE_MESSAGE(job.status == "done", r.body);
+    REQUIRE(job.outputs.size() == kInputs);
+    const std::vector<std::string> inputs = inputs_of(j);
+    for (std::size_t k = 0; k < kInputs; ++k) CHECK(job.outputs[k] == std::string(inputs[k].rbegin(), inputs[k].rend()));
+  }
+  for (std::size_t j = kJobs - kDeleted; j < kJobs; ++j) {
+    CHECK(client.round_trip(poll_request(ids[j]))->status == 404);
+  }
+  const std::string metrics = stack.call(make_request("GET", "/metrics")).body;
+  CHECK(metric(metrics, "batchd_http_jobs_submitted_total") == kJobs);
+  CHECK(metric(metrics, "batchd_http_jobs_done_total") == kJobs - kDeleted);
+  CHECK(metric(metrics, "batchd_http_jobs_consumed_total") == kJobs - kDeleted);
+  CHECK(metric(metrics, "batchd_http_jobs_store_full_total") == 0);
+}

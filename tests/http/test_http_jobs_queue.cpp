@@ -3,8 +3,10 @@
 // them, another node answers every one; Redis killed and restarted (append-only file, fsync at
 // every write) loses no accepted job; a poison input, an entry delivered too often and entries
 // that another service wrote badly are dead-lettered with their reason while every other job is
-// answered right.
+// answered right; batchctl jobs lists the dead letters, requeues one (its job then done) and drops
+// another.
 #include <signal.h>
+#include <stdio.h>
 
 #include <doctest/doctest.h>
 
@@ -12,6 +14,8 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+
+#include <simdjson.h>
 
 #include "backend/sim_reference.hpp"
 #include "tests/http/jobs_test_support.hpp"
@@ -73,6 +77,19 @@ bool right_answer(const JobView& view, std::size_t job) {
     if (view.outputs[k] != sim_expected_output(inputs[k], 1)) return false;
   }
   return true;
+}
+
+// batchctl's standard output and exit status.
+std::pair<std::string, int> batchctl(const std::vector<std::string>& args) {
+  std::string command = built_binary("BATCHD_CTL_BIN");
+  for (const std::string& a : args) command += " '" + a + "'";  // the tests' own arguments: no quotes in them
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
+  const int status = ::pclose(pipe);
+  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
 }
 
 std::uint64_t metric(std::uint16_t port, const std::string& name) {
@@ -328,6 +345,41 @@ TEST_CASE("dead letters: a poison input, an entry delivered too often, and malfo
   // Nothing is left unanswered in the stream.
   CHECK(eventually([&] { return cli.run({"XLEN", stream}).integer == 0; }, grace(5000ms)));
   CHECK(metric(node.frontend.port(), "batchd_http_jobs_dead_letters_total") == reasons.size());
+
+  // batchctl jobs: the overview counts them; the tired job's dead letter requeued runs it (its
+  // record pending again, then done); another dropped.
+  const auto [overview, overview_rc] = batchctl({"jobs", "--redis", redis.url(), "--json"});
+  CHECK(overview_rc == 0);
+  CHECK(overview.find("\"dead_letters\":" + std::to_string(reasons.size()) + "}") != std::string::npos);
+  CHECK(overview.find(R"("model":"batchstring","priority":"normal","entries":0)") != std::string::npos);
+  const auto [listed_json, listed_json_rc] = batchctl({"jobs", "--redis", redis.url(), "--dead", "50", "--json"});
+  CHECK(listed_json_rc == 0);
+  std::string tired_letter, other_letter;
+  simdjson::dom::parser parser;
+  simdjson::dom::array letters;
+  REQUIRE(parser.parse(listed_json).get_array().get(letters) == simdjson::SUCCESS);
+  CHECK(letters.size() == reasons.size());
+  for (const auto letter : letters) {
+    std::string_view id, reason;
+    REQUIRE(letter["dead_letter"].get_string().get(id) == simdjson::SUCCESS);
+    REQUIRE(letter["reason"].get_string().get(reason) == simdjson::SUCCESS);
+    (reason.starts_with("max_deliveries") ? tired_letter : other_letter) = std::string(id);
+  }
+  REQUIRE(!tired_letter.empty());
+  const auto [listed, listed_rc] = batchctl({"jobs", "--redis", redis.url(), "--dead", "50"});
+  CHECK(listed_rc == 0);
+  CHECK(listed.find(tired_letter) != std::string::npos);
+  CHECK(listed.find("max_deliveries: delivered 4 times") != std::string::npos);
+  CHECK(batchctl({"jobs", "--redis", redis.url(), "--requeue", tired_letter}).second == 0);
+  CHECK(eventually(
+      [&] {
+        const JobView view = parse_job(client.round_trip(poll_request(tired_id))->body);
+        return view.status == "done" && view.output == sim_expected_output("tired", 1);
+      },
+      grace(10000ms)));
+  CHECK(batchctl({"jobs", "--redis", redis.url(), "--drop", other_letter}).second == 0);
+  CHECK(batchctl({"jobs", "--redis", redis.url(), "--drop", other_letter}).second == 1);  // gone already
+  CHECK(cli.run({"XLEN", "batchd:jobs:dead"}).integer == static_cast<long long>(reasons.size()) - 2);
 }
 
 TEST_CASE("the queue's bound refuses with 503 and Retry-After, and drops nothing accepted; deadlines expire") {

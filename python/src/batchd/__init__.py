@@ -4,6 +4,7 @@
     client.submit("hello")                       # -> its answer, a str
     await client.submit_async("hello")           # the same, from asyncio
     batchd.Worker().serve(model)                 # serve a model: model(list[str]) -> list[str]
+    batchd.jobs.JobsClient(url).run("hello")     # an asynchronous job through batchd-http
 
 Every failure raises a subclass of batchd.Error (see _errors.py). Threads: any number of threads
 may call submit() and submit_many() on one Client at once (each waits without the GIL).
@@ -16,7 +17,7 @@ import asyncio
 import os
 from typing import Any, Iterable, Literal, Sequence, Union, overload
 
-from . import _batchd
+from . import _batchd, jobs
 from ._aio import AsyncDriver
 from ._worker import Worker
 from ._errors import (BY_CODE, BackendError, BackendUnavailable, Cancelled, DaemonUnavailable, Error,
@@ -26,7 +27,7 @@ from ._errors import (BY_CODE, BackendError, BackendUnavailable, Cancelled, Daem
 __all__ = [
     "Client", "Error", "Timeout", "Overloaded", "TooLarge", "InvalidUtf8", "DaemonUnavailable",
     "BackendError", "BackendUnavailable", "Cancelled", "ProtocolError", "PermissionDenied",
-    "TooManyClients", "UnknownModel", "Priority", "DEFAULT_TIMEOUT", "Worker",
+    "TooManyClients", "UnknownModel", "Priority", "DEFAULT_TIMEOUT", "Worker", "jobs",
 ]
 
 if [cls.code for cls in BY_CODE] != _batchd.error_code_names():

@@ -1,5 +1,6 @@
-// One way to open a hiredis connection for the jobs store and the jobs consumer: a connect and a
-// command timeout (so a stuck Redis costs the thread that waits a bounded time), and the database
+// How batchd reaches Redis (the jobs store and queue, docs/JOBS.md): an address from a
+// redis://HOST[:PORT][/DB] URL, and one way to open a hiredis connection to it, with a connect and
+// a command timeout (so a stuck Redis costs the thread that waits a bounded time) and the database
 // the URL names.
 #pragma once
 
@@ -8,10 +9,20 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
-#include "frontend/jobs_store.hpp"
 
-namespace batchd::http {
+namespace batchd::redis {
+
+// Where Redis is: redis://HOST[:PORT][/DB] (port 6379, database 0 by default).
+struct RedisAddress {
+  std::string host;
+  int port = 6379;
+  int db = 0;
+};
+// Throws std::invalid_argument with the reason for anything else (credentials included: not
+// supported in the URL).
+RedisAddress parse_redis_url(std::string_view url);
 
 inline constexpr timeval kRedisConnectTimeout{0, 500'000};
 inline constexpr timeval kRedisCommandTimeout{1, 0};
@@ -25,4 +36,4 @@ redisContext* connect_redis(const RedisAddress& address, std::string* failure);
 // Appends one command, each argument binary-safe, to the connection's pipeline.
 void append_command(redisContext* context, std::span<const std::string> args);
 
-}  // namespace batchd::http
+}  // namespace batchd::redis

@@ -1,0 +1,92 @@
+#include "redis/redis_connect.hpp"
+
+#include <charconv>
+#include <stdexcept>
+#include <vector>
+
+namespace batchd::redis {
+
+namespace {
+
+int parse_port_or_db(std::string_view text, int max, std::string_view what, std::string_view url) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 0 || value > max) {
+    throw std::invalid_argument("Redis URL " + std::string(url) + ": bad " + std::string(what));
+  }
+  return value;
+}
+
+std::string select_db(redisContext* c, int db) {
+  auto* reply = static_cast<redisReply*>(redisCommand(c, "SELECT %d", db));
+  if (reply == nullptr) return c->errstr;
+  std::string failure;
+  if (reply->type == REDIS_REPLY_ERROR) failure = "SELECT " + std::to_string(db) + ": " + reply->str;
+  freeReplyObject(reply);
+  return failure;
+}
+
+}  // namespace
+
+RedisAddress parse_redis_url(std::string_view url) {
+  constexpr std::string_view kScheme = "redis://";
+  if (!url.starts_with(kScheme)) {
+    throw std::invalid_argument("Redis URL " + std::string(url) + ": expected redis://HOST[:PORT][/DB]");
+  }
+  std::string_view rest = url.substr(kScheme.size());
+  RedisAddress address;
+  if (const std::size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
+    if (!db.empty()) address.db = parse_port_or_db(db, 1 << 20, "database number", url);
+    rest = rest.substr(0, slash);
+  }
+  if (rest.find('@') != std::string_view::npos) {
+    throw std::invalid_argument("Redis URL " + std::string(url) + ": credentials in the URL are not supported");
+  }
+  // [v6 address]:port, host:port, or host alone.
+  std::string_view host = rest;
+  std::string_view port;
+  if (rest.starts_with('[')) {
+    const std::size_t close = rest.find(']');
+    if (close == std::string_view::npos) throw std::invalid_argument("Redis URL " + std::string(url) + ": bad host");
+    host = rest.substr(1, close - 1);
+    if (close + 1 < rest.size() && rest[close + 1] == ':') port = rest.substr(close + 2);
+  } else if (const std::size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+  }
+  if (host.empty()) throw std::invalid_argument("Redis URL " + std::string(url) + ": no host");
+  address.host = std::string(host);
+  if (!port.empty()) address.port = parse_port_or_db(port, 65535, "port", url);
+  return address;
+}
+
+redisContext* connect_redis(const RedisAddress& address, std::string* failure) {
+  redisContext* c = redisConnectWithTimeout(address.host.c_str(), address.port, kRedisConnectTimeout);
+  if (c == nullptr) {
+    *failure = "out of memory";
+  } else if (c->err != 0) {
+    *failure = c->errstr;
+  } else if (redisSetTimeout(c, kRedisCommandTimeout) != REDIS_OK) {
+    *failure = c->errstr;
+  } else if (address.db != 0) {
+    *failure = select_db(c, address.db);
+  }
+  if (failure->empty()) return c;
+  if (c != nullptr) redisFree(c);
+  return nullptr;
+}
+
+void append_command(redisContext* context, std::span<const std::string> args) {
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lengths;
+  argv.reserve(args.size());
+  lengths.reserve(args.size());
+  for (const std::string& arg : args) {
+    argv.push_back(arg.data());
+    lengths.push_back(arg.size());
+  }
+  redisAppendCommandArgv(context, static_cast<int>(argv.size()), argv.data(), lengths.data());
+}
+
+}  // namespace batchd::redis
