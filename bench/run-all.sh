@@ -17,20 +17,22 @@
 #      bench/workers.py  worker processes: against the in-process backend, Python, the langid
 #      example, chaos, attach/kill cycles (13 minutes more),
 #      bench/hung_worker.py  a worker that hangs beside a good one, five runs (2 minutes more),
+#      bench/jobs_queue.py  the jobs queue on Redis: a burst of 10x one node drained by 1, 2, 3 nodes,
+#      and a job's latency at low load (5 minutes more),
 #      bench/oip.py  the Open Inference Protocol under Triton's perf_analyzer (from .venv, which
 #      scripts/setup_venv.sh makes), wrk on /v1 and /v2, and 10,000/s over gRPC (6 minutes more),
 #      bench/models.py  many models in one daemon: a flood on one model beside a light client of
 #      another (sim and cpu), and eight cpu models against one at the same total load,
 #   7. bench/report.py  docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
 # Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service hostile grants fairness
-#   workers hung oip models report
+#   workers hung jobs oip models report
 # Environment: SWEEP_QUICK=1 (a 3x3x3 sweep, for trying the pipeline), SWEEP_POINT_S, IPC_DURATION,
 # IPC_REPEATS, OPENLOOP_DURATION, OPENLOOP_RATES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-release
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service hostile grants fairness workers hung oip models report)
+[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service hostile grants fairness workers hung jobs oip models report)
 wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 started=$SECONDS
 
@@ -64,6 +66,7 @@ if wants grants; then echo "== grants: remote floods claiming high, a token-gran
 if wants fairness; then echo "== fairness: a slow worker, a granted flood, a second tenant"; /usr/bin/python3 bench/fairness.py; fi
 if wants workers; then echo "== worker processes"; /usr/bin/python3 bench/workers.py; fi
 if wants hung; then echo "== a worker that hangs beside a good one"; /usr/bin/python3 bench/hung_worker.py; fi
+if wants jobs; then echo "== the jobs queue"; /usr/bin/python3 bench/jobs_queue.py; fi
 if wants oip; then
   echo "== the Open Inference Protocol"
   scripts/setup_venv.sh

@@ -116,8 +116,14 @@ void JobsConsumer::refresh_streams() {
   }
   if (models.empty()) models.emplace_back(shm::kDefaultModelName);  // a daemon before models
   std::vector<StreamName> streams;
+  const auto& published = options_.results_models;
   for (const Priority priority : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
-    for (const std::string& model : models) streams.push_back({jobs_stream_key(model, priority), model, priority});
+    for (const std::string& model : models) {
+      const bool publish = std::find(published.begin(), published.end(), model) != published.end() ||
+                           std::find(published.begin(), published.end(), "*") != published.end();
+      streams.push_back({jobs_stream_key(model, priority), model, priority,
+                         publish ? std::string(redis::kJobsResultsPrefix) + model : std::string()});
+    }
   }
   const bool changed = streams.size() != streams_.size() ||
                        !std::equal(streams.begin(), streams.end(), streams_.begin(),
@@ -140,6 +146,7 @@ void JobsConsumer::finish(const StreamEntry& entry, std::string job_id, bool has
   f.has_record = has_record;
   f.value = std::move(value);
   f.deliveries = entry.deliveries;
+  if (const StreamName* stream = stream_named(entry.stream)) f.results_stream = stream->results;
   if (!dead_reason.empty()) {
     spdlog::warn("batchd-http: jobs consumer: dead letter: entry {} of {}: {}", entry.id, entry.stream, dead_reason);
     f.fields = entry.fields;

@@ -35,6 +35,8 @@ struct JobsConsumerOptions {
   std::chrono::milliseconds claim_idle{5000};       // an entry idle this long on its consumer is claimed
   std::uint32_t max_deliveries = 3;
   std::uint32_t max_inputs_in_flight = 1024;
+  // Models whose answers are also published on their results stream ("*": every model).
+  std::vector<std::string> results_models;
 };
 
 // A name no other consumer of a Redis group has: host, process id and 32 random bits.
@@ -62,6 +64,7 @@ class JobsConsumer {
   struct StreamName {
     std::string key, model;
     Priority priority;
+    std::string results;  // the model's results stream, or "" when it publishes none
   };
   struct Held {
     StreamEntry entry;

@@ -33,6 +33,7 @@ struct EntryFinish {
   std::string dead_reason;         // empty: not a dead letter
   std::vector<EntryField> fields;  // a dead letter's fields, kept with it
   std::uint64_t deliveries = 1;
+  std::string results_stream;  // where a stored answer is also published ("": nowhere; Redis only)
 };
 enum class FinishOutcome : std::uint8_t {
   kStored,     // the record now holds this answer

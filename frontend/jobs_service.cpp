@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <iterator>
+#include <stdexcept>
 
 #include "frontend/jobs_consumer.hpp"
 #include "frontend/jobs_streams_redis.hpp"
@@ -53,10 +54,15 @@ JobsService::JobsService(const JobsOptions& options, std::span<const int> wake_f
   consumer.claim_idle = options_.claim_idle;
   consumer.max_deliveries = options_.max_deliveries;
   consumer.max_inputs_in_flight = options_.inputs_in_flight;
+  consumer.results_models = options_.results_models;
+  if (!uses_redis() && !options_.results_models.empty()) {
+    throw std::invalid_argument("--jobs-results-stream needs --jobs-redis: results streams live in Redis");
+  }
   if (uses_redis()) {
     const redis::RedisAddress address = redis::parse_redis_url(options_.redis_url);
     store_ = make_redis_jobs_store(address, inboxes_, counters_);
-    redis_queue_ = std::make_unique<RedisJobsStreams>(address, jobs_consumer_name(), options_.ttl, kDeadLettersKept);
+    redis_queue_ = std::make_unique<RedisJobsStreams>(address, jobs_consumer_name(), options_.ttl, kDeadLettersKept,
+                                                      options_.results_kept);
     queue_ = redis_queue_.get();
   } else {
     EmbeddedJobs embedded = make_memory_jobs_store(options_.limits, options_.ttl, counters_);

@@ -87,11 +87,15 @@ struct JobsOptions {
   std::chrono::milliseconds default_timeout{5000};
   std::chrono::milliseconds max_timeout{60000};
   std::string socket_path;  // the daemon the consumer feeds; empty: its default
+  // With Redis: models whose answers are also published on batchd:results:{model} ("*": all),
+  // that stream trimmed to about results_kept entries.
+  std::vector<std::string> results_models;
+  std::uint64_t results_kept = 100000;
 };
 
 class JobsService {
  public:
-  // Throws std::invalid_argument for a bad Redis URL. Redis itself may be down: jobs calls then
+  // Throws std::invalid_argument for a bad Redis URL, or results streams without Redis. Redis itself may be down: jobs calls then
   // answer 503 until it is up. The consumer starts at once and attaches to the daemon by itself.
   JobsService(const JobsOptions& options, std::span<const int> wake_fds);
   ~JobsService();

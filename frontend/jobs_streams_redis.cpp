@@ -13,13 +13,14 @@ namespace batchd::http {
 
 namespace {
 
-
 // Stores the answer (first write wins: a record no longer pending is left alone, and a deleted
 // job is not brought back unless its entry came without a record), dead-letters when there is a
 // reason, then acknowledges and deletes the entry: all at once, so an entry is never acknowledged
-// without its answer stored. KEYS: record, stream, dead-letter stream. ARGV: value, ttl, entry
-// id, record ("1", "0" or "none"), group, dead reason, deliveries, dead letters kept, consumer,
-// then the dead letter's field, value pairs.
+// without its answer stored. A stored answer is also appended to the model's results stream when
+// there is one, so it appears there once however often the entry was delivered. KEYS: record,
+// stream, dead-letter stream, results stream. ARGV: value, ttl, entry id, record ("1", "0" or
+// "none"), group, dead reason, deliveries, dead letters kept, consumer, results kept ("": no
+// results stream), job id, then the dead letter's field, value pairs.
 constexpr const char* kFinishScript = R"lua(
 local outcome = 'none'
 if ARGV[4] ~= 'none' then
@@ -38,9 +39,14 @@ if ARGV[4] ~= 'none' then
     outcome = 'deleted'
   end
 end
+if outcome == 'stored' and ARGV[10] ~= '' then
+  local states = {D = 'done', F = 'failed', X = 'expired'}
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[10], '*', 'id', ARGV[11],
+             'status', states[string.sub(ARGV[1], 1, 1)] or 'failed', 'body', string.sub(ARGV[1], 2))
+end
 if ARGV[6] ~= '' then
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'stream', KEYS[2], 'entry', ARGV[3],
-             'reason', ARGV[6], 'deliveries', ARGV[7], 'consumer', ARGV[9], unpack(ARGV, 10))
+             'reason', ARGV[6], 'deliveries', ARGV[7], 'consumer', ARGV[9], unpack(ARGV, 12))
 end
 redis.call('XACK', KEYS[2], ARGV[5], ARGV[3])
 redis.call('XDEL', KEYS[2], ARGV[3])
@@ -81,9 +87,9 @@ std::int64_t entry_ms(std::string_view id) {
 }  // namespace
 
 RedisJobsStreams::RedisJobsStreams(const redis::RedisAddress& address, std::string consumer, std::chrono::seconds ttl,
-                                   std::uint64_t dead_letters_kept)
+                                   std::uint64_t dead_letters_kept, std::uint64_t results_kept)
     : address_(address), consumer_(std::move(consumer)), name_(address.host + ":" + std::to_string(address.port)),
-      ttl_(ttl), dead_letters_kept_(dead_letters_kept) {}
+      ttl_(ttl), dead_letters_kept_(dead_letters_kept), results_kept_(results_kept) {}
 
 RedisJobsStreams::~RedisJobsStreams() {
   if (context_ != nullptr) redisFree(context_);
@@ -222,12 +228,14 @@ bool RedisJobsStreams::finish(std::span<const EntryFinish> finishes, std::vector
   if (context_ == nullptr) return false;
   const std::string ttl = std::to_string(ttl_.count());
   const std::string kept = std::to_string(dead_letters_kept_);
+  const std::string results_kept = std::to_string(results_kept_);
   for (const EntryFinish& f : finishes) {
-    std::vector<std::string> args = {"EVAL", kFinishScript, "3", job_record_key(f.job_id), f.stream,
-                                     std::string(kJobsDeadStream), f.value, ttl, f.entry_id,
-                                     f.job_id.empty() ? "none" : (f.has_record ? "1" : "0"),
+    const bool publish = !f.results_stream.empty() && !f.job_id.empty();
+    std::vector<std::string> args = {"EVAL", kFinishScript, "4", job_record_key(f.job_id), f.stream,
+                                     std::string(kJobsDeadStream), publish ? f.results_stream : f.stream, f.value,
+                                     ttl, f.entry_id, f.job_id.empty() ? "none" : (f.has_record ? "1" : "0"),
                                      std::string(kJobsGroup), f.dead_reason, std::to_string(f.deliveries), kept,
-                                     consumer_};
+                                     consumer_, publish ? results_kept : std::string(), f.job_id};
     if (!f.dead_reason.empty()) {
       for (const auto& [name, value] : f.fields) {
         // The dead letter's own fields come first; a producer's field of the same name is kept

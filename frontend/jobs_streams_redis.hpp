@@ -20,9 +20,10 @@ namespace batchd::http {
 
 class RedisJobsStreams final : public JobsQueue {
  public:
-  // `consumer`: this node's name in the consumer groups; `ttl`: how long a record is kept.
+  // `consumer`: this node's name in the consumer groups; `ttl`: how long a record is kept; the
+  // dead-letter and results streams are trimmed to about so many entries.
   RedisJobsStreams(const redis::RedisAddress& address, std::string consumer, std::chrono::seconds ttl,
-                   std::uint64_t dead_letters_kept);
+                   std::uint64_t dead_letters_kept, std::uint64_t results_kept);
   ~RedisJobsStreams();
   RedisJobsStreams(const RedisJobsStreams&) = delete;
   RedisJobsStreams& operator=(const RedisJobsStreams&) = delete;
@@ -51,6 +52,7 @@ class RedisJobsStreams final : public JobsQueue {
   const std::string name_;  // host:port, for messages
   const std::chrono::seconds ttl_;
   const std::uint64_t dead_letters_kept_;
+  const std::uint64_t results_kept_;
   redisContext* context_ = nullptr;
   std::int64_t backoff_ns_ = 0;
   std::int64_t next_attempt_ns_ = 0;

@@ -101,6 +101,11 @@ void add_flags(CLI::App& app, FrontendOptions& o, std::string& io_mode, std::str
   app.add_option("--jobs-inputs-in-flight", o.jobs_inputs_in_flight,
                  "the most queued jobs' inputs this node runs at once (also at most half its slots)")
       ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
+  app.add_option("--jobs-results-stream", o.jobs_results_streams,
+                 "with --jobs-redis: also publish this model's job answers on batchd:results:MODEL (* for every "
+                 "model; repeatable)");
+  app.add_option("--jobs-results-max", o.jobs_results_max, "entries a results stream keeps, about (older ones trimmed)")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
 }
 
@@ -120,6 +125,8 @@ batchd::http::JobsOptions jobs_options(const FrontendOptions& options) {
   jobs.default_timeout = std::chrono::milliseconds(options.default_timeout_ms);
   jobs.max_timeout = std::chrono::milliseconds(options.max_timeout_ms);
   jobs.socket_path = options.socket_path;
+  jobs.results_models = options.jobs_results_streams;
+  jobs.results_kept = options.jobs_results_max;
   return jobs;
 }
 

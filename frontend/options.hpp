@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace batchd::http {
 
@@ -46,6 +47,8 @@ struct FrontendOptions {
   std::int64_t jobs_claim_idle_ms = 5000;    // an entry idle this long on its consumer is claimed
   std::uint32_t jobs_max_deliveries = 3;     // more, and the entry is dead-lettered
   std::uint32_t jobs_inputs_in_flight = 1024;  // this node's consumer's ceiling
+  std::vector<std::string> jobs_results_streams;  // models publishing their answers ("*": all)
+  std::uint64_t jobs_results_max = 100000;        // entries a results stream keeps, about
 };
 
 }  // namespace batchd::http

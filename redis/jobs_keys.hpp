@@ -12,6 +12,9 @@ inline constexpr std::string_view kJobsStreamPrefix = "batchd:jobs:";
 inline constexpr std::string_view kJobsGroup = "batchd";
 // Where entries that cannot be answered go, with the reason (one stream for every model).
 inline constexpr std::string_view kJobsDeadStream = "batchd:jobs:dead";
+// Where a model's answers are published, for a service that reads them instead of polling
+// (batchd-http --jobs-results-stream): batchd:results:{model}.
+inline constexpr std::string_view kJobsResultsPrefix = "batchd:results:";
 // A job's record (its state and result), polled by id: batchd:job:{id}.
 inline constexpr std::string_view kJobRecordPrefix = "batchd:job:";
 // A record's first byte: its state (frontend/jobs_store.hpp, JobState).

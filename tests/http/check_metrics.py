@@ -402,6 +402,11 @@ def main():
                 fail(f"daemon listener: {method} {path} answered {got}, not {want}")
 
         print(promtool("check", "config", PROMETHEUS_YML).strip())
+        # The jobs queue's depth is sampled by batchd-http's jobs consumer once it has attached to
+        # the daemon (about once a second): its series appear then.
+        wait_until("batchd-http's jobs consumer sampled the queue",
+                   lambda: any(name == "batchd_http_jobs_queue_entries" for name, _ in parse(get(http_url + "/metrics")[1])))
+        front = parse(get(http_url + "/metrics")[1])
         emitted = {name for name, _ in daemon} | {name for name, _ in front}
         panels, names = check_dashboard(emitted)
         print(f"dashboard: {panels} panels, {names} metrics, all emitted")

@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -439,4 +440,60 @@ TEST_CASE("a job not started by its deadline ends expired") {
   CHECK(expired.status == "expired");
   CHECK(expired.error_code == "expired");
   CHECK(metric(frontend.port(), "batchd_http_jobs_deadline_expired_total") == 1);
+}
+
+TEST_CASE("a results stream: each job's answer published once, as its poll answers it") {
+  RedisServer redis;
+  RedisCli cli(redis.port());
+  Node node(redis.url(), {"--sim-devices", "2", "--sim-poison", "POISON"},
+            {"--jobs-results-stream", "batchstring", "--jobs-results-max", "1000"});
+  HttpClient client(node.frontend.port());
+  std::map<std::string, std::size_t> job_of;  // id -> job number
+  const std::size_t total = 30;
+  for (std::size_t i = 0; i < total; ++i) {
+    auto r = client.round_trip(i == 7 ? job_request("POISON 7") : submit_request(i));
+    REQUIRE(r.has_value());
+    REQUIRE(r->status == 202);
+    job_of[parse_job(r->body).id] = i;
+  }
+  // Read as a consumer service would: XREAD from the start until every job has appeared.
+  std::map<std::string, std::pair<std::string, std::string>> published;  // id -> status, body
+  std::size_t entries = 0;
+  CHECK(eventually(
+      [&] {
+        const RedisValue all = cli.run({"XRANGE", "batchd:results:batchstring", "-", "+"});
+        published.clear();
+        entries = 0;
+        // Flattened: entry id, then "id", ID, "status", S, "body", B.
+        for (std::size_t k = 0; k + 7 <= all.strings.size(); k += 7) {
+          ++entries;
+          published[all.strings[k + 2]] = {all.strings[k + 4], all.strings[k + 6]};
+        }
+        return published.size() == total;
+      },
+      grace(10000ms)));
+  CHECK(entries == total);  // once each
+  for (const auto& [id, job] : job_of) {
+    const auto it = published.find(id);
+    REQUIRE(it != published.end());
+    const auto poll = client.round_trip(poll_request(id));
+    REQUIRE(poll.has_value());
+    CHECK(it->second.second == poll->body);  // the body a poll answers with
+    if (job == 7) {
+      CHECK(it->second.first == "failed");
+    } else {
+      CHECK(it->second.first == "done");
+      CHECK(right_answer(parse_job(it->second.second), job));
+    }
+  }
+}
+
+TEST_CASE("results streams need Redis: batchd-http refuses the flag without it") {
+  const std::string socket = temp_socket_path();
+  DaemonProcess daemon(socket, {"--backend", "sim"});
+  const int status = run_to_exit({built_binary("BATCHD_HTTP_BIN"), "--socket", socket, "--listen", "127.0.0.1:0",
+                                  "--jobs-results-stream", "batchstring"},
+                                 10s);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
 }
