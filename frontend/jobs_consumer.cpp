@@ -21,6 +21,7 @@ constexpr std::size_t kMaxRead = 64;                          // entries per rea
 constexpr std::chrono::milliseconds kIdleBlock{100};          // a read's wait while nothing is held
 constexpr std::int64_t kStreamsRefreshNs = 1'000'000'000;     // the daemon's models looked at again
 constexpr std::int64_t kSubmitRetryNs = 2'000'000;            // after the daemon had no room
+constexpr std::uint32_t kMaxLocalTries = 8;                   // runs shed or timed out, then given back
 constexpr std::int64_t kNs = 1'000'000;
 
 }  // namespace
@@ -219,6 +220,16 @@ void JobsConsumer::submit_waiting() {
       continue;
     }
     const std::size_t n = held.job.inputs.size();
+    if (n > client_->slot_count()) {  // could never be admitted whole: says so, rather than waiting forever
+      waiting_.pop_front();
+      const std::string why = fmt::format("a job of {} inputs is more than this node's daemon client holds ({} "
+                                          "request slots): lower --jobs-max-inputs",
+                                          n, client_->slot_count());
+      finish(held.entry, held.job.id, held.job.has_record,
+             failed_value(held.job.id, error_response(413, "too_large", why)), "input_refused: too_large: " + why);
+      held_.erase(serial);
+      continue;
+    }
     std::vector<Client::AsyncSubmission> submissions(n);
     for (std::size_t i = 0; i < n; ++i) {
       submissions[i].input = held.job.inputs[i];
@@ -242,7 +253,6 @@ void JobsConsumer::submit_waiting() {
       continue;
     }
     waiting_.pop_front();
-    held.submitted = true;
     held.remaining = n;
     inputs_in_flight_ += n;
   }
@@ -259,18 +269,27 @@ void JobsConsumer::on_answer(std::uint64_t serial, std::size_t index, Result&& r
 void JobsConsumer::conclude(std::uint64_t serial) {
   Held& held = held_.at(serial);
   const JobEntry& job = held.job;
-  // A transient failure of any input gives the whole entry back for another delivery; a lasting
-  // one fails the job (and dead-letters its entry: an input that fails alone is poison).
+  // A transient failure of any input runs the whole job again. Shed or timed out, it ran when the
+  // daemon had less room than the window assumed: the window shrinks and the job waits its turn
+  // here again, not counted as a delivery (up to kMaxLocalTries). Otherwise (the daemon gone, no
+  // lane for the model) the entry is given back for another delivery, here or on another node. A
+  // lasting failure fails the job (and dead-letters its entry: an input that fails alone is poison).
   for (std::size_t i = 0; i < held.results.size(); ++i) {
     const Result& r = *held.results[i];
-    if (!r.ok() && transient(r.error().code)) {
-      if (r.error().code == ErrorCode::kOverloaded) window_ = std::max<std::size_t>(window_ / 2, 1);
-      JobsCounters::add(counters_.released);
-      spdlog::info("batchd-http: jobs consumer: entry {} of {} given back: {}", held.entry.id, held.entry.stream,
-                   r.error().message);
-      held_.erase(serial);
+    if (r.ok() || !transient(r.error().code)) continue;
+    const ErrorCode code = r.error().code;
+    if ((code == ErrorCode::kOverloaded || code == ErrorCode::kTimeout) && ++held.tries < kMaxLocalTries) {
+      window_ = std::max<std::size_t>(window_ / 2, 1);
+      for (auto& result : held.results) result.reset();
+      waiting_.push_front(serial);
+      retry_submit_ns_ = shm::monotonic_ns() + kSubmitRetryNs;
       return;
     }
+    JobsCounters::add(counters_.released);
+    spdlog::info("batchd-http: jobs consumer: entry {} of {} given back: {}", held.entry.id, held.entry.stream,
+                 r.error().message);
+    held_.erase(serial);
+    return;
   }
   std::vector<std::string> outputs;
   for (std::size_t i = 0; i < held.results.size(); ++i) {

@@ -72,7 +72,7 @@ class JobsConsumer {
     const StreamName* stream = nullptr;
     std::vector<std::optional<Result>> results;
     std::size_t remaining = 0;
-    bool submitted = false;
+    std::uint32_t tries = 0;  // runs on this node that the daemon shed or timed out
   };
 
   void run();

@@ -314,3 +314,15 @@ TEST_CASE("the embedded queue absorbs a burst of six times the daemon's slots; a
   CHECK(metric(metrics, "batchd_http_jobs_consumed_total") == kJobs - kDeleted);
   CHECK(metric(metrics, "batchd_http_jobs_store_full_total") == 0);
 }
+
+TEST_CASE("a job of more inputs than the node's client holds fails too_large at once, and the queue goes on") {
+  Stack stack({}, {"--max-wait-ms", "1", "--slots-per-client", "8"});
+  const std::string big = stack.submit(jobs_request(std::vector<std::string>(12, "x")));
+  const JobView failed = stack.finished(big);
+  CHECK(failed.status == "failed");
+  CHECK(failed.error_code == "too_large");
+  const std::vector<std::string> inputs = {"a", "b", "c"};
+  const JobView done = stack.finished(stack.submit(jobs_request(inputs)));
+  REQUIRE(done.outputs.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(done.outputs[i] == reference_batchstring(inputs[i], 1));
+}
