@@ -21,7 +21,10 @@ constexpr std::size_t kMaxRead = 64;                          // entries per rea
 constexpr std::chrono::milliseconds kIdleBlock{100};          // a read's wait while nothing is held
 constexpr std::int64_t kStreamsRefreshNs = 1'000'000'000;     // the daemon's models looked at again
 constexpr std::int64_t kSubmitRetryNs = 2'000'000;            // after the daemon had no room
-constexpr std::uint32_t kMaxLocalTries = 8;                   // runs shed or timed out, then given back
+constexpr std::uint32_t kMaxLocalTries = 8;                   // runs that failed for a while, then given back
+constexpr std::uint32_t kFinishAttempts = 6;                  // answers Redis refused, then let go
+constexpr std::size_t kDeadLetterFields = 64;                 // a dead letter's copy of its entry, at most
+constexpr std::size_t kDeadLetterBytes = 64 << 10;
 constexpr std::int64_t kNs = 1'000'000;
 
 }  // namespace
@@ -57,6 +60,10 @@ bool transient(ErrorCode code) {
     case ErrorCode::kUnknownModel: return false;
   }
   return true;
+}
+
+bool entry_says_record(const std::vector<EntryField>& fields) {
+  return std::any_of(fields.begin(), fields.end(), [](const EntryField& f) { return f.first == "record" && f.second == "1"; });
 }
 
 std::string failed_value(std::string_view id, const Response& error) {
@@ -96,11 +103,26 @@ void JobsConsumer::attach() {
   ClientOptions client = options_.client;
   client.connect_timeout = std::chrono::milliseconds(500);
   client_ = Client::connect(client, &error);
-  if (!client_) return;
+  if (!client_) {
+    // A refusal comes back at once (permission denied, too many clients): the pause keeps the
+    // thread off the daemon's socket, and each distinct reason is said once.
+    attach_backoff_ns_ = std::min<std::int64_t>(attach_backoff_ns_ == 0 ? 50 * kNs : 2 * attach_backoff_ns_,
+                                                2'000 * kNs);
+    next_attach_ns_ = shm::monotonic_ns() + attach_backoff_ns_;
+    if (error.message != attach_error_) spdlog::warn("batchd-http: jobs consumer: cannot attach to the daemon: {}", error.message);
+    attach_error_ = error.message;
+    return;
+  }
+  attach_backoff_ns_ = 0;
+  attach_error_.clear();
   const std::size_t half = std::max<std::size_t>(client_->slot_count() / 2, 1);
   window_ = std::min<std::size_t>(options_.max_inputs_in_flight, half);
   spdlog::info("batchd-http: jobs consumer {}: attached to the daemon; up to {} inputs in flight", queue_.consumer(),
                window_);
+}
+
+std::size_t JobsConsumer::max_window() const noexcept {
+  return std::min<std::size_t>(options_.max_inputs_in_flight, std::max<std::size_t>(client_->slot_count() / 2, 1));
 }
 
 const JobsConsumer::StreamName* JobsConsumer::stream_named(const std::string& key) const {
@@ -111,28 +133,31 @@ const JobsConsumer::StreamName* JobsConsumer::stream_named(const std::string& ke
 }
 
 void JobsConsumer::refresh_streams() {
+  // Only a model that runs requests now is consumed: the jobs of one loading, unloading or
+  // unloaded wait in its queue until it is back (docs/JOBS.md).
+  const DaemonStatus status = client_->daemon_status();
   std::vector<std::string> models;
-  for (const DaemonStatus::Model& m : client_->daemon_status().models) {
-    if (!m.name.empty() && m.state != "absent" && m.state != "unloaded") models.push_back(m.name);
+  for (const DaemonStatus::Model& m : status.models) {
+    if (!m.name.empty() && m.state == "ready") models.push_back(m.name);
   }
-  if (models.empty()) models.emplace_back(shm::kDefaultModelName);  // a daemon before models
+  if (status.models.empty()) models.emplace_back(shm::kDefaultModelName);  // a daemon before models
   std::vector<StreamName> streams;
   const auto& published = options_.results_models;
+  const bool publish_all = std::find(published.begin(), published.end(), "*") != published.end();
   for (const Priority priority : {Priority::kHigh, Priority::kNormal, Priority::kLow}) {
     for (const std::string& model : models) {
-      const bool publish = std::find(published.begin(), published.end(), model) != published.end() ||
-                           std::find(published.begin(), published.end(), "*") != published.end();
-      streams.push_back({jobs_stream_key(model, priority), model, priority,
-                         publish ? std::string(redis::kJobsResultsPrefix) + model : std::string()});
+      const bool publish = publish_all || std::find(published.begin(), published.end(), model) != published.end();
+      StreamName name{jobs_stream_key(model, priority), model, priority,
+                      publish ? std::string(redis::kJobsResultsPrefix) + model : std::string()};
+      // A stream made already is kept; a new one only once its group exists (a key of another
+      // type in its place costs that stream alone).
+      if (stream_named(name.key) == nullptr) {
+        const std::string key[] = {name.key};
+        if (!queue_.ensure_streams(key)) continue;
+      }
+      streams.push_back(std::move(name));
     }
   }
-  const bool changed = streams.size() != streams_.size() ||
-                       !std::equal(streams.begin(), streams.end(), streams_.begin(),
-                                   [](const StreamName& a, const StreamName& b) { return a.key == b.key; });
-  if (!changed) return;
-  std::vector<std::string> keys;
-  for (const StreamName& s : streams) keys.push_back(s.key);
-  if (!queue_.ensure_streams(keys)) return;
   streams_ = std::move(streams);
   // A held entry of a model that went away has no stream now: it is given back when its turn comes.
   for (auto& [serial, held] : held_) held.stream = stream_named(held.entry.stream);
@@ -150,7 +175,14 @@ void JobsConsumer::finish(const StreamEntry& entry, std::string job_id, bool has
   if (const StreamName* stream = stream_named(entry.stream)) f.results_stream = stream->results;
   if (!dead_reason.empty()) {
     spdlog::warn("batchd-http: jobs consumer: dead letter: entry {} of {}: {}", entry.id, entry.stream, dead_reason);
-    f.fields = entry.fields;
+    // A copy for requeueing, bounded: a producer's entry of thousands of fields or megabytes
+    // would otherwise make the dead letter itself fail.
+    std::size_t bytes = 0;
+    for (const EntryField& field : entry.fields) {
+      bytes += field.first.size() + field.second.size();
+      if (f.fields.size() == kDeadLetterFields || bytes > kDeadLetterBytes) break;
+      f.fields.push_back(field);
+    }
     JobsCounters::add(counters_.dead_letters);
   }
   f.dead_reason = std::move(dead_reason);
@@ -174,14 +206,14 @@ void JobsConsumer::take(std::vector<StreamEntry>&& entries) {
       const std::string why = fmt::format("delivered {} times without an answer (the limit is {}): each node that "
                                           "took it died, hung, or could not run it",
                                           entry.deliveries, options_.max_deliveries);
-      finish(entry, id, good != nullptr && good->has_record,
+      finish(entry, id, good != nullptr ? good->has_record : entry_says_record(entry.fields),
              id.empty() ? std::string() : failed_value(id, error_response(500, "max_deliveries", why)),
              "max_deliveries: " + why);
       continue;
     }
     if (const std::string* why = std::get_if<std::string>(&parsed)) {
-      // The record may or may not exist (a producer's own entry has none): written either way.
-      finish(entry, id, false,
+      // A deleted job stays deleted: the record is written unless the entry says it had one.
+      finish(entry, id, entry_says_record(entry.fields),
              id.empty() ? std::string() : failed_value(id, error_response(400, "malformed_entry", *why)),
              "malformed: " + *why);
       continue;
@@ -191,10 +223,7 @@ void JobsConsumer::take(std::vector<StreamEntry>&& entries) {
       continue;
     }
     if (job.deadline_ms != 0 && now_ms > job.deadline_ms) {
-      JobsCounters::add(counters_.deadline_expired);
-      const std::string why = fmt::format("not started by its deadline ({} ms ago)", now_ms - job.deadline_ms);
-      finish(entry, job.id, job.has_record,
-             encode_job(JobState::kExpired, job_error_body(job.id, "expired", error_response(504, "expired", why))), {});
+      expire(entry, job);
       continue;
     }
     const std::uint64_t serial = ++next_serial_;
@@ -206,6 +235,13 @@ void JobsConsumer::take(std::vector<StreamEntry>&& entries) {
     held_.emplace(serial, std::move(held));
     waiting_.push_back(serial);
   }
+}
+
+void JobsConsumer::expire(const StreamEntry& entry, const JobEntry& job) {
+  JobsCounters::add(counters_.deadline_expired);
+  const std::string why = fmt::format("not started by its deadline ({} ms ago)", unix_ms() - job.deadline_ms);
+  finish(entry, job.id, job.has_record,
+         encode_job(JobState::kExpired, job_error_body(job.id, "expired", error_response(504, "expired", why))), {});
 }
 
 void JobsConsumer::submit_waiting() {
@@ -220,6 +256,13 @@ void JobsConsumer::submit_waiting() {
       continue;
     }
     const std::size_t n = held.job.inputs.size();
+    if (inputs_in_flight_ > 0 && inputs_in_flight_ + n > window_) return;  // its turn comes as answers do
+    if (held.job.deadline_ms != 0 && unix_ms() > held.job.deadline_ms) {  // waited here past it
+      waiting_.pop_front();
+      expire(held.entry, held.job);
+      held_.erase(serial);
+      continue;
+    }
     if (n > client_->slot_count()) {  // could never be admitted whole: says so, rather than waiting forever
       waiting_.pop_front();
       const std::string why = fmt::format("a job of {} inputs is more than this node's daemon client holds ({} "
@@ -269,20 +312,22 @@ void JobsConsumer::on_answer(std::uint64_t serial, std::size_t index, Result&& r
 void JobsConsumer::conclude(std::uint64_t serial) {
   Held& held = held_.at(serial);
   const JobEntry& job = held.job;
-  // A transient failure of any input runs the whole job again. Shed or timed out, it ran when the
-  // daemon had less room than the window assumed: the window shrinks and the job waits its turn
-  // here again, not counted as a delivery (up to kMaxLocalTries). Otherwise (the daemon gone, no
-  // lane for the model) the entry is given back for another delivery, here or on another node. A
-  // lasting failure fails the job (and dead-letters its entry: an input that fails alone is poison).
+  // A transient failure of any input runs the whole job again, here, not counted as a delivery:
+  // shed (the daemon had less room than the window assumed: the window shrinks), the daemon gone
+  // or the model without a lane for a while, up to kMaxLocalTries; timed out, once (an input that
+  // hangs should not hold the daemon for many timeouts). Past that the entry is given back for
+  // another delivery, here or on another node. A lasting failure fails the job (and dead-letters
+  // its entry: an input that fails alone is poison).
   for (std::size_t i = 0; i < held.results.size(); ++i) {
     const Result& r = *held.results[i];
     if (r.ok() || !transient(r.error().code)) continue;
     const ErrorCode code = r.error().code;
-    if ((code == ErrorCode::kOverloaded || code == ErrorCode::kTimeout) && ++held.tries < kMaxLocalTries) {
-      window_ = std::max<std::size_t>(window_ / 2, 1);
+    if (code == ErrorCode::kOverloaded || code == ErrorCode::kTimeout) window_ = std::max<std::size_t>(window_ / 2, 1);
+    const std::uint32_t most = code == ErrorCode::kTimeout ? 2 : kMaxLocalTries;
+    if (++held.tries < most) {
       for (auto& result : held.results) result.reset();
       waiting_.push_front(serial);
-      retry_submit_ns_ = shm::monotonic_ns() + kSubmitRetryNs;
+      retry_submit_ns_ = shm::monotonic_ns() + kSubmitRetryNs * (std::int64_t{1} << std::min<std::uint32_t>(held.tries, 8));
       return;
     }
     JobsCounters::add(counters_.released);
@@ -311,7 +356,7 @@ void JobsConsumer::conclude(std::uint64_t serial) {
     }
     outputs.push_back(std::move(r.output()));
   }
-  if (window_ < std::min<std::size_t>(options_.max_inputs_in_flight, client_->slot_count() / 2)) ++window_;
+  if (window_ < max_window()) ++window_;
   finish(held.entry, job.id, job.has_record, encode_job(JobState::kDone, job_done_body(job.id, outputs, job.many)), {});
   held_.erase(serial);
 }
@@ -324,7 +369,18 @@ void JobsConsumer::flush_finished() {
   for (std::size_t i = 0; i < finished_.size(); ++i) {
     EntryFinish& f = finished_[i];
     if (outcomes[i] == FinishOutcome::kFailed) {
-      again.push_back(std::move(f));
+      // Refused again and again: first without the extras (the dead letter's copy, the results
+      // stream), then let go, so the entry is no longer refreshed and is claimed anew.
+      if (++f.attempts == kFinishAttempts / 2) {
+        f.fields.clear();
+        f.results_stream.clear();
+      }
+      if (f.attempts < kFinishAttempts) {
+        again.push_back(std::move(f));
+      } else {
+        spdlog::error("batchd-http: jobs consumer: entry {} of {}: its answer could not be stored; left for "
+                      "another delivery", f.entry_id, f.stream);
+      }
       continue;
     }
     if (outcomes[i] == FinishOutcome::kDuplicate) JobsCounters::add(counters_.duplicates);
@@ -345,7 +401,19 @@ void JobsConsumer::touch_held() {
     for (const EntryFinish& f : finished_) {
       if (f.stream == s.key) ids.push_back(f.entry_id);
     }
-    if (!queue_.touch(s.key, ids)) return;
+    std::vector<std::string> lost;
+    if (!queue_.touch(s.key, ids, lost)) return;
+    // Claimed by another node while this one stalled: what has not started here is left to it
+    // (what runs finishes, and its answer counts as a duplicate if the other's came first).
+    for (const std::string& id : lost) {
+      for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+        const Held& held = held_.at(*it);
+        if (held.entry.stream != s.key || held.entry.id != id) continue;
+        held_.erase(*it);
+        waiting_.erase(it);
+        break;
+      }
+    }
   }
 }
 
@@ -360,11 +428,15 @@ void JobsConsumer::claim_idle() {
 }
 
 void JobsConsumer::read_new(bool idle) {
+  // COUNT applies to each stream of a read: the room is shared among them, at least one each.
+  const auto per_stream = [](std::size_t room, std::size_t streams) {
+    return std::max<std::size_t>(1, std::min(room, kMaxRead) / std::max<std::size_t>(streams, 1));
+  };
   std::vector<StreamEntry> entries;
   if (idle) {  // all streams in one blocking read: whichever has an entry first
     std::vector<std::string> keys;
     for (const StreamName& s : streams_) keys.push_back(s.key);
-    if (queue_.read(keys, std::min(credit(), kMaxRead), kIdleBlock, entries)) take(std::move(entries));
+    if (queue_.read(keys, per_stream(credit(), keys.size()), kIdleBlock, entries)) take(std::move(entries));
     return;
   }
   // Higher classes first: a class is read only with the room the classes above it left.
@@ -376,7 +448,7 @@ void JobsConsumer::read_new(bool idle) {
       if (s.priority == priority) keys.push_back(s.key);
     }
     entries.clear();
-    if (!queue_.read(keys, std::min(room, kMaxRead), std::chrono::milliseconds(0), entries)) return;
+    if (!queue_.read(keys, per_stream(room, keys.size()), std::chrono::milliseconds(0), entries)) return;
     take(std::move(entries));
   }
 }
@@ -405,10 +477,15 @@ void JobsConsumer::run() {
     }
     if (!client_) {
       if (stopping) break;
+      if (shm::monotonic_ns() < next_attach_ns_) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
       attach();
-      if (!client_) continue;  // connect waited its timeout
+      if (!client_) continue;
     }
     client_->poll();
+    submit_waiting();  // what is held runs even while the queue cannot be reached
     if (!queue_.ready()) {
       if (held_.empty()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -427,7 +504,10 @@ void JobsConsumer::run() {
       touch_held();
       next_touch_ns = now + claim_idle_ns / 3;
     }
-    if (!stopping && now >= next_claim_ns) {
+    // Nothing is taken while the daemon is away: its jobs would only wait here, and cost their
+    // deliveries, while an attached node could run them.
+    const bool taking = !stopping && client_->connected() && !streams_.empty();
+    if (taking && now >= next_claim_ns) {
       claim_idle();
       next_claim_ns = now + std::max<std::int64_t>(claim_idle_ns / 4, 50 * kNs);
     }
@@ -436,10 +516,11 @@ void JobsConsumer::run() {
       next_depth_ns = now + kStreamsRefreshNs;
     }
     const bool idle = held_.empty() && finished_.empty();
-    if (!stopping) read_new(idle);
+    if (taking) read_new(idle);
     submit_waiting();
-    if (!finished_.empty()) {
-      client_->poll_wait(std::chrono::milliseconds(20));  // Redis refused some: no spinning on it
+    if (!finished_.empty() || (idle && !taking)) {
+      // Redis refused some answers, or there is nothing to read: no spinning either way.
+      client_->poll_wait(std::chrono::milliseconds(20));
     } else if (!held_.empty()) {
       client_->poll_wait(std::chrono::milliseconds(2));
     }

@@ -84,6 +84,8 @@ class JobsConsumer {
   void conclude(std::uint64_t serial);
   void finish(const StreamEntry& entry, std::string job_id, bool has_record, std::string value,
               std::string dead_reason);
+  void expire(const StreamEntry& entry, const JobEntry& job);
+  [[nodiscard]] std::size_t max_window() const noexcept;
   void flush_finished();
   void touch_held();
   void claim_idle();
@@ -105,6 +107,9 @@ class JobsConsumer {
   std::size_t inputs_in_flight_ = 0;
   std::size_t window_ = 0;  // inputs in flight allowed now
   std::int64_t retry_submit_ns_ = 0;
+  std::int64_t next_attach_ns_ = 0;     // after a failed attach, the next waits until then
+  std::int64_t attach_backoff_ns_ = 0;
+  std::string attach_error_;            // the last failure's reason, said once
 
   mutable std::mutex depths_mu_;
   std::vector<ModelDepth> depths_;  // guarded by depths_mu_

@@ -34,6 +34,7 @@ struct EntryFinish {
   std::vector<EntryField> fields;  // a dead letter's fields, kept with it
   std::uint64_t deliveries = 1;
   std::string results_stream;  // where a stored answer is also published ("": nowhere; Redis only)
+  std::uint32_t attempts = 0;  // times the engine refused it (kFailed)
 };
 enum class FinishOutcome : std::uint8_t {
   kStored,     // the record now holds this answer
@@ -56,7 +57,8 @@ class JobsQueue {
   virtual bool ready() = 0;
   // This consumer's name, for logs and the dead letters it writes.
   [[nodiscard]] virtual const std::string& consumer() const noexcept = 0;
-  // Makes each stream (and its consumer group) where missing, reading from its first entry.
+  // Makes each stream (and its consumer group) where missing, reading from its first entry. False
+  // if one cannot be made (a key of another type in its place, Redis unreachable).
   virtual bool ensure_streams(std::span<const std::string> streams) = 0;
   // New entries of `streams`, at most `count` of each; waits up to `block` for one when there is
   // none (0: does not wait).
@@ -66,8 +68,10 @@ class JobsQueue {
   // (this one included).
   virtual bool claim_idle(const std::string& stream, std::chrono::milliseconds idle, std::size_t max,
                           std::vector<StreamEntry>& out) = 0;
-  // Resets the idle time of entries this consumer still works on.
-  virtual bool touch(const std::string& stream, std::span<const std::string> entry_ids) = 0;
+  // Resets the idle time of entries this consumer still works on; `lost` gets those of them that
+  // another consumer has claimed meanwhile (this one stalled past the idle time).
+  virtual bool touch(const std::string& stream, std::span<const std::string> entry_ids,
+                     std::vector<std::string>& lost) = 0;
   // outcomes[i] answers finishes[i]. False: none is known to be done (finishing is idempotent).
   virtual bool finish(std::span<const EntryFinish> finishes, std::vector<FinishOutcome>& outcomes) = 0;
   virtual bool depth(const std::string& stream, StreamDepth& out) = 0;

@@ -157,7 +157,8 @@ class MemoryJobs final : public JobsStore, public JobsQueue {
     return true;
   }
 
-  bool touch(const std::string& stream, std::span<const std::string> entry_ids) override {
+  // One consumer: nothing is ever claimed from it, so nothing is lost.
+  bool touch(const std::string& stream, std::span<const std::string> entry_ids, std::vector<std::string>&) override {
     std::lock_guard lock(mu_);
     const std::int64_t now_ns = shm::monotonic_ns();
     Stream& s = streams_[stream];

@@ -16,7 +16,8 @@ namespace {
 // Stores the answer (first write wins: a record no longer pending is left alone, and a deleted
 // job is not brought back unless its entry came without a record), dead-letters when there is a
 // reason, then acknowledges and deletes the entry: all at once, so an entry is never acknowledged
-// without its answer stored. A stored answer is also appended to the model's results stream when
+// without its answer stored; an entry whose job another delivery answered (or was deleted) is not
+// dead-lettered. A stored answer is also appended to the model's results stream when
 // there is one, so it appears there once however often the entry was delivered. KEYS: record,
 // stream, dead-letter stream, results stream. ARGV: value, ttl, entry id, record ("1", "0" or
 // "none"), group, dead reason, deliveries, dead letters kept, consumer, results kept ("": no
@@ -44,7 +45,7 @@ if outcome == 'stored' and ARGV[10] ~= '' then
   redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[10], '*', 'id', ARGV[11],
              'status', states[string.sub(ARGV[1], 1, 1)] or 'failed', 'body', string.sub(ARGV[1], 2))
 end
-if ARGV[6] ~= '' then
+if ARGV[6] ~= '' and (outcome == 'stored' or outcome == 'none') then
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'stream', KEYS[2], 'entry', ARGV[3],
              'reason', ARGV[6], 'deliveries', ARGV[7], 'consumer', ARGV[9], unpack(ARGV, 12))
 end
@@ -138,7 +139,8 @@ bool RedisJobsStreams::ensure_streams(std::span<const std::string> streams) {
     Reply reply(command(args));
     if (!reply) return false;
     if (reply->type == REDIS_REPLY_ERROR && !text_of(reply.get()).starts_with("BUSYGROUP")) {
-      drop("XGROUP CREATE " + stream + ": " + text_of(reply.get()));
+      // Another type of key in its place, say: this stream alone is left out (tried again later).
+      spdlog::warn("batchd-http: jobs consumer: XGROUP CREATE {}: {}", stream, text_of(reply.get()));
       return false;
     }
   }
@@ -212,12 +214,32 @@ bool RedisJobsStreams::claim_idle(const std::string& stream, std::chrono::millis
   return true;
 }
 
-bool RedisJobsStreams::touch(const std::string& stream, std::span<const std::string> entry_ids) {
+bool RedisJobsStreams::touch(const std::string& stream, std::span<const std::string> entry_ids,
+                             std::vector<std::string>& lost) {
   if (entry_ids.empty()) return true;
-  // JUSTID: the idle time is reset and the delivery count left alone.
+  // Only entries still this consumer's: XCLAIM would take another's back (one that claimed them
+  // while this node stalled), and the two would then pass them to and fro.
+  const std::string pending_args[] = {"XPENDING", stream, std::string(kJobsGroup), "IDLE", "0", "-", "+",
+                                      std::to_string(entry_ids.size() * 2 + 64), consumer_};
+  Reply pending(command(pending_args));
+  if (!pending) return false;
+  std::vector<std::string> ours;
+  if (pending->type == REDIS_REPLY_ARRAY) {
+    for (std::size_t i = 0; i < pending->elements; ++i) {
+      const redisReply* p = pending->element[i];
+      if (p->type == REDIS_REPLY_ARRAY && p->elements >= 1) ours.push_back(text_of(p->element[0]));
+    }
+  }
   std::vector<std::string> args = {"XCLAIM", stream, std::string(kJobsGroup), consumer_, "0"};
-  args.insert(args.end(), entry_ids.begin(), entry_ids.end());
-  args.emplace_back("JUSTID");
+  for (const std::string& id : entry_ids) {
+    if (std::find(ours.begin(), ours.end(), id) != ours.end()) {
+      args.push_back(id);
+    } else {
+      lost.push_back(id);
+    }
+  }
+  if (args.size() == 5) return true;
+  args.emplace_back("JUSTID");  // the idle time reset, the delivery count left alone
   Reply reply(command(args));
   return static_cast<bool>(reply);
 }

@@ -38,8 +38,8 @@ class RedisJobsStreams final : public JobsQueue {
             std::vector<StreamEntry>& out) override;
   bool claim_idle(const std::string& stream, std::chrono::milliseconds idle, std::size_t max,
                   std::vector<StreamEntry>& out) override;
-  // XCLAIM ... JUSTID: the delivery count is left alone.
-  bool touch(const std::string& stream, std::span<const std::string> entry_ids) override;
+  bool touch(const std::string& stream, std::span<const std::string> entry_ids,
+             std::vector<std::string>& lost) override;
   bool finish(std::span<const EntryFinish> finishes, std::vector<FinishOutcome>& outcomes) override;
   bool depth(const std::string& stream, StreamDepth& out) override;
 

@@ -27,7 +27,8 @@ constexpr int kRedeliveriesLooked = 1000;  // pending entries read per stream to
 
 // The dead letter back to the stream it came from, without the dead letter's own fields (a
 // producer's field of the same name, kept as field_NAME, gets its name back) and without its
-// deadline (an operator who requeues wants it run); its job's record pending again. KEYS: the
+// deadline (an operator who requeues wants it run); its job's record pending again, unless the
+// job was answered meanwhile (another delivery): then nothing is done. KEYS: the
 // dead-letter stream. ARGV: entry id, record TTL, record prefix, stream prefix.
 constexpr const char* kRequeueScript = R"lua(
 local found = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
@@ -52,6 +53,10 @@ if stream == nil or string.sub(stream, 1, #ARGV[4]) ~= ARGV[4] then
   return redis.error_reply('dead letter ' .. ARGV[1] .. ' names no jobs stream')
 end
 if id ~= nil and #id == 32 and string.match(id, '^[0-9a-f]+$') then
+  local record = redis.call('GET', ARGV[3] .. id)
+  if record and string.sub(record, 1, 1) == 'D' then
+    return redis.error_reply('job ' .. id .. ' of dead letter ' .. ARGV[1] .. ' is answered already: drop the letter')
+  end
   redis.call('SET', ARGV[3] .. id, 'P{"id":"' .. id .. '","status":"pending"}', 'EX', ARGV[2])
   table.insert(fields, 'record')
   table.insert(fields, '1')

@@ -497,3 +497,27 @@ TEST_CASE("results streams need Redis: batchd-http refuses the flag without it")
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 1);
 }
+
+TEST_CASE("a node whose daemon is down takes no jobs: its front-end still accepts them, the other node runs them") {
+  RedisServer redis;
+  Node a(redis.url(), {"--sim-devices", "1"});
+  Node b(redis.url(), {"--sim-devices", "2"});
+  a.daemon.kill9();
+  std::this_thread::sleep_for(300ms);  // A's client notices its daemon is gone
+  const std::size_t total = 100;
+  std::vector<std::string> ids(total);
+  {
+    HttpClient client(a.frontend.port());
+    for (std::size_t i = 0; i < total; ++i) {
+      auto r = client.round_trip(submit_request(i));
+      REQUIRE(r.has_value());
+      REQUIRE_MESSAGE(r->status == 202, r->body);
+      ids[i] = parse_job(r->body).id;
+    }
+  }
+  const Outcomes o = poll_all(b.frontend.port(), ids, grace(20000ms));
+  CHECK_MESSAGE(o.right == total, o.first_wrong);
+  CHECK(o.wrong + o.pending + o.missing == 0);
+  CHECK(metric(a.frontend.port(), "batchd_http_jobs_consumed_total") == 0);
+  CHECK(metric(b.frontend.port(), "batchd_http_jobs_redelivered_total") == 0);
+}
