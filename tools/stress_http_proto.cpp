@@ -10,7 +10,6 @@ namespace batchd::stress::http {
 
 namespace {
 
-
 bool parse_decimal(std::string_view s, std::size_t& value) noexcept {
   if (s.empty() || s.size() > 18) return false;  // 18 digits cannot overflow 64 bits
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
@@ -51,6 +50,7 @@ Expected<Url> split_authority(std::string_view authority) {
 
 std::string default_target(Api api) {
   if (api == Api::kV1) return "/v1/batchstring";
+  if (api == Api::kJobs) return "/v1/jobs";
   return "/v2/models/" + oip::default_model().name + "/infer";
 }
 
@@ -80,7 +80,7 @@ Expected<Url> parse_url(std::string_view text, Api api) {
 }
 
 RequestEncoder::RequestEncoder(const Url& url, std::chrono::milliseconds server_timeout, Api api) {
-  if (api == Api::kV1) {
+  if (api == Api::kV1 || api == Api::kJobs) {
     body_open_ = R"({"input":")";
     body_close_ = R"("})";
   } else {
@@ -110,6 +110,13 @@ void RequestEncoder::append(std::string& out, std::string_view input, Priority p
   out.append(length, end);
   out.append("\r\n\r\n");
   out.append(body_);
+}
+
+std::string poll_request(const Url& url, std::string_view job_id) {
+  std::string out = "GET " + url.target + "/";
+  out.append(job_id);
+  out.append(" HTTP/1.1\r\nHost: " + url.host_header + "\r\n\r\n");
+  return out;
 }
 
 }  // namespace batchd::stress::http

@@ -13,9 +13,10 @@
 namespace batchd::stress::http {
 
 // Which API the requests speak: batchd's own (POST {"input": ...} to /v1/batchstring, answered
-// {"output": ...}) or the Open Inference Protocol's (a BYTES tensor of one string posted to
-// /v2/models/batchstring/infer, answered with an output tensor).
-enum class Api { kV1, kV2 };
+// {"output": ...}), the Open Inference Protocol's (a BYTES tensor of one string posted to
+// /v2/models/batchstring/infer, answered with an output tensor), or batchd's asynchronous jobs
+// (POST {"input": ...} to /v1/jobs, answered 202 with an id, then GET /v1/jobs/{id} until done).
+enum class Api { kV1, kV2, kJobs };
 
 // Where each API's requests go when the URL names no path.
 std::string default_target(Api api);
@@ -45,5 +46,8 @@ class RequestEncoder {
   std::string body_open_;   // the body up to the escaped input ...
   std::string body_close_;  // ... and after it
 };
+
+// GET {url.target}/{job_id}: a job's poll.
+std::string poll_request(const Url& url, std::string_view job_id);
 
 }  // namespace batchd::stress::http

@@ -132,7 +132,7 @@ std::size_t BodyDecoder::error_kind_of(int status, std::string_view body) {
 }
 
 bool BodyDecoder::output_of(simdjson::ondemand::document& doc, std::string_view& output) {
-  if (api_ == Api::kV1) return doc["output"].get_string().get(output) == simdjson::SUCCESS;
+  if (api_ == Api::kV1 || api_ == Api::kJobs) return doc["output"].get_string().get(output) == simdjson::SUCCESS;
   // {"outputs": [{"name": "OUTPUT", ..., "data": ["..."]}]}: the one string of the one output.
   simdjson::ondemand::array outputs;
   if (doc["outputs"].get_array().get(outputs) != simdjson::SUCCESS) return false;
@@ -145,11 +145,39 @@ bool BodyDecoder::output_of(simdjson::ondemand::document& doc, std::string_view&
   return false;
 }
 
+std::string_view BodyDecoder::job_id(std::string_view body) {
+  simdjson::ondemand::document doc;
+  std::string_view id;
+  if (parser_.iterate(padded(body)).get(doc) != simdjson::SUCCESS) return {};
+  if (doc["id"].get_string().get(id) != simdjson::SUCCESS) return {};
+  return id;
+}
+
+bool BodyDecoder::job_pending(std::string_view body) {
+  simdjson::ondemand::document doc;
+  std::string_view state;
+  return parser_.iterate(padded(body)).get(doc) == simdjson::SUCCESS &&
+         doc["status"].get_string().get(state) == simdjson::SUCCESS && state == "pending";
+}
+
 Outcome BodyDecoder::decode(int status, std::string_view body) {
   Outcome outcome;
   if (status != 200) {
     outcome.error_kind = error_kind_of(status, body);
     return outcome;
+  }
+  if (api_ == Api::kJobs) {
+    simdjson::ondemand::document doc;
+    std::string_view state;
+    if (parser_.iterate(padded(body)).get(doc) != simdjson::SUCCESS ||
+        doc["status"].get_string().get(state) != simdjson::SUCCESS) {
+      outcome.error_kind = error_kind(ErrorCode::kProtocolError);
+      return outcome;
+    }
+    if (state != "done") {  // failed or expired: its error's code says which kind
+      outcome.error_kind = state == "expired" ? error_kind(ErrorCode::kTimeout) : error_kind_of(500, body);
+      return outcome;
+    }
   }
   simdjson::ondemand::document doc;
   std::string_view output;

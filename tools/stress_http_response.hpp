@@ -65,7 +65,13 @@ class BodyDecoder {
   // 200 with the API's answer ({"output": "..."}, or for v2 an output tensor whose first string
   // is it): answered, the output valid until the next decode(). Anything else: the error kind the
   // status and the body's code name (v2's {"error": "message"} names none: the status decides).
+  // With Api::kJobs, `body` is a poll's: 200 done gives the output; failed or expired, the error
+  // kind its error's code names.
   Outcome decode(int status, std::string_view body);
+  // A job's 202 or poll body: its id (empty when there is none), and whether it is still pending.
+  // The id is valid until the next call.
+  std::string_view job_id(std::string_view body);
+  bool job_pending(std::string_view body);
 
  private:
   std::size_t error_kind_of(int status, std::string_view body);

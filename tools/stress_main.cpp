@@ -16,6 +16,7 @@
 #include "tools/stress_grpc_transport.hpp"
 #include "tools/stress_http_transport.hpp"
 #include "tools/stress_inputs.hpp"
+#include "tools/stress_jobs_transport.hpp"
 #include "tools/stress_loops.hpp"
 #include "tools/stress_options.hpp"
 #include "tools/stress_csv.hpp"
@@ -132,8 +133,10 @@ std::optional<batchd::stress::RunResult> run_http(const batchd::stress::Options&
       http::connect_all(*endpoint, options.connections, options.connect_timeout);
   if (!fds) return unreachable(fds.error());
   const InputPool inputs = make_inputs(options);
-  const std::unique_ptr<Transport> transport =
-      make_http_transport(HttpTarget{url, *endpoint, options, inputs}, std::move(*fds));
+  const HttpTarget target{url, *endpoint, options, inputs};
+  const std::unique_ptr<Transport> transport = options.http_api == http::Api::kJobs
+                                                   ? make_jobs_transport(target, std::move(*fds))
+                                                   : make_http_transport(target, std::move(*fds));
   return run_loop(options, inputs, live, *transport);
 }
 

@@ -25,7 +25,8 @@ const char* transport_name(TransportKind transport) noexcept {
 
 const char* protocol_name(const Options& options) noexcept {
   switch (options.transport) {
-    case TransportKind::kHttp: return options.http_api == http::Api::kV2 ? "v2" : "v1";
+    case TransportKind::kHttp:
+      return options.http_api == http::Api::kV2 ? "v2" : options.http_api == http::Api::kJobs ? "jobs" : "v1";
     case TransportKind::kGrpc: return "grpc";
     case TransportKind::kShm: break;
   }
@@ -148,9 +149,10 @@ Expected<PriorityMix> parse_priority_flags(const CLI::App& app, const std::strin
 // The front-ends' settings: --protocol, and the HTTP and gRPC connections.
 void add_front_end_options(CLI::App& app, Options& o, std::int64_t& http_timeout_ms, std::string& protocol) {
   app.add_option("--protocol", protocol,
-                 "what the requests speak: v1 (batchd's HTTP API) or v2 (the Open Inference Protocol) "
-                 "to --http URL, or grpc (the Open Inference Protocol over gRPC) to --grpc HOST:PORT")
-      ->check(CLI::IsMember({"v1", "v2", "grpc"}));
+                 "what the requests speak: v1 (batchd's HTTP API), v2 (the Open Inference Protocol) or "
+                 "jobs (each request a job of /v1/jobs, polled until answered) to --http URL, or grpc (the "
+                 "Open Inference Protocol over gRPC) to --grpc HOST:PORT")
+      ->check(CLI::IsMember({"v1", "v2", "jobs", "grpc"}));
   app.add_option("--connections", o.connections,
                  "--http: keep-alive connections (default: --threads closed loop, 64 open loop); "
                  "--grpc: channels, each its own HTTP/2 connection (default: --threads closed loop, "
@@ -194,7 +196,7 @@ Expected<void> finish_protocol(const CLI::App& app, Options& o, const std::strin
   if (named && o.http_url.empty()) {
     return usage("--protocol " + protocol + " is spoken over HTTP: it needs --http URL");
   }
-  o.http_api = protocol == "v2" ? http::Api::kV2 : http::Api::kV1;
+  o.http_api = protocol == "v2" ? http::Api::kV2 : protocol == "jobs" ? http::Api::kJobs : http::Api::kV1;
   return {};
 }
 

@@ -23,7 +23,7 @@ struct Options {
   std::string socket_path;  // empty: the client library's default path
   TransportKind transport = TransportKind::kShm;
   std::string http_url;             // --http: the front-end's base URL
-  http::Api http_api = http::Api::kV1;  // --http: --protocol v1 or v2
+  http::Api http_api = http::Api::kV1;  // --http: --protocol v1, v2 or jobs
   std::string grpc_target;          // --grpc: the front-end's HOST:PORT
   unsigned connections = 0;         // --http: keep-alive connections; --grpc: channels (set by parse_options)
   unsigned pipeline_depth = 16;     // --http open loop: requests outstanding per connection

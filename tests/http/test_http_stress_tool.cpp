@@ -259,6 +259,31 @@ TEST_CASE("--protocol v2: closed and open loop through batchd-http's /v2 inferen
                   few);
 }
 
+TEST_CASE("--protocol jobs: closed and open loop as asynchronous jobs, each polled until answered and checked") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1"});
+  test::FrontendProcess frontend(socket, {"--workers", "1"});
+  const std::string url = "http://127.0.0.1:" + std::to_string(frontend.port());
+  const std::uint64_t requests = test::scaled(300, 50);
+  const test::StressRun closed = test::run_stress({"--http", url, "--protocol", "jobs", "--threads", "2",
+                                                   "--requests", std::to_string(requests), "--timeout-ms", "20000"});
+  check_all_right(closed, requests);
+  CHECK(closed.process.out.find(R"("protocol":"jobs")") != std::string::npos);
+  const test::StressRun open = test::run_stress({"--http", url, "--protocol", "jobs", "--rate", "300", "--requests",
+                                                 std::to_string(requests), "--timeout-ms", "20000"});
+  check_all_right(open, requests);
+  const std::uint64_t few = test::scaled(50, 10);
+  check_all_wrong(test::run_stress({"--http", url, "--protocol", "jobs", "--rate", "200", "--requests",
+                                    std::to_string(few), "--cost", "2", "--timeout-ms", "20000"}),
+                  few);
+  // A job refused is refused as a synchronous request is: an input over the daemon's limit, too_large.
+  const test::StressRun large = test::run_stress({"--http", url, "--protocol", "jobs", "--threads", "1", "--requests",
+                                                  "5", "--input-bytes", "70000:70000", "--timeout-ms", "20000"});
+  INFO("stdout: ", large.process.out, "\nstderr: ", large.process.err);
+  CHECK(large.field("errors") == 5);
+  CHECK(large.process.out.find(R"("too_large":5)") != std::string::npos);
+}
+
 TEST_CASE("--protocol grpc: closed and open loop through batchd-grpc over several channels, every answer checked" *
           doctest::skip(kNoGrpc)) {
   const std::string socket = test::temp_socket_path();
