@@ -54,14 +54,8 @@ redis.call('XDEL', KEYS[2], ARGV[3])
 return outcome
 )lua";
 
-struct ReplyDeleter {
-  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
-};
-using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
-
-std::string text_of(const redisReply* r) {
-  return r != nullptr && r->str != nullptr ? std::string(r->str, r->len) : std::string();
-}
+using redis::Reply;
+using redis::text_of;
 
 // An entry reply: [id, [field, value, ...]] (the fields nil for an entry deleted meanwhile).
 bool read_entry(const redisReply* r, const std::string& stream, StreamEntry& out) {

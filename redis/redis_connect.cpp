@@ -77,6 +77,10 @@ redisContext* connect_redis(const RedisAddress& address, std::string* failure) {
   return nullptr;
 }
 
+std::string text_of(const redisReply* reply) {
+  return reply != nullptr && reply->str != nullptr ? std::string(reply->str, reply->len) : std::string();
+}
+
 void append_command(redisContext* context, std::span<const std::string> args) {
   std::vector<const char*> argv;
   std::vector<std::size_t> lengths;

@@ -7,6 +7,7 @@
 #include <hiredis/hiredis.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,6 +33,14 @@ inline constexpr std::int64_t kRedisMaxBackoffNs = 2'000'000'000;
 
 // The connection, or nullptr with *failure saying why.
 redisContext* connect_redis(const RedisAddress& address, std::string* failure);
+
+// A reply, freed with it.
+struct ReplyDeleter {
+  void operator()(redisReply* reply) const noexcept { freeReplyObject(reply); }
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+// A reply's string (a bulk, status or error reply's bytes; "" for any other, or none).
+std::string text_of(const redisReply* reply);
 
 // Appends one command, each argument binary-safe, to the connection's pipeline.
 void append_command(redisContext* context, std::span<const std::string> args);

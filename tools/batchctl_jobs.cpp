@@ -67,14 +67,8 @@ redis.call('XDEL', KEYS[1], ARGV[1])
 return {stream, entry}
 )lua";
 
-struct ReplyDeleter {
-  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
-};
-using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
-
-std::string text_of(const redisReply* r) {
-  return r != nullptr && r->str != nullptr ? std::string(r->str, r->len) : std::string();
-}
+using redis::Reply;
+using redis::text_of;
 
 std::int64_t entry_age_ms(std::string_view entry_id) {
   std::int64_t ms = 0;

@@ -49,38 +49,36 @@ class HttpCaller final : public Caller {
 
 class HttpTransport final : public Transport {
  public:
-  HttpTransport(const HttpTarget& target, std::vector<int> fds) : target_(target), fds_(std::move(fds)) {}
-  ~HttpTransport() override {
-    for (const int fd : fds_) {
-      if (fd >= 0) ::close(fd);  // dealt to no caller or lane
-    }
-  }
-  HttpTransport(const HttpTransport&) = delete;
-  HttpTransport& operator=(const HttpTransport&) = delete;
+  HttpTransport(const HttpTarget& target, std::vector<int> fds) : target_(target), shares_(std::move(fds)) {}
 
   std::unique_ptr<Caller> make_caller(unsigned thread) override {
-    return std::make_unique<HttpCaller>(target_, deal(thread, target_.options.threads));
+    return std::make_unique<HttpCaller>(target_, shares_.deal(thread, target_.options.threads));
   }
   [[nodiscard]] unsigned lane_count() const noexcept override { return target_.options.io_threads; }
   // A lane's connections are its thread's alone: epoll, buffers and FIFOs without locks.
   [[nodiscard]] bool submit_while_pumping() const noexcept override { return false; }
   std::unique_ptr<OpenLane> make_lane(unsigned lane) override {
-    return make_http_lane(target_, deal(lane, lane_count()));
+    return make_http_lane(target_, shares_.deal(lane, lane_count()));
   }
 
  private:
-  // Connections index, index + stride, ...: options guarantee every share at least one.
-  std::vector<int> deal(unsigned index, unsigned stride) {
-    std::vector<int> share;
-    for (std::size_t i = index; i < fds_.size(); i += stride) share.push_back(std::exchange(fds_[i], -1));
-    return share;
-  }
-
   HttpTarget target_;
-  std::vector<int> fds_;  // -1 once dealt
+  ConnectionShares shares_;
 };
 
 }  // namespace
+
+ConnectionShares::~ConnectionShares() {
+  for (const int fd : fds_) {
+    if (fd >= 0) ::close(fd);  // dealt to no caller or lane
+  }
+}
+
+std::vector<int> ConnectionShares::deal(unsigned index, unsigned stride) {
+  std::vector<int> share;
+  for (std::size_t i = index; i < fds_.size(); i += stride) share.push_back(std::exchange(fds_[i], -1));
+  return share;
+}
 
 std::chrono::nanoseconds http_client_deadline(const Options& options) {
   if (options.http_timeout < options.timeout) return options.timeout;

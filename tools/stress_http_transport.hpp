@@ -24,6 +24,20 @@ struct HttpTarget {
   const InputPool& inputs;
 };
 
+// The run's open connections, dealt out in shares: share k of n is connections k, k + n, ...
+// (options guarantee every share at least one); those never dealt are closed with it.
+class ConnectionShares {
+ public:
+  explicit ConnectionShares(std::vector<int> fds) : fds_(std::move(fds)) {}
+  ~ConnectionShares();
+  ConnectionShares(const ConnectionShares&) = delete;
+  ConnectionShares& operator=(const ConnectionShares&) = delete;
+  std::vector<int> deal(unsigned index, unsigned stride);
+
+ private:
+  std::vector<int> fds_;  // -1 once dealt
+};
+
 // Takes over `fds`, options.connections connections already open to target.endpoint: thread
 // t's caller gets connections t, t + threads, ...; lane k's, k, k + lanes, ...
 std::unique_ptr<Transport> make_http_transport(const HttpTarget& target, std::vector<int> fds);

@@ -236,34 +236,21 @@ class JobsLane final : public OpenLane {
 
 class JobsTransport final : public Transport {
  public:
-  JobsTransport(const HttpTarget& target, std::vector<int> fds) : target_(target), fds_(std::move(fds)) {}
-  ~JobsTransport() override {
-    for (const int fd : fds_) {
-      if (fd >= 0) ::close(fd);
-    }
-  }
-  JobsTransport(const JobsTransport&) = delete;
-  JobsTransport& operator=(const JobsTransport&) = delete;
+  JobsTransport(const HttpTarget& target, std::vector<int> fds) : target_(target), shares_(std::move(fds)) {}
 
   std::unique_ptr<Caller> make_caller(unsigned thread) override {
-    return std::make_unique<JobsCaller>(target_, deal(thread, target_.options.threads));
+    return std::make_unique<JobsCaller>(target_, shares_.deal(thread, target_.options.threads));
   }
   [[nodiscard]] unsigned lane_count() const noexcept override { return target_.options.io_threads; }
   // A lane's threads take requests from a queue: the schedule may submit while another pumps.
   [[nodiscard]] bool submit_while_pumping() const noexcept override { return true; }
   std::unique_ptr<OpenLane> make_lane(unsigned lane) override {
-    return std::make_unique<JobsLane>(target_, deal(lane, lane_count()));
+    return std::make_unique<JobsLane>(target_, shares_.deal(lane, lane_count()));
   }
 
  private:
-  std::vector<int> deal(unsigned index, unsigned stride) {
-    std::vector<int> share;
-    for (std::size_t i = index; i < fds_.size(); i += stride) share.push_back(std::exchange(fds_[i], -1));
-    return share;
-  }
-
   HttpTarget target_;
-  std::vector<int> fds_;  // -1 once dealt
+  ConnectionShares shares_;
 };
 
 }  // namespace
