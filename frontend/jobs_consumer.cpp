@@ -1,13 +1,13 @@
 #include "frontend/jobs_consumer.hpp"
 
 #include <fmt/format.h>
-#include <simdjson.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 
 #include "frontend/http_api.hpp"
+#include "frontend/job_verdict.hpp"
 #include "frontend/jobs_api.hpp"
 #include "frontend/jobs_service.hpp"
 #include "shm/clock.hpp"
@@ -21,7 +21,6 @@ constexpr std::size_t kMaxRead = 64;                          // entries per rea
 constexpr std::chrono::milliseconds kIdleBlock{100};          // a read's wait while nothing is held
 constexpr std::int64_t kStreamsRefreshNs = 1'000'000'000;     // the daemon's models looked at again
 constexpr std::int64_t kSubmitRetryNs = 2'000'000;            // after the daemon had no room
-constexpr std::uint32_t kMaxLocalTries = 8;                   // runs that failed for a while, then given back
 constexpr std::uint32_t kFinishAttempts = 6;                  // answers Redis refused, then let go
 constexpr std::size_t kDeadLetterFields = 64;                 // a dead letter's copy of its entry, at most
 constexpr std::size_t kDeadLetterBytes = 64 << 10;
@@ -42,33 +41,10 @@ std::int64_t unix_ms() {
       .count();
 }
 
-// A failure that another try may not meet: the entry is given back (left pending, claimed after
-// the idle time, its delivery counted) rather than answered.
-bool transient(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kTimeout:
-    case ErrorCode::kOverloaded:
-    case ErrorCode::kDaemonUnavailable:
-    case ErrorCode::kBackendUnavailable:
-    case ErrorCode::kCancelled:
-    case ErrorCode::kProtocolError:
-    case ErrorCode::kTooManyClients: return true;
-    case ErrorCode::kTooLarge:
-    case ErrorCode::kInvalidUtf8:
-    case ErrorCode::kBackendError:
-    case ErrorCode::kPermissionDenied:
-    case ErrorCode::kUnknownModel: return false;
-  }
-  return true;
-}
-
 bool entry_says_record(const std::vector<EntryField>& fields) {
   return std::any_of(fields.begin(), fields.end(), [](const EntryField& f) { return f.first == "record" && f.second == "1"; });
 }
 
-std::string failed_value(std::string_view id, const Response& error) {
-  return encode_job(JobState::kFailed, job_failed_body(id, error));
-}
 
 }  // namespace
 
@@ -207,14 +183,14 @@ void JobsConsumer::take(std::vector<StreamEntry>&& entries) {
                                           "took it died, hung, or could not run it",
                                           entry.deliveries, options_.max_deliveries);
       finish(entry, id, good != nullptr ? good->has_record : entry_says_record(entry.fields),
-             id.empty() ? std::string() : failed_value(id, error_response(500, "max_deliveries", why)),
+             id.empty() ? std::string() : failed_record(id, error_response(500, "max_deliveries", why)),
              "max_deliveries: " + why);
       continue;
     }
     if (const std::string* why = std::get_if<std::string>(&parsed)) {
       // A deleted job stays deleted: the record is written unless the entry says it had one.
       finish(entry, id, entry_says_record(entry.fields),
-             id.empty() ? std::string() : failed_value(id, error_response(400, "malformed_entry", *why)),
+             id.empty() ? std::string() : failed_record(id, error_response(400, "malformed_entry", *why)),
              "malformed: " + *why);
       continue;
     }
@@ -239,9 +215,8 @@ void JobsConsumer::take(std::vector<StreamEntry>&& entries) {
 
 void JobsConsumer::expire(const StreamEntry& entry, const JobEntry& job) {
   JobsCounters::add(counters_.deadline_expired);
-  const std::string why = fmt::format("not started by its deadline ({} ms ago)", unix_ms() - job.deadline_ms);
   finish(entry, job.id, job.has_record,
-         encode_job(JobState::kExpired, job_error_body(job.id, "expired", error_response(504, "expired", why))), {});
+         expired_record(job.id, fmt::format("not started by its deadline ({} ms ago)", unix_ms() - job.deadline_ms)), {});
 }
 
 void JobsConsumer::submit_waiting() {
@@ -269,7 +244,7 @@ void JobsConsumer::submit_waiting() {
                                           "request slots): lower --jobs-max-inputs",
                                           n, client_->slot_count());
       finish(held.entry, held.job.id, held.job.has_record,
-             failed_value(held.job.id, error_response(413, "too_large", why)), "input_refused: too_large: " + why);
+             failed_record(held.job.id, error_response(413, "too_large", why)), "input_refused: too_large: " + why);
       held_.erase(serial);
       continue;
     }
@@ -283,14 +258,14 @@ void JobsConsumer::submit_waiting() {
     const auto timeout = held.job.timeout.count() > 0 ? held.job.timeout : options_.default_timeout;
     if (!client_->submit_all_async(submissions, timeout)) {
       const Error& refusal = *submissions.front().refused;
-      if (transient(refusal.code)) {  // no room now: the window shrinks, and this waits its turn
+      if (transient_failure(refusal.code)) {  // no room now: the window shrinks, and this waits its turn
         window_ = std::max<std::size_t>(window_ / 2, 1);
         retry_submit_ns_ = shm::monotonic_ns() + kSubmitRetryNs;
         return;
       }
       waiting_.pop_front();
       const std::string why = "the daemon refused it: " + refusal.message;
-      finish(held.entry, held.job.id, held.job.has_record, failed_value(held.job.id, response_for_error(refusal)),
+      finish(held.entry, held.job.id, held.job.has_record, failed_record(held.job.id, response_for_error(refusal)),
              std::string("input_refused: ") + error_code_name(refusal.code) + ": " + refusal.message);
       held_.erase(serial);
       continue;
@@ -311,53 +286,24 @@ void JobsConsumer::on_answer(std::uint64_t serial, std::size_t index, Result&& r
 
 void JobsConsumer::conclude(std::uint64_t serial) {
   Held& held = held_.at(serial);
-  const JobEntry& job = held.job;
-  // A transient failure of any input runs the whole job again, here, not counted as a delivery:
-  // shed (the daemon had less room than the window assumed: the window shrinks), the daemon gone
-  // or the model without a lane for a while, up to kMaxLocalTries; timed out, once (an input that
-  // hangs should not hold the daemon for many timeouts). Past that the entry is given back for
-  // another delivery, here or on another node. A lasting failure fails the job (and dead-letters
-  // its entry: an input that fails alone is poison).
-  for (std::size_t i = 0; i < held.results.size(); ++i) {
-    const Result& r = *held.results[i];
-    if (r.ok() || !transient(r.error().code)) continue;
-    const ErrorCode code = r.error().code;
-    if (code == ErrorCode::kOverloaded || code == ErrorCode::kTimeout) window_ = std::max<std::size_t>(window_ / 2, 1);
-    const std::uint32_t most = code == ErrorCode::kTimeout ? 2 : kMaxLocalTries;
-    if (++held.tries < most) {
+  JobVerdict verdict = judge_job(held.job, held.results, ++held.runs);
+  if (verdict.shrink_window) window_ = std::max<std::size_t>(window_ / 2, 1);
+  switch (verdict.kind) {
+    case JobVerdict::Kind::kRunAgain:
       for (auto& result : held.results) result.reset();
       waiting_.push_front(serial);
-      retry_submit_ns_ = shm::monotonic_ns() + kSubmitRetryNs * (std::int64_t{1} << std::min<std::uint32_t>(held.tries, 8));
+      retry_submit_ns_ = shm::monotonic_ns() + kSubmitRetryNs * (std::int64_t{1} << std::min<std::uint32_t>(held.runs, 8));
       return;
-    }
-    JobsCounters::add(counters_.released);
-    spdlog::info("batchd-http: jobs consumer: entry {} of {} given back: {}", held.entry.id, held.entry.stream,
-                 r.error().message);
-    held_.erase(serial);
-    return;
+    case JobVerdict::Kind::kGiveBack:
+      JobsCounters::add(counters_.released);
+      spdlog::info("batchd-http: jobs consumer: entry {} of {} given back: {}", held.entry.id, held.entry.stream,
+                   verdict.why);
+      break;
+    case JobVerdict::Kind::kAnswer:
+      if (verdict.dead_reason.empty() && window_ < max_window()) ++window_;
+      finish(held.entry, held.job.id, held.job.has_record, std::move(verdict.record), std::move(verdict.dead_reason));
+      break;
   }
-  std::vector<std::string> outputs;
-  for (std::size_t i = 0; i < held.results.size(); ++i) {
-    Result& r = *held.results[i];
-    const std::string where = job.many ? "input " + std::to_string(i) + ": " : std::string();
-    std::optional<Response> error;
-    std::string reason;
-    if (!r.ok()) {
-      error = response_for_error(Error{r.error().code, where + r.error().message});
-      reason = std::string("input_failed: ") + where + error_code_name(r.error().code) + ": " + r.error().message;
-    } else if (!simdjson::validate_utf8(r.output().data(), r.output().size())) {
-      error = error_response(500, "invalid_output", where + "the backend's output is not valid UTF-8");
-      reason = "invalid_output: " + where + "the backend's output is not valid UTF-8";
-    }
-    if (error) {
-      finish(held.entry, job.id, job.has_record, failed_value(job.id, *error), std::move(reason));
-      held_.erase(serial);
-      return;
-    }
-    outputs.push_back(std::move(r.output()));
-  }
-  if (window_ < max_window()) ++window_;
-  finish(held.entry, job.id, job.has_record, encode_job(JobState::kDone, job_done_body(job.id, outputs, job.many)), {});
   held_.erase(serial);
 }
 

@@ -72,7 +72,7 @@ class JobsConsumer {
     const StreamName* stream = nullptr;
     std::vector<std::optional<Result>> results;
     std::size_t remaining = 0;
-    std::uint32_t tries = 0;  // runs on this node that the daemon shed or timed out
+    std::uint32_t runs = 0;  // on this node, answered or failed
   };
 
   void run();

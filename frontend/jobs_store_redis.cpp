@@ -42,7 +42,7 @@ return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
 class RedisJobsStore final : public JobsStore {
  public:
   RedisJobsStore(const redis::RedisAddress& address, JobsInboxes& inboxes)
-      : address_(address), inboxes_(inboxes), name_(address.host + ":" + std::to_string(address.port)) {
+      : inboxes_(inboxes), connection_(address, "batchd-http: jobs store") {
     thread_ = std::thread([this] { run(); });
   }
 
@@ -53,7 +53,6 @@ class RedisJobsStore final : public JobsStore {
     }
     cv_.notify_all();
     thread_.join();
-    if (context_ != nullptr) redisFree(context_);
   }
 
   void enqueue(unsigned worker, std::string id, std::string value, std::chrono::seconds ttl, std::string stream,
@@ -96,7 +95,7 @@ class RedisJobsStore final : public JobsStore {
         return;
       }
     }
-    command.done({StoreStatus::kUnavailable, {}, "the jobs store (Redis at " + name_ + ") is too far behind"});
+    command.done({StoreStatus::kUnavailable, {}, "the jobs store (Redis at " + connection_.name() + ") is too far behind"});
   }
 
   void run() {
@@ -118,16 +117,17 @@ class RedisJobsStore final : public JobsStore {
   }
 
   void execute(std::vector<Command>& batch) {
-    if (!ensure_connected()) {
-      for (Command& c : batch) deliver(c, unavailable(last_error_));
+    redisContext* context = connection_.get();
+    if (context == nullptr) {
+      for (Command& c : batch) deliver(c, unavailable(connection_.last_error()));
       return;
     }
-    for (const Command& c : batch) append(c);
+    for (const Command& c : batch) append(context, c);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       void* raw = nullptr;
-      if (redisGetReply(context_, &raw) != REDIS_OK) {
-        drop_connection(context_->errstr);
-        for (; i < batch.size(); ++i) deliver(batch[i], unavailable(last_error_));
+      if (redisGetReply(context, &raw) != REDIS_OK) {
+        connection_.drop(context->errstr);
+        for (; i < batch.size(); ++i) deliver(batch[i], unavailable(connection_.last_error()));
         fail_queued();
         return;
       }
@@ -145,14 +145,14 @@ class RedisJobsStore final : public JobsStore {
       std::lock_guard lock(mu_);
       queued.swap(queue_);
     }
-    for (Command& c : queued) deliver(c, unavailable(last_error_));
+    for (Command& c : queued) deliver(c, unavailable(connection_.last_error()));
   }
 
-  void append(const Command& c) {
+  static void append(redisContext* context, const Command& c) {
     switch (c.kind) {
-      case Kind::kGet: redisAppendCommand(context_, "GET %b", c.key.data(), c.key.size()); return;
-      case Kind::kRemove: redisAppendCommand(context_, "GETDEL %b", c.key.data(), c.key.size()); return;
-      case Kind::kEnqueue: redis::append_command(context_, c.args); return;
+      case Kind::kGet: redisAppendCommand(context, "GET %b", c.key.data(), c.key.size()); return;
+      case Kind::kRemove: redisAppendCommand(context, "GETDEL %b", c.key.data(), c.key.size()); return;
+      case Kind::kEnqueue: redis::append_command(context, c.args); return;
     }
   }
 
@@ -179,56 +179,21 @@ class RedisJobsStore final : public JobsStore {
   }
 
   StoreReply unavailable(const std::string& why) const {
-    return {StoreStatus::kUnavailable, {}, "the jobs store (Redis at " + name_ + ") is unavailable: " + why};
+    return {StoreStatus::kUnavailable, {}, "the jobs store (Redis at " + connection_.name() + ") is unavailable: " + why};
   }
 
   void deliver(Command& c, StoreReply&& reply) {
     inboxes_.post(c.worker, [done = std::move(c.done), reply = std::move(reply)]() mutable { done(std::move(reply)); });
   }
 
-  // Redis thread only, like context_ and the backoff state.
-  bool ensure_connected() {
-    if (context_ != nullptr) return true;
-    const std::int64_t now_ns = shm::monotonic_ns();
-    if (now_ns < next_attempt_ns_) return false;
-    std::string failure;
-    redisContext* c = redis::connect_redis(address_, &failure);
-    if (c == nullptr) {
-      backoff_ns_ = backoff_ns_ == 0 ? redis::kRedisFirstBackoffNs : std::min(2 * backoff_ns_, redis::kRedisMaxBackoffNs);
-      next_attempt_ns_ = shm::monotonic_ns() + backoff_ns_;
-      if (last_error_ != failure) spdlog::warn("batchd-http: jobs store: cannot reach Redis at {}: {}", name_, failure);
-      last_error_ = failure;
-      return false;
-    }
-    context_ = c;
-    backoff_ns_ = 0;
-    spdlog::info("batchd-http: jobs store: connected to Redis at {} (db {})", name_, address_.db);
-    last_error_.clear();
-    return true;
-  }
-
-  // The next batch connects again at once: a dropped connection is worth one immediate retry.
-  void drop_connection(const char* why) {
-    last_error_ = why;
-    spdlog::warn("batchd-http: jobs store: lost Redis at {}: {}", name_, why);
-    redisFree(context_);
-    context_ = nullptr;
-    next_attempt_ns_ = 0;
-  }
-
-  const redis::RedisAddress address_;
   JobsInboxes& inboxes_;  // borrowed; the service outlives the store
-  const std::string name_;  // host:port, for messages
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Command> queue_;  // guarded by mu_
   bool stop_ = false;          // guarded by mu_
 
-  redisContext* context_ = nullptr;  // Redis thread only; null while not connected
-  std::int64_t backoff_ns_ = 0;
-  std::int64_t next_attempt_ns_ = 0;
-  std::string last_error_;
+  redis::Reconnecting connection_;  // the Redis thread's alone
   std::thread thread_;  // last: it starts once everything above is built
 };
 

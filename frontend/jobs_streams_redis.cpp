@@ -73,55 +73,24 @@ bool read_entry(const redisReply* r, const std::string& stream, StreamEntry& out
   return true;
 }
 
-std::int64_t entry_ms(std::string_view id) {
-  std::int64_t ms = 0;
-  std::from_chars(id.data(), id.data() + id.size(), ms);
-  return ms;
-}
-
 }  // namespace
 
 RedisJobsStreams::RedisJobsStreams(const redis::RedisAddress& address, std::string consumer, std::chrono::seconds ttl,
                                    std::uint64_t dead_letters_kept, std::uint64_t results_kept)
-    : address_(address), consumer_(std::move(consumer)), name_(address.host + ":" + std::to_string(address.port)),
-      ttl_(ttl), dead_letters_kept_(dead_letters_kept), results_kept_(results_kept) {}
+    : consumer_(std::move(consumer)), connection_(address, "batchd-http: jobs consumer " + consumer_), ttl_(ttl),
+      dead_letters_kept_(dead_letters_kept), results_kept_(results_kept) {}
 
-RedisJobsStreams::~RedisJobsStreams() {
-  if (context_ != nullptr) redisFree(context_);
-}
+RedisJobsStreams::~RedisJobsStreams() = default;
 
-bool RedisJobsStreams::ready() {
-  if (context_ != nullptr) return true;
-  if (shm::monotonic_ns() < next_attempt_ns_) return false;
-  std::string failure;
-  context_ = redis::connect_redis(address_, &failure);
-  if (context_ == nullptr) {
-    backoff_ns_ = backoff_ns_ == 0 ? redis::kRedisFirstBackoffNs : std::min(2 * backoff_ns_, redis::kRedisMaxBackoffNs);
-    next_attempt_ns_ = shm::monotonic_ns() + backoff_ns_;
-    if (last_error_ != failure) spdlog::warn("batchd-http: jobs consumer: cannot reach Redis at {}: {}", name_, failure);
-    last_error_ = failure;
-    return false;
-  }
-  backoff_ns_ = 0;
-  last_error_.clear();
-  spdlog::info("batchd-http: jobs consumer {}: connected to Redis at {}", consumer_, name_);
-  return true;
-}
-
-void RedisJobsStreams::drop(const std::string& why) {
-  last_error_ = why;
-  spdlog::warn("batchd-http: jobs consumer: lost Redis at {}: {}", name_, why);
-  if (context_ != nullptr) redisFree(context_);
-  context_ = nullptr;
-  next_attempt_ns_ = 0;  // one immediate retry
-}
+bool RedisJobsStreams::ready() { return connection_.get() != nullptr; }
 
 redisReply* RedisJobsStreams::command(std::span<const std::string> args) {
-  if (context_ == nullptr) return nullptr;
-  redis::append_command(context_, args);
+  redisContext* context = connection_.get();
+  if (context == nullptr) return nullptr;
+  redis::append_command(context, args);
   void* reply = nullptr;
-  if (redisGetReply(context_, &reply) != REDIS_OK) {
-    drop(context_->errstr);
+  if (redisGetReply(context, &reply) != REDIS_OK) {
+    connection_.drop(context->errstr);
     return nullptr;
   }
   return static_cast<redisReply*>(reply);
@@ -160,7 +129,7 @@ bool RedisJobsStreams::read(std::span<const std::string> streams, std::size_t co
     const std::string error = text_of(reply.get());
     // A stream or group gone (deleted, or a Redis that lost its data): made again, read next time.
     if (error.starts_with("NOGROUP")) return ensure_streams(streams);
-    drop("XREADGROUP: " + error);
+    connection_.drop("XREADGROUP: " + error);
     return false;
   }
   if (reply->type != REDIS_REPLY_ARRAY) return true;
@@ -241,7 +210,8 @@ bool RedisJobsStreams::touch(const std::string& stream, std::span<const std::str
 bool RedisJobsStreams::finish(std::span<const EntryFinish> finishes, std::vector<FinishOutcome>& outcomes) {
   outcomes.clear();
   if (finishes.empty()) return true;
-  if (context_ == nullptr) return false;
+  redisContext* context = connection_.get();
+  if (context == nullptr) return false;
   const std::string ttl = std::to_string(ttl_.count());
   const std::string kept = std::to_string(dead_letters_kept_);
   const std::string results_kept = std::to_string(results_kept_);
@@ -262,24 +232,20 @@ bool RedisJobsStreams::finish(std::span<const EntryFinish> finishes, std::vector
         args.push_back(value);
       }
     }
-    redis::append_command(context_, args);
+    redis::append_command(context, args);
   }
   for (std::size_t i = 0; i < finishes.size(); ++i) {
     void* raw = nullptr;
-    if (redisGetReply(context_, &raw) != REDIS_OK) {
-      drop(context_->errstr);
+    if (redisGetReply(context, &raw) != REDIS_OK) {
+      connection_.drop(context->errstr);
       outcomes.clear();
       return false;
     }
     Reply reply(static_cast<redisReply*>(raw));
     const std::string text = text_of(reply.get());
-    if (reply->type == REDIS_REPLY_ERROR) {
-      // Read every reply before dropping, or the next command would read this batch's.
+    if (reply->type == REDIS_REPLY_ERROR) {  // that entry alone; the others' replies are read on
       spdlog::warn("batchd-http: jobs consumer: finishing entry {} of {}: {}", finishes[i].entry_id,
                    finishes[i].stream, text);
-      last_error_ = text;
-    }
-    if (reply->type == REDIS_REPLY_ERROR) {
       outcomes.push_back(FinishOutcome::kFailed);
       continue;
     }
@@ -309,11 +275,7 @@ bool RedisJobsStreams::depth(const std::string& stream, StreamDepth& out) {
   if (!first) return false;
   if (first->type == REDIS_REPLY_ARRAY && first->elements == 1) {
     StreamEntry entry;
-    if (read_entry(first->element[0], stream, entry)) {
-      const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch()).count();
-      out.oldest_age_ms = std::max<std::int64_t>(0, now_ms - entry_ms(entry.id));
-    }
+    if (read_entry(first->element[0], stream, entry)) out.oldest_age_ms = redis::entry_age_ms(entry.id);
   }
   return true;
 }

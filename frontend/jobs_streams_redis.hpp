@@ -1,7 +1,7 @@
 // The jobs queue on Redis Streams (docs/JOBS.md), as one consumer sees it: one hiredis connection,
 // used by the jobs consumer's thread alone, under a connect and a command timeout, so a stuck Redis costs
 // that thread a bounded wait and no event loop anything. Every call says whether Redis answered;
-// after a failure the connection is dropped and made again, after a growing pause, by ready().
+// after a failure the connection is dropped and made again (redis::Reconnecting) by ready().
 #pragma once
 
 #include <chrono>
@@ -13,7 +13,6 @@
 #include "frontend/jobs_queue.hpp"
 #include "frontend/jobs_store.hpp"
 
-struct redisContext;
 struct redisReply;
 
 namespace batchd::http {
@@ -45,18 +44,12 @@ class RedisJobsStreams final : public JobsQueue {
 
  private:
   redisReply* command(std::span<const std::string> args);
-  void drop(const std::string& why);
 
-  const redis::RedisAddress address_;
   const std::string consumer_;
-  const std::string name_;  // host:port, for messages
+  redis::Reconnecting connection_;
   const std::chrono::seconds ttl_;
   const std::uint64_t dead_letters_kept_;
   const std::uint64_t results_kept_;
-  redisContext* context_ = nullptr;
-  std::int64_t backoff_ns_ = 0;
-  std::int64_t next_attempt_ns_ = 0;
-  std::string last_error_;
 };
 
 }  // namespace batchd::http

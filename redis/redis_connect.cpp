@@ -1,12 +1,21 @@
 #include "redis/redis_connect.hpp"
 
+#include "shm/clock.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <stdexcept>
 #include <vector>
 
 namespace batchd::redis {
 
 namespace {
+
+constexpr std::int64_t kFirstBackoffNs = 50'000'000;
+constexpr std::int64_t kMaxBackoffNs = 2'000'000'000;
 
 int parse_port_or_db(std::string_view text, int max, std::string_view what, std::string_view url) {
   int value = 0;
@@ -75,6 +84,47 @@ redisContext* connect_redis(const RedisAddress& address, std::string* failure) {
   if (failure->empty()) return c;
   if (c != nullptr) redisFree(c);
   return nullptr;
+}
+
+Reconnecting::Reconnecting(const RedisAddress& address, std::string who)
+    : address_(address), who_(std::move(who)), name_(address.host + ":" + std::to_string(address.port)) {}
+
+Reconnecting::~Reconnecting() {
+  if (context_ != nullptr) redisFree(context_);
+}
+
+redisContext* Reconnecting::get() {
+  if (context_ != nullptr) return context_;
+  if (shm::monotonic_ns() < next_attempt_ns_) return nullptr;
+  std::string failure;
+  context_ = connect_redis(address_, &failure);
+  if (context_ == nullptr) {
+    backoff_ns_ = backoff_ns_ == 0 ? kFirstBackoffNs : std::min(2 * backoff_ns_, kMaxBackoffNs);
+    next_attempt_ns_ = shm::monotonic_ns() + backoff_ns_;
+    if (last_error_ != failure) spdlog::warn("{}: cannot reach Redis at {}: {}", who_, name_, failure);
+    last_error_ = failure;
+    return nullptr;
+  }
+  backoff_ns_ = 0;
+  last_error_.clear();
+  spdlog::info("{}: connected to Redis at {} (db {})", who_, name_, address_.db);
+  return context_;
+}
+
+void Reconnecting::drop(const std::string& why) {
+  last_error_ = why;
+  spdlog::warn("{}: lost Redis at {}: {}", who_, name_, why);
+  if (context_ != nullptr) redisFree(context_);
+  context_ = nullptr;
+  next_attempt_ns_ = 0;
+}
+
+std::int64_t entry_age_ms(std::string_view entry_id) {
+  std::int64_t ms = 0;
+  std::from_chars(entry_id.data(), entry_id.data() + entry_id.size(), ms);
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch()).count();
+  return ms == 0 ? 0 : std::max<std::int64_t>(0, now - ms);
 }
 
 std::string text_of(const redisReply* reply) {

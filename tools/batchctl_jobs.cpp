@@ -68,15 +68,8 @@ return {stream, entry}
 )lua";
 
 using redis::Reply;
+using redis::entry_age_ms;
 using redis::text_of;
-
-std::int64_t entry_age_ms(std::string_view entry_id) {
-  std::int64_t ms = 0;
-  std::from_chars(entry_id.data(), entry_id.data() + entry_id.size(), ms);
-  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::system_clock::now().time_since_epoch()).count();
-  return ms == 0 ? 0 : std::max<std::int64_t>(0, now - ms);
-}
 
 class Redis {
  public:
