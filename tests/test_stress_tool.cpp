@@ -180,6 +180,41 @@ TEST_CASE("--priority: the open loop sends every request in that class, and only
   CHECK(test::taken_by_class(*watcher, expected) == expected);
 }
 
+TEST_CASE("--shape: the open loop follows the rate's segments, and a bad shape is refused") {
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "sim", "--sim-devices", "2", "--sim-fixed-us", "200",
+                                      "--sim-per-item-us", "5"});
+  const std::string csv = test::temp_socket_path("shape.csv");
+  // 600/s for a second, then 150/s: the rows' sent counts follow, and every answer is right.
+  const test::StressRun run = test::run_stress({"--socket", socket, "--expect-sim", "1", "--shape", "600:1,150:1",
+                                                "--duration", "2", "--csv", csv});
+  INFO("stdout: ", run.process.out, "\nstderr: ", run.process.err);
+  REQUIRE(run.process.exit_code() == 0);
+  CHECK(run.field("sent") == doctest::Approx(750).epsilon(0.01));
+  CHECK(run.field("ok") == run.field("sent"));
+  CHECK(run.field("rate") == doctest::Approx(375));
+  CHECK(run.process.out.find("open loop shaped 600:1,150:1 (mean 375 req/s)") != std::string::npos);
+  std::ifstream in(csv);
+  std::string line;
+  REQUIRE(std::getline(in, line));
+  std::vector<double> sent;
+  while (std::getline(in, line)) sent.push_back(std::stod(line.substr(line.find(',') + 1)));
+  REQUIRE(sent.size() >= 2);
+  CHECK(sent[0] == doctest::Approx(600).epsilon(0.1));
+  CHECK(sent[1] == doctest::Approx(150).epsilon(0.1));
+
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--shape", "600"},
+                                              std::vector<std::string>{"--shape", "0:1"},
+                                              std::vector<std::string>{"--shape", "600:1", "--rate", "5"},
+                                              std::vector<std::string>{"--shape", "600:1", "--threads", "2"}}) {
+    std::vector<std::string> args{"--socket", socket, "--duration", "1"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    const test::StressRun refused = test::run_stress(args, std::chrono::seconds(30));
+    INFO("args: ", bad[1], " stderr: ", refused.process.err);
+    CHECK(refused.process.exit_code() == 64);
+  }
+}
+
 TEST_CASE("--csv: one row per second whose counts add up to the summary's, and a bad path refused") {
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--backend", "sim", "--sim-devices", "2", "--sim-fixed-us", "200",

@@ -41,7 +41,7 @@ class Schedule {
   Schedule(const Options& options, std::int64_t start_ns);
   [[nodiscard]] std::int64_t intended_ns(std::uint64_t id) const noexcept {
     // From the start and the id rather than accumulated, so rounding never drifts the schedule.
-    return start_ns_ + std::llround(static_cast<double>(id) * period_ns_);
+    return start_ns_ + shape_.offset_ns(id);
   }
   // Whether request `id` is still to be sent (the run has not reached its cap or its end).
   [[nodiscard]] bool has(std::uint64_t id) const noexcept {
@@ -56,7 +56,7 @@ class Schedule {
 
  private:
   std::int64_t start_ns_;
-  double period_ns_;
+  const RateShape& shape_;
   std::uint64_t cap_;
   std::int64_t end_ns_ = kNever;
   std::int64_t measure_from_ns_ = std::numeric_limits<std::int64_t>::min();
@@ -65,7 +65,7 @@ class Schedule {
 };
 
 Schedule::Schedule(const Options& options, std::int64_t start_ns)
-    : start_ns_(start_ns), period_ns_(1e9 / options.rate),
+    : start_ns_(start_ns), shape_(options.shape),
       cap_(options.requests.value_or(std::numeric_limits<std::uint64_t>::max())),
       windowed_(options.warmup_s > 0.0 || options.cooldown_s > 0.0) {
   const auto ns = [](double s) { return static_cast<std::int64_t>(s * 1e9); };

@@ -84,15 +84,20 @@ void add_options(CLI::App& app, Options& o, std::string& input_bytes, std::int64
       ->excludes(socket)->excludes(http);
   auto* threads = app.add_option("--threads", o.threads, "closed loop: threads each submitting in a loop")
                       ->capture_default_str()->check(CLI::Range(1U, 4096U));
-  app.add_option("--rate", o.rate, "open loop: requests per second, paced by intended send time")
-      ->check(CLI::Range(0.001, 1e9))->excludes(threads);
+  auto* rate = app.add_option("--rate", o.rate, "open loop: requests per second, paced by intended send time")
+                   ->check(CLI::Range(0.001, 1e9))->excludes(threads);
+  app.add_option("--shape", o.shape_spec,
+                 "open loop whose rate follows a cycle of segments, repeated for the run: RATE:SECONDS holds a "
+                 "rate, FROM..TO:SECONDS ramps it, e.g. 60000:0.02,0:0.08 (20 ms bursts at 60,000/s every "
+                 "100 ms) or 4000..36000:5,36000..4000:5")
+      ->excludes(threads)->excludes(rate);
   app.add_option("--duration", duration, "seconds to run (default 10 unless --requests is given)")
       ->check(CLI::Range(0.001, 1e7));
   app.add_option("--warmup", o.warmup_s, "open loop: seconds of load before the measured window, not counted")
-      ->check(CLI::Range(0.0, 3600.0))->needs("--rate")->needs("--duration");
+      ->check(CLI::Range(0.0, 3600.0))->needs("--duration");
   app.add_option("--cooldown", o.cooldown_s,
                  "open loop: seconds the load goes on after the measured window, not counted")
-      ->check(CLI::Range(0.0, 3600.0))->needs("--rate")->needs("--duration");
+      ->check(CLI::Range(0.0, 3600.0))->needs("--duration");
   app.add_option("--requests", requests, "total requests at most (either limit may end the run)")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 62));
   auto* bytes = app.add_option("--input-bytes", input_bytes, "random input length range in bytes, MIN:MAX")
@@ -276,7 +281,18 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     const Expected<PriorityMix> mix = parse_priority_flags(app, priority, priority_mix);
     if (!mix) throw CLI::ValidationError(mix.error().message);
     o.priority_mix = *mix;
-    o.mode = app.count("--rate") > 0 ? Mode::kOpen : Mode::kClosed;
+    o.mode = app.count("--rate") + app.count("--shape") > 0 ? Mode::kOpen : Mode::kClosed;
+    if (app.count("--shape") > 0) {
+      Expected<RateShape> parsed = RateShape::parse(o.shape_spec);
+      if (!parsed) throw CLI::ValidationError("--shape", parsed.error().message);
+      o.shape = std::move(*parsed);
+      o.rate = o.shape.mean_rate();
+    } else {
+      o.shape = RateShape::constant(o.rate);
+    }
+    if ((o.warmup_s > 0 || o.cooldown_s > 0) && o.mode != Mode::kOpen) {
+      throw CLI::ValidationError("--warmup and --cooldown", "are for the open loop (--rate or --shape)");
+    }
     o.timeout = std::chrono::milliseconds(timeout_ms);
     o.http_timeout = std::chrono::milliseconds(http_timeout_ms);
     if (auto chosen = finish_protocol(app, o, protocol); !chosen) throw CLI::ValidationError(chosen.error().message);

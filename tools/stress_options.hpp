@@ -11,6 +11,7 @@
 
 #include "tools/stress_http_proto.hpp"
 #include "tools/stress_priority.hpp"
+#include "tools/stress_shape.hpp"
 
 namespace batchd::stress {
 
@@ -30,7 +31,9 @@ struct Options {
   unsigned io_threads = 2;          // --http open loop: epoll threads; --grpc: completion queues
   Mode mode = Mode::kClosed;
   unsigned threads = 4;             // closed loop
-  double rate = 0.0;                // open loop, requests per second
+  double rate = 0.0;                // open loop, requests per second (with --shape: its mean)
+  std::string shape_spec;           // --shape as given (parsed into shape)
+  RateShape shape;                  // open loop: the rate over time (--rate: constant)
   std::optional<double> duration_s;  // unset: unbounded (only when a request cap is set)
   // Open loop: load runs this long before and after the measured window, uncounted, so the
   // window sees steady state (no cold start, no half-full last batch waiting for its timer).

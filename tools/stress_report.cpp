@@ -23,7 +23,10 @@ double percentile_us(const std::vector<std::int64_t>& sorted, double q) {
 
 std::string load_description(const Options& options) {
   std::string text = options.mode == Mode::kOpen
-                         ? fmt::format("open loop at {} req/s", options.rate)
+                         ? (options.shape.is_constant()
+                                ? fmt::format("open loop at {} req/s", options.rate)
+                                : fmt::format("open loop shaped {} (mean {:.0f} req/s)", options.shape.describe(),
+                                              options.rate))
                          : fmt::format("closed loop with {} thread{}", options.threads,
                                        options.threads == 1 ? "" : "s");
   if (options.transport == TransportKind::kHttp) {
