@@ -129,6 +129,7 @@ bool ModelPipeline::fill_batches(std::int64_t now_ns) {
   bool progressed = false;
   pass_lanes_.reset();
   const std::int64_t urgent_ns = pending_.empty() ? 0 : urgent_ns_before_deadline(now_ns);
+  std::uint32_t take = 0;  // what the open batch takes of those waiting (0: not yet asked)
   batcher_.cap_bytes(router_->byte_budget(now_ns));  // device memory (router_memory.cpp)
   while (!pending_.empty()) {
     if (open_ == nullptr && (open_ = router_->try_acquire()) == nullptr) break;
@@ -136,6 +137,12 @@ bool ModelPipeline::fill_batches(std::int64_t now_ns) {
     // frees: a batch filled now would fix its members in arrival order, and a high-priority
     // request arriving meanwhile would wait behind them.
     if (batcher_.count() > 0 && holding_for_lane(pass_lanes(now_ns))) break;
+    if (take == 0 && batcher_.count() > 0) take = take_limit(now_ns);
+    if (take != 0 && batcher_.count() >= take) {
+      flush_open_batch(FlushReason::kTarget);
+      take = 0;
+      continue;
+    }
     PendingRequest& request = pending_.front(now_ns, urgent_ns);
     if (!batcher_.fits(request.taken.input_bytes) || cut_for_fairness(request, now_ns)) {
       batcher_.mark_full();
@@ -151,6 +158,20 @@ bool ModelPipeline::fill_batches(std::int64_t now_ns) {
   // make a batch of one.
   if (const FlushDecision decision = decide_flush(now_ns); decision.flush()) flush_open_batch(decision.reason);
   return progressed;
+}
+
+std::uint32_t ModelPipeline::take_limit(std::int64_t now_ns) noexcept {
+  const Router::LaneView& lanes = pass_lanes(now_ns);
+  // The policy's own first test, before the view (the rates) is worked out: the cpu backend's
+  // passes never get further.
+  if (config_.settings.batch.policy != PolicyKind::kAdaptive ||
+      lanes.cost.fixed_ns < BatchPolicy::kTakeLimitMinFixedNs) {
+    return batcher_.limits().max_batch;
+  }
+  const OpenBatchState waiting{static_cast<std::uint32_t>(std::min<std::size_t>(
+                                   batcher_.count() + pending_.size(), UINT32_MAX)),
+                               0, false, batcher_.oldest_ns(), 0};
+  return policy_.take_limit(waiting, policy_view(lanes, now_ns), now_ns);
 }
 
 std::int64_t ModelPipeline::urgent_ns_before_deadline(std::int64_t now_ns) noexcept {
@@ -225,6 +246,7 @@ FlushDecision ModelPipeline::decide_flush(std::int64_t now_ns) {
 
 void ModelPipeline::flush_open_batch(FlushReason reason) {
   if (open_ == nullptr || open_->requests.empty()) return;
+  if (spdlog::should_log(spdlog::level::trace)) trace_flush(reason);
   stats_.flushes[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
   stats_.by_model[id_].flushes[static_cast<std::size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
   open_->id = next_batch_id_++;
@@ -233,6 +255,16 @@ void ModelPipeline::flush_open_batch(FlushReason reason) {
   open_ = nullptr;
   batcher_.reset();
   shares_.clear();
+}
+
+void ModelPipeline::trace_flush(FlushReason reason) {
+  // The decision sequence through a burst, to read against another policy's (docs/POLICY.md).
+  const std::int64_t now_ns = shm::monotonic_ns();
+  const PolicyView view = policy_view(router_->lane_view(now_ns), now_ns);
+  spdlog::trace("flush model {} at {} us: {} requests, {} ({} us after the oldest), {} waiting; lanes {}/{} idle, "
+                "{:.0f} arrivals/s, target {}",
+                id_, now_ns / 1000, batcher_.count(), flush_reason_name(reason), (now_ns - batcher_.oldest_ns()) / 1000,
+                pending_.size(), view.idle_lanes, view.lanes, view.arrivals_per_s, policy_.target_batch(view));
 }
 
 bool ModelPipeline::work_waiting() {

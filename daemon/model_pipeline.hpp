@@ -166,6 +166,9 @@ class ModelPipeline {
   [[nodiscard]] bool holding_for_lane(const Router::LaneView& lanes) const noexcept;
   bool move_into_batch(PendingRequest& request, std::int64_t now_ns);
   void flush_open_batch(FlushReason reason);
+  void trace_flush(FlushReason reason);  // with --log-level trace: one line per batch
+  // The most the open batch takes of the requests waiting now (BatchPolicy::take_limit).
+  [[nodiscard]] std::uint32_t take_limit(std::int64_t now_ns) noexcept;
   [[nodiscard]] PolicyView policy_view(const Router::LaneView& lanes, std::int64_t now_ns) const noexcept;
   // The lanes as fill_batches sees them: read once, and again after each batch it hands them (a
   // lane freeing meanwhile is seen by the next pass; work_waiting reads them afresh).

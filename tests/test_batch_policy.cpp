@@ -71,9 +71,9 @@ TEST_CASE("adaptive: n* from the utilisation target") {
   CHECK(policy.target_batch(view(19'512)) == 28);
   // Fewer than one arrival per fixed cost: 100/s x 2 ms = 0.2 -> n* = 1, flush at once.
   CHECK(policy.target_batch(view(100)) == 1);
-  // No batch size keeps up (r b = 2 > u L = 1.8): every moment a lane waits is lost capacity, so
-  // it waits for nothing (the batches are big anyway: they grow while every lane is busy).
-  CHECK(policy.target_batch(view(100'000)) == 1);
+  // No batch size keeps up (r b = 2 > u L = 1.8): the biggest batches carry the most (a lane
+  // still waits at most one fixed cost for one: the next case).
+  CHECK(policy.target_batch(view(100'000)) == 256);
   // n* is cut to the byte budget: 8 MiB / 1 MiB inputs = 8 < 28.
   PolicyView big = view(19'512);
   big.mean_input_bytes = 1 << 20;
@@ -100,7 +100,76 @@ TEST_CASE("adaptive: with a lane idle, wait for n* or for the time n* should tak
   CHECK_FALSE(d.flush());
   CHECK(d.recheck_ns == fill_by);
   CHECK(policy.decide(batch(10), view(19'512), fill_by).reason == FlushReason::kFillTime);
-  CHECK(policy.decide(batch(28), view(19'512), kT0 + kMs / 2).reason == FlushReason::kTarget);
+  // 28 over the 1.38 ms they take at 19,512/s: no burst, n* reached.
+  CHECK(policy.decide(batch(28), view(19'512), fill_by).reason == FlushReason::kTarget);
+  // Where n* takes longer than a fixed cost to arrive, the lane waits one fixed cost (2 ms): at
+  // 35,000/s n* = ceil(70 / (1.8 - 0.7)) = 64, which takes 1.8 ms; past u L <= r b, n* = 256.
+  CHECK(policy.target_batch(view(35'000)) == 64);
+  CHECK(policy.decide(batch(1), view(35'000), kT0).recheck_ns == kT0 + static_cast<std::int64_t>(63 * 1e9 / 35'000));
+  CHECK(policy.decide(batch(1), view(100'000), kT0).recheck_ns == kT0 + 2 * kMs);
+  CHECK(policy.decide(batch(150), view(100'000), kT0 + 2 * kMs).reason == FlushReason::kFillTime);
+}
+
+TEST_CASE("adaptive: the waiting requests' own rate shows a burst the smoothed rate lags") {
+  const BatchPolicy policy(adaptive_limits());
+  // Their count since the oldest, plus one mean gap at the smoothed rate: 30 in 0.4 ms at a
+  // smoothed 10,000/s is 30 / (0.4 + 0.1) ms = 60,000/s.
+  CHECK(BatchPolicy::recent_rate(batch(30), view(10'000), kT0 + 400'000) == doctest::Approx(60'000));
+  // Ten in one drain pass read as 10 / 0.1 ms = 100,000/s, not as infinitely many.
+  CHECK(BatchPolicy::recent_rate(batch(10), view(10'000), kT0) == doctest::Approx(100'000));
+  CHECK(BatchPolicy::recent_rate(batch(10), view(0), kT0) == 0);
+  // At 60,000/s the lanes keep up, at full utilisation, with batches of
+  // ceil(120 / (2 - 1.2)) = 150: the burst's n*, above the smoothed rate's ceil(20 / 1.6) = 13.
+  CHECK(policy.target_batch(view(10'000)) == 13);
+  const BatchTarget burst = policy.target_for(batch(30), view(10'000), kT0 + 400'000);
+  CHECK(burst.burst);
+  CHECK(burst.size == 150);
+  CHECK(burst.rate == doctest::Approx(60'000));
+  // Arrivals at the smoothed rate are no burst: 10 in 0.9 ms at 10,000/s is 10,000/s.
+  CHECK_FALSE(policy.target_for(batch(10), view(10'000), kT0 + 900'000).burst);
+}
+
+TEST_CASE("adaptive: a burst's first requests wait for a batch worth a fixed cost, no more") {
+  // Recorded at 90a8fba (bench/shapes.py's burst_1.5x_20ms, batchd --log-level trace): after
+  // 80 ms of silence, the first drain pass brought 15 requests within 131 us with the smoothed
+  // rate at 10,212/s and both lanes idle; n* was 14 (13 at this file's round cost) and they went
+  // as a batch of 15, the next lane's 0.24 ms later as one of 14, and each cost a lane 2.3 ms
+  // while 140 more arrived.
+  const BatchPolicy policy(adaptive_limits());
+  PolicyView lanes = view(10'212, 2);
+  CHECK(policy.target_batch(lanes) == 13);
+  // Now: 15 / (131 + 97.9) us = 65,524/s; the lanes would keep up with batches of
+  // ceil(131.0 / (2 - 1.31)) = 191, which take 2.9 ms to arrive: the batch waits 2 ms.
+  const FlushDecision d = policy.decide(batch(15), lanes, kT0 + 131'000);
+  CHECK_FALSE(d.flush());
+  CHECK(d.recheck_ns == kT0 + 2 * kMs);
+  // 2 ms on, 120 have come: the rate is still a burst's, the fixed cost is spent, it goes.
+  CHECK(policy.decide(batch(120), lanes, kT0 + 2 * kMs).reason == FlushReason::kFillTime);
+}
+
+TEST_CASE("adaptive: a lane freeing in a burst takes what keeps up with it, not the whole backlog") {
+  const BatchPolicy policy(adaptive_limits());
+  // 234 arrived in the 4 ms every lane was busy, at a smoothed 12,000/s: 234 / (4 + 0.083) ms =
+  // 57,306/s, which the lanes keep up with in batches of ceil(114.6 / (2 - 1.146)) = 135.
+  const OpenBatchState backlog = batch(234);
+  const std::int64_t now = kT0 + 4 * kMs;
+  CHECK(BatchPolicy::recent_rate(backlog, view(12'000), now) == doctest::Approx(234 / (0.004 + 1 / 12'000.0)));
+  CHECK(policy.take_limit(backlog, view(12'000), now) == 135);
+  // 312 (76,408/s): nothing up to 256 keeps up, and a burst takes the knee, 2 ms / 20 us = 100.
+  CHECK(BatchPolicy::knee_batch(view(12'000)) == doctest::Approx(100));
+  CHECK(policy.take_limit(batch(312), view(12'000), now) == 100);
+  // A load that lasts (the smoothed rate has caught up) takes everything, for throughput.
+  CHECK(policy.take_limit(batch(312), view(78'000), now) == 256);
+  // Microsecond batches (the cpu backend) take everything: smaller ones cost the daemon more
+  // than their runs save.
+  PolicyView cheap = view(12'000);
+  cheap.cost.fixed_ns = 5'000;
+  cheap.cost.per_item_ns = 1'000;
+  CHECK(policy.take_limit(batch(312), cheap, now) == 256);
+  // The fixed rule never limits what a batch takes below max_batch.
+  BatchLimits fixed = adaptive_limits();
+  fixed.policy = PolicyKind::kFixed;
+  CHECK(BatchPolicy(fixed).take_limit(backlog, view(12'000), now) == 256);
 }
 
 TEST_CASE("adaptive: every lane busy, the batch is held until a lane frees, whatever its age") {
@@ -127,8 +196,8 @@ TEST_CASE("adaptive: with a lane idle, no request waits past its deadline minus 
   CHECK_FALSE(d.flush());
   CHECK(d.recheck_ns == latest);
   CHECK(policy.decide(batch(10, deadline), view(19'512), latest).reason == FlushReason::kDeadline);
-  // A far deadline leaves the fill time in charge.
-  d = policy.decide(batch(10, kT0 + 1000 * kMs), view(19'512), kT0);
+  // A far deadline leaves the fill time in charge (10 in 0.5 ms: no burst at 19,512/s).
+  d = policy.decide(batch(10, kT0 + 1000 * kMs), view(19'512), kT0 + kMs / 2);
   CHECK(d.recheck_ns == kT0 + static_cast<std::int64_t>(27 * 1e9 / 19'512));
 }
 
