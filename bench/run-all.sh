@@ -7,6 +7,8 @@
 #   3. bench/ipc.py     IPC round trip: batchd vs a Unix-domain socket vs iceoryx,
 #      bench/openloop.py  open-loop throughput over shared memory: the highest rate held,
 #   4. bench/sweep.py   batching gain and the max-batch x max-wait x load sweep (sim backend),
+#      bench/shapes.py  the adaptive policy against a fixed grid on bursts, steps, a ramp, a swing
+#      (25 minutes more),
 #   5. bench/http-bench.sh  batchd-http vs nginx under wrk, and 10,000/s over HTTP,
 #   6. bench/service.py  overload, idle CPU and a slow device, each against a same-run baseline,
 #      bench/grants.py  remote floods claiming high over HTTP and gRPC, a token-granted caller
@@ -24,7 +26,7 @@
 #      bench/models.py  many models in one daemon: a flood on one model beside a light client of
 #      another (sim and cpu), and eight cpu models against one at the same total load,
 #   7. bench/report.py  docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
-# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep http service hostile grants fairness
+# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep shapes http service hostile grants fairness
 #   workers hung jobs oip models report
 # Environment: SWEEP_QUICK=1 (a 3x3x3 sweep, for trying the pipeline), SWEEP_POINT_S, IPC_DURATION,
 # IPC_REPEATS, OPENLOOP_DURATION, OPENLOOP_RATES.
@@ -32,7 +34,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-release
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep http service hostile grants fairness workers hung jobs oip models report)
+[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep shapes http service hostile grants fairness workers hung jobs oip models report)
 wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 started=$SECONDS
 
@@ -56,6 +58,7 @@ export BATCHD_BENCH_BUILD=$PWD/$build
 if wants ipc; then echo "== IPC round trip"; /usr/bin/python3 bench/ipc.py; fi
 if wants openloop; then echo "== open-loop throughput"; /usr/bin/python3 bench/openloop.py; fi
 if wants sweep; then echo "== batching gain and sweep"; /usr/bin/python3 bench/sweep.py; fi
+if wants shapes; then echo "== load shapes"; /usr/bin/python3 bench/shapes.py; fi
 if wants http; then
   echo "== HTTP"
   BUILD=0 DURATION=${DURATION:-10} STRESS_DURATION=${STRESS_DURATION:-20} bash bench/http-bench.sh "$build"
