@@ -100,7 +100,14 @@ double BatchPolicy::recent_rate(const OpenBatchState& batch, const PolicyView& v
   // Every request waiting arrived since the oldest: their count over that time, plus one mean gap
   // at the smoothed rate, so that a few arriving together (one drain pass) do not read as a flood.
   const double span_s = static_cast<double>(std::max<std::int64_t>(now_ns - batch.oldest_ns, 0)) / 1e9;
-  return static_cast<double>(batch.count) / (span_s + 1 / view.arrivals_per_s);
+  const double gap_s = 1 / view.arrivals_per_s;
+  // Requests that arrive together within a fixed cost of a batch's end are as likely its callers
+  // coming back (a closed loop: k callers send k at once, every time) as a burst: they count only
+  // once they have waited a mean gap, which a burst fills and a closed loop does not.
+  if (span_s < gap_s && batch.oldest_ns - view.last_batch_end_ns < static_cast<std::int64_t>(view.cost.fixed_ns)) {
+    return 0;
+  }
+  return static_cast<double>(batch.count) / (span_s + gap_s);
 }
 
 BatchTarget BatchPolicy::target_for(const OpenBatchState& waiting, const PolicyView& view,

@@ -59,6 +59,7 @@ struct PolicyView {
   double arrivals_per_s = 0;
   double mean_input_bytes = 0;
   CostFit cost;              // a lane's batch cost (the available devices' mean)
+  std::int64_t last_batch_end_ns = 0;  // the latest a batch succeeded on one of the lanes
   // The last drain pass left requests on a client's ring (the next pass takes them at once), and
   // a batch of kBacklogFill would run on the drain thread itself (Router::would_run_inline).
   bool drain_backlog = false;

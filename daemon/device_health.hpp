@@ -65,6 +65,8 @@ class DeviceHealth {
   }
   // The moving average as last measured, stale or not (0: never measured): what status shows.
   [[nodiscard]] std::uint64_t measured_batch_ns() const noexcept { return batch_ns_.load(std::memory_order_relaxed); }
+  // When its last batch succeeded (0: none yet).
+  [[nodiscard]] std::int64_t last_success_ns() const noexcept { return last_success_ns_.load(std::memory_order_relaxed); }
   // Measured run time per request (moving average over batches), with the same staleness.
   [[nodiscard]] std::uint64_t item_ns_estimate(std::int64_t now_ns) const noexcept {
     if (now_ns - last_success_ns_.load(std::memory_order_relaxed) > kStaleNs) return 0;

@@ -194,6 +194,7 @@ PolicyView ModelPipeline::policy_view(const Router::LaneView& lanes, std::int64_
   view.lanes = lanes.lanes;
   view.idle_lanes = lanes.idle_lanes;
   view.cost = lanes.cost;
+  view.last_batch_end_ns = lanes.last_batch_end_ns;
   view.drain_backlog = drain_backlog_;
   view.runs_on_drain_thread =
       drain_backlog_ &&

@@ -148,6 +148,7 @@ class Router {
     unsigned lanes = 0;
     unsigned idle_lanes = 0;
     CostFit cost;
+    std::int64_t last_batch_end_ns = 0;  // the latest a batch succeeded on any of them
   };
   [[nodiscard]] LaneView lane_view(std::int64_t now_ns) const noexcept;
   // Whether a batch of `items` would run on the drain thread (run_or_dispatch): the backend runs

@@ -118,6 +118,7 @@ Router::LaneView Router::lane_view(std::int64_t now_ns) const noexcept {
     if (!counted_on(*lane, speed, laggards_too, now_ns)) continue;
     ++view.lanes;
     if (lane->outstanding.load(std::memory_order_seq_cst) == 0) ++view.idle_lanes;
+    view.last_batch_end_ns = std::max(view.last_batch_end_ns, h.last_success_ns());
     if (lane->id.stream != 0) continue;  // one fit per device
     // A fit is trusted only while its device keeps running batches (DeviceHealth::kStaleNs): a
     // fit that went wrong must not keep the work that would correct it away for good.

@@ -147,6 +147,27 @@ TEST_CASE("adaptive: a burst's first requests wait for a batch worth a fixed cos
   CHECK(policy.decide(batch(120), lanes, kT0 + 2 * kMs).reason == FlushReason::kFillTime);
 }
 
+TEST_CASE("adaptive: callers coming back together after a batch are no burst until they wait a mean gap") {
+  const BatchPolicy policy(adaptive_limits());
+  // A closed loop of 4 callers at 1,600/s: their 4 come back 0.2 ms after the batch that answered
+  // them ended. n* at 1,600/s is ceil(3.2 / 1.768) = 2: they go at once, as before bursts were
+  // read, rather than waiting for 4 / 0.625 ms = 6,400/s worth of a batch that never comes.
+  PolicyView loop = view(1'600, 2);
+  loop.last_batch_end_ns = kT0 - 200'000;
+  CHECK(BatchPolicy::recent_rate(batch(4), loop, kT0 + 50'000) == 0);
+  CHECK(policy.decide(batch(4), loop, kT0 + 50'000).reason == FlushReason::kTarget);
+  // Once they have waited a mean gap (0.625 ms), they count: at 0.7 ms, 4 / 1.325 ms = 3,019/s.
+  CHECK(BatchPolicy::recent_rate(batch(4), loop, kT0 + 700'000) == doctest::Approx(4 / 0.001325));
+  // The same four after 80 ms of quiet are a burst's first pass: 4 / 0.675 ms = 5,926/s asks for
+  // ceil(11.85 / (2 - 0.1185)) = 7, and they wait for it.
+  PolicyView quiet = loop;
+  quiet.last_batch_end_ns = kT0 - 80 * kMs;
+  const BatchTarget burst = policy.target_for(batch(4), quiet, kT0 + 50'000);
+  CHECK(burst.burst);
+  CHECK(burst.size == 7);
+  CHECK_FALSE(policy.decide(batch(4), quiet, kT0 + 50'000).flush());
+}
+
 TEST_CASE("adaptive: a lane freeing in a burst takes what keeps up with it, not the whole backlog") {
   const BatchPolicy policy(adaptive_limits());
   // 234 arrived in the 4 ms every lane was busy, at a smoothed 12,000/s: 234 / (4 + 0.083) ms =
