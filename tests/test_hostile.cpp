@@ -472,6 +472,7 @@ TEST_CASE("one client's flood does not hold back another's request, and a gone c
   config.batch.max_batch = 16;
   config.batch.max_wait = 1ms;
   config.routing.spare_batches = 0;
+  config.segment.slot_count = 1024;
   SimOptions sim;
   sim.devices = 1;
   sim.fixed_us = 5'000;  // 16 requests per 5 ms: a full ring of 1,024 takes about 320 ms

@@ -215,6 +215,24 @@ TEST_CASE("--shape: the open loop follows the rate's segments, and a bad shape i
   }
 }
 
+TEST_CASE("a burst with more requests in flight than 1,024 is answered, not refused by the client") {
+  // 2,000 requests in 20 ms, twice, on devices that take 20 ms a batch: up to 2,000 wait at
+  // once, well within their deadlines (about 100 ms to drain). A client's default slots hold
+  // them; with the old default of 1,024 half of each burst was refused before it was sent.
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, {"--backend", "sim", "--sim-devices", "2", "--sim-fixed-us", "20000",
+                                      "--sim-per-item-us", "10"});
+  auto probe = test::connect(socket);
+  CHECK(probe->slot_count() >= 2048);
+  const test::StressRun run = test::run_stress({"--socket", socket, "--expect-sim", "1", "--shape",
+                                                "100000:0.02,0:0.48", "--duration", "1"});
+  INFO("stdout: ", run.process.out, "\nstderr: ", run.process.err);
+  REQUIRE(run.process.exit_code() == 0);
+  CHECK(run.field("sent") == doctest::Approx(4000).epsilon(0.01));
+  CHECK(run.field("ok") == run.field("sent"));
+  CHECK(run.field("errors") == 0);
+}
+
 TEST_CASE("--csv: one row per second whose counts add up to the summary's, and a bad path refused") {
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, {"--backend", "sim", "--sim-devices", "2", "--sim-fixed-us", "200",
