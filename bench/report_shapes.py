@@ -65,4 +65,8 @@ def shapes_section(result, plots):
     head = (f"Capacity (batches of 64) {result['capacity']:,.0f} requests/s; {result['runs_per_point']} runs per point "
             f"of {result['measure_s']:g} s after {result['warmup_s']:g} s of warm-up, deadline {result['timeout_ms']} ms; "
             f"fixed grid (max-batch:max-wait ms): {', '.join(grid)}.")
+    again = result.get("adaptive_remeasured")
+    if again:
+        head += (f" The adaptive rows: measured again at commit {again['commit']}, {again['date']}, on the same "
+                 f"machine kind; the fixed grid at {result['machine']['commit']}.")
     return head + "\n\n" + shapes_table(result) + "\n\n![p99 per load shape](bench/shapes-p99.png)"

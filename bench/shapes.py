@@ -10,6 +10,7 @@ Usage: shapes.py            (everything: about 25 minutes)
 Environment: SHAPES_ONLY=name,... (some shapes), SHAPES_POLICIES=adaptive,128:5,... (some policies),
 SHAPES_RUNS (runs per point, default 3), SHAPES_S (measured seconds per run, default 4)."""
 
+import json
 import math
 import os
 import shutil
@@ -113,6 +114,16 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     if not only and not os.environ.get("SHAPES_POLICIES"):
         benchlib.write_result("shapes.json", out)
+    elif os.environ.get("SHAPES_POLICIES") == "adaptive" and os.environ.get("SHAPES_MERGE"):
+        # The adaptive rows alone, again, into the last full run's file (the fixed grid does not
+        # change with the policy): the file records when and at which commit each was measured.
+        path = benchlib.RESULTS / "shapes.json"
+        full = json.loads(path.read_text())
+        for name, s in out["shapes"].items():
+            full["shapes"][name]["policies"]["adaptive"] = s["policies"]["adaptive"]
+        full["adaptive_remeasured"] = benchlib.machine()
+        path.write_text(json.dumps(full, indent=1) + "\n")
+        print(f"bench: merged the adaptive rows into {path}")
 
 
 if __name__ == "__main__":
