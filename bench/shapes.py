@@ -60,8 +60,6 @@ def shape_flag(segments) -> str:
 def policy_flags(policy: str) -> list:
     if policy == "adaptive":
         return sim_flags()
-    if policy.startswith("adaptive:"):
-        return sim_flags() + ["--max-batch", policy.split(":")[1]]
     max_batch, max_wait = policy.split(":")
     return sim_flags() + ["--policy", "fixed", "--max-batch", max_batch, "--max-wait-ms", max_wait]
 

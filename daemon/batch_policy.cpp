@@ -36,6 +36,11 @@ const char* flush_reason_name(FlushReason reason) noexcept {
 
 namespace {
 
+// A typical request's share of a batch's cost: per request, and per byte at the mean input size.
+double per_request_ns(const PolicyView& view) noexcept {
+  return view.cost.per_item_ns + view.cost.per_byte_ns * view.mean_input_bytes;
+}
+
 FlushDecision hold(std::int64_t recheck_ns) noexcept { return {FlushReason::kHold, recheck_ns}; }
 FlushDecision flush(FlushReason reason) noexcept { return {reason, 0}; }
 
@@ -147,8 +152,7 @@ double BatchPolicy::keep_up_batch(const PolicyView& view, double rate, double u)
   // Without a fixed cost, no batch size carries more than another.
   if (view.cost.fixed_ns <= 0) return 0;
   const double rate_per_ns = rate / 1e9;
-  const double per_request_ns = view.cost.per_item_ns + view.cost.per_byte_ns * view.mean_input_bytes;
-  const double spare = u * view.lanes - rate_per_ns * per_request_ns;
+  const double spare = u * view.lanes - rate_per_ns * per_request_ns(view);
   if (spare <= 0) return std::numeric_limits<double>::infinity();
   return rate_per_ns * view.cost.fixed_ns / spare;
 }
@@ -157,9 +161,9 @@ double BatchPolicy::knee_batch(const PolicyView& view) noexcept {
   // Where a batch's work per request adds up to its fixed cost: up to it a batch twice as big
   // carries nearly twice as much (4/3 at the knee); past it, a bigger batch mostly makes every
   // request in it wait for a longer run.
-  const double per_request_ns = view.cost.per_item_ns + view.cost.per_byte_ns * view.mean_input_bytes;
-  if (per_request_ns <= 0) return std::numeric_limits<double>::infinity();
-  return std::ceil(view.cost.fixed_ns / per_request_ns);
+  const double per_request = per_request_ns(view);
+  if (per_request <= 0) return std::numeric_limits<double>::infinity();
+  return std::ceil(view.cost.fixed_ns / per_request);
 }
 
 double BatchPolicy::batch_ceiling(const PolicyView& view) const noexcept {

@@ -134,7 +134,7 @@ LaneDriver::LaneDriver(RunContext& ctx, const Transport& transport, std::unique_
   refused_.resize(kMaxBurst);
   // Only the measured window's answers keep a sample.
   const Options& o = ctx.options;
-  const double expected = o.duration_s ? o.rate * *o.duration_s
+  const double expected = o.duration_s ? o.shape.mean_rate() * *o.duration_s
                                        : static_cast<double>(o.requests.value_or(0));
   const auto samples =
       static_cast<std::size_t>(std::min(expected / stride * 1.01 + 1024.0, double{1U << 24}));

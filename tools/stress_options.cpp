@@ -286,7 +286,6 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
       Expected<RateShape> parsed = RateShape::parse(o.shape_spec);
       if (!parsed) throw CLI::ValidationError("--shape", parsed.error().message);
       o.shape = std::move(*parsed);
-      o.rate = o.shape.mean_rate();
     } else {
       o.shape = RateShape::constant(o.rate);
     }

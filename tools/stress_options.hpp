@@ -31,7 +31,7 @@ struct Options {
   unsigned io_threads = 2;          // --http open loop: epoll threads; --grpc: completion queues
   Mode mode = Mode::kClosed;
   unsigned threads = 4;             // closed loop
-  double rate = 0.0;                // open loop, requests per second (with --shape: its mean)
+  double rate = 0.0;                // --rate as given (parsed into shape)
   std::string shape_spec;           // --shape as given (parsed into shape)
   RateShape shape;                  // open loop: the rate over time (--rate: constant)
   std::optional<double> duration_s;  // unset: unbounded (only when a request cap is set)

@@ -24,9 +24,9 @@ double percentile_us(const std::vector<std::int64_t>& sorted, double q) {
 std::string load_description(const Options& options) {
   std::string text = options.mode == Mode::kOpen
                          ? (options.shape.is_constant()
-                                ? fmt::format("open loop at {} req/s", options.rate)
+                                ? fmt::format("open loop at {} req/s", options.shape.mean_rate())
                                 : fmt::format("open loop shaped {} (mean {:.0f} req/s)", options.shape.describe(),
-                                              options.rate))
+                                              options.shape.mean_rate()))
                          : fmt::format("closed loop with {} thread{}", options.threads,
                                        options.threads == 1 ? "" : "s");
   if (options.transport == TransportKind::kHttp) {
@@ -189,7 +189,7 @@ void print_json(std::FILE* out, const Summary& s, const Options& options) {
              "\"p99_us\":{:.3f},\"p999_us\":{:.3f},\"max_us\":{:.3f},\"priority_mix\":\"{}\",{}}}\n",
              mode_name(options.mode), transport_json(options),
              options.mode == Mode::kClosed ? options.threads : 0U,
-             options.mode == Mode::kOpen ? options.rate : 0.0, s.wall_s, options.cost, options.seed,
+             options.mode == Mode::kOpen ? options.shape.mean_rate() : 0.0, s.wall_s, options.cost, options.seed,
              s.sent, s.ok, s.errors, s.wrong, errors_json(s), s.rps, s.samples, s.p50_us, s.p90_us,
              s.p99_us, s.p999_us, s.max_us, options.priority_mix.describe(), by_class_json(s));
 }
