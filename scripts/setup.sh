@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 packages=(
   meson ninja-build g++ pkg-config
   libboost1.81-dev liburing-dev doctest-dev libconcurrentqueue-dev libssl-dev
-  libcli11-dev libfmt-dev libspdlog-dev libsimdjson-dev libtomlplusplus-dev libsystemd-dev
+  libcli11-dev libfmt-dev libspdlog-dev libsimdjson-dev libxxhash-dev libtomlplusplus-dev libsystemd-dev
   libhiredis-dev redis-server
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # batchd-grpc
   libasan8 libubsan1 libtsan2
