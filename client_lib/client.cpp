@@ -121,12 +121,16 @@ std::optional<Error> ClientImpl::resolve_model_locked(Segment& seg, Request& req
 }
 
 std::optional<Error> ClientImpl::write_locked(std::string_view input, std::string_view model, Use use,
-                                              Request& request) {
+                                              Request& request, std::string* cached) {
   Segment& seg = *current_;
   Attempt<std::uint16_t> name = intern_model_locked(model);
   if (!name) return name.error();
   request.model_name = *name;
   if (auto unknown = resolve_model_locked(seg, request)) return unknown;
+  if (cached != nullptr && seg.cached_answer(request.model, input, *cached)) {
+    request.cached = true;
+    return std::nullopt;
+  }
   if (seg.free.empty() && !seg.reclaim_abandoned()) {
     return Error{ErrorCode::kOverloaded,
                  fmt::format("all {} request slots of this client are in flight; retry later",
@@ -184,9 +188,11 @@ Result ClientImpl::submit(std::string_view input, std::chrono::milliseconds time
   request.priority = wire_priority(options.priority);
   {
     std::lock_guard lock(mu_);
-    if (auto bad = write_locked(input, options.model, Use::kSync, request)) {
+    std::string cached;
+    if (auto bad = write_locked(input, options.model, Use::kSync, request, &cached)) {
       return Result::failure(bad->code, std::move(bad->message));
     }
+    if (request.cached) return Result::success(std::move(cached));
     current_->publish();
   }
   return wait_sync(request, timeout);
@@ -207,8 +213,11 @@ std::vector<Result> ClientImpl::submit_many(std::span<const std::string_view> in
       if (refused[i]) continue;
       requests[i].deadline_ns = deadline_ns;
       requests[i].priority = wire_priority(options.priority);
-      if (auto bad = write_locked(inputs[i], options.model, Use::kSync, requests[i])) {
+      std::string cached;
+      if (auto bad = write_locked(inputs[i], options.model, Use::kSync, requests[i], &cached)) {
         refused[i] = Result::failure(bad->code, std::move(bad->message));
+      } else if (requests[i].cached) {
+        refused[i] = Result::success(std::move(cached));  // answered already: nothing to wait for
       }
     }
     current_->publish();

@@ -24,14 +24,36 @@ std::optional<Error> ClientImpl::submit_async(std::string_view input,
   request.deadline_ns = deadline_after(timeout);
   request.priority = wire_priority(options.priority);
   request.done = std::move(done);
-  std::lock_guard lock(mu_);
-  if (event_fd_wanted_.load(std::memory_order_relaxed)) start_waker_locked();
-  if (auto bad = write_locked(input, options.model, Use::kAsync, request)) return bad;
-  current_->publish();
-  request.id = ++next_async_id_;
-  if (id != nullptr) *id = request.id;
-  track_async_locked(std::move(request));
+  std::shared_ptr<Segment> seg;
+  {
+    std::lock_guard lock(mu_);
+    if (event_fd_wanted_.load(std::memory_order_relaxed)) start_waker_locked();
+    std::string cached;
+    if (auto bad = write_locked(input, options.model, Use::kAsync, request, &cached)) return bad;
+    request.id = ++next_async_id_;
+    if (id != nullptr) *id = request.id;
+    if (!request.cached) {
+      current_->publish();
+      track_async_locked(std::move(request));
+      return std::nullopt;
+    }
+    answer_locally_locked(request, std::move(cached));
+    seg = current_;
+  }
+  wake_for_local_answers(*seg);
   return std::nullopt;
+}
+
+void ClientImpl::answer_locally_locked(AsyncRequest& request, std::string answer) {
+  local_answers_.emplace_back(std::move(request.done), Result::success(std::move(answer)));
+}
+
+void ClientImpl::wake_for_local_answers(const Segment& seg) noexcept {
+  if (event_fd_wanted_.load(std::memory_order_relaxed)) signal_eventfd(event_fd_.get());
+  local_answers_waiting_.store(true, std::memory_order_seq_cst);
+  if ((seg.view.event_waiter()->sleeping.load(std::memory_order_seq_cst) & kPollWaiterBit) != 0) {
+    shm::futex_wake_all(seg.view.completion_events()->sequence);
+  }
 }
 
 namespace {
@@ -57,7 +79,8 @@ std::size_t ClientImpl::submit_async_batch(std::span<Client::AsyncSubmission> su
   for (Client::AsyncSubmission& s : submissions) s.refused = check_input(s.input);
   if (all_or_none && refuse_all_if_any(submissions)) return 0;
   std::size_t admitted = 0;
-  std::lock_guard lock(mu_);
+  std::size_t answered = 0;  // from the cache
+  std::unique_lock lock(mu_);
   if (all_or_none) {
     if (std::optional<Error> short_of_slots = check_free_slots_locked(submissions.size())) {
       for (Client::AsyncSubmission& s : submissions) s.refused = short_of_slots;
@@ -70,12 +93,18 @@ std::size_t ClientImpl::submit_async_batch(std::span<Client::AsyncSubmission> su
     AsyncRequest request;
     request.deadline_ns = deadline_ns;
     request.priority = wire_priority(s.priority);
-    if ((s.refused = write_locked(s.input, s.model, Use::kAsync, request))) continue;
+    std::string cached;
+    if ((s.refused = write_locked(s.input, s.model, Use::kAsync, request, &cached))) continue;
     request.done = std::move(s.done);
     request.id = ++next_async_id_;
     s.id = request.id;
-    track_async_locked(std::move(request));
     ++admitted;
+    if (request.cached) {
+      answer_locally_locked(request, std::move(cached));
+      ++answered;
+      continue;
+    }
+    track_async_locked(std::move(request));
   }
   if (all_or_none && admitted != submissions.size()) {
     // Free slots enough means ring room enough (it holds one entry per slot), so this is not
@@ -85,12 +114,23 @@ std::size_t ClientImpl::submit_async_batch(std::span<Client::AsyncSubmission> su
     refuse_all_if_any(submissions);
   }
   current_->publish();
+  if (answered > 0) {
+    const std::shared_ptr<Segment> seg = current_;
+    lock.unlock();
+    wake_for_local_answers(*seg);
+  }
   return admitted;
 }
 
 void ClientImpl::take_back_locked(std::span<Client::AsyncSubmission> submissions) noexcept {
   for (auto s = submissions.rbegin(); s != submissions.rend(); ++s) {
     if (s->refused) continue;
+    if (async_.empty() || async_.back().id != s->id) {  // answered from the cache: no slot
+      s->done = std::move(local_answers_.back().first);
+      s->id = 0;
+      local_answers_.pop_back();
+      continue;
+    }
     AsyncRequest& request = async_.back();
     s->done = std::move(request.done);
     s->id = 0;
@@ -226,7 +266,7 @@ std::size_t ClientImpl::poll_wait(std::chrono::microseconds max_wait) {
     const std::uint32_t seen = poll_wait_seen_;
     const auto changed = [&](std::uint32_t now_seen) {
       return now_seen != seen || cancels_.load(std::memory_order_relaxed) != 0 ||
-             seg->dead.load(std::memory_order_relaxed);
+             local_answers_waiting_.load(std::memory_order_relaxed) || seg->dead.load(std::memory_order_relaxed);
     };
     const std::int64_t deadline_ns = shm::monotonic_ns() +
                                       std::chrono::duration_cast<std::chrono::nanoseconds>(max_wait).count();
@@ -249,6 +289,10 @@ std::size_t ClientImpl::poll() {
   finished_.clear();
   {
     std::lock_guard lock(mu_);
+    if (local_answers_waiting_.exchange(false, std::memory_order_relaxed)) {
+      for (auto& answered : local_answers_) finished_.push_back(std::move(answered));
+      local_answers_.clear();
+    }
     finished_entries_.clear();
     const bool lost = !current_->collect_finished(finished_entries_);
     settle_finished_locked();

@@ -77,8 +77,15 @@ class ClientImpl {
   std::optional<Error> check_input(std::string_view input) const;
   // Claims a slot in the current segment, writes the request (with request.deadline_ns and
   // request.priority, for `model`) and stages it in the ring; the caller then publishes the
-  // current segment once for all it wrote. Fills `request.at` and its model.
-  std::optional<Error> write_locked(std::string_view input, std::string_view model, Use use, Request& request);
+  // current segment once for all it wrote. Fills `request.at` and its model. With `cached`, the
+  // daemon's response cache is looked in first: a hit is copied there, request.cached is set,
+  // and no slot is taken.
+  std::optional<Error> write_locked(std::string_view input, std::string_view model, Use use, Request& request,
+                                    std::string* cached = nullptr);
+  // An async request answered from the cache: its callback runs from the next poll().
+  void answer_locally_locked(AsyncRequest& request, std::string answer);
+  // Lets poll() and poll_wait() know answers from the cache wait.
+  void wake_for_local_answers(const Segment& seg) noexcept;
   // The client's index for a model name (0: the default model), added on first use.
   Attempt<std::uint16_t> intern_model_locked(std::string_view name);
   // Sets request.model to the id `seg`'s daemon gives request.model_name, or says it serves none.
@@ -143,6 +150,9 @@ class ClientImpl {
   std::uint64_t epoch_ = 1;  // the monitor's alone
 
   std::vector<std::pair<Client::Callback, Result>> finished_;  // poll()'s scratch
+  // Async requests answered from the response cache, for the next poll(). Guarded by mu_.
+  std::vector<std::pair<Client::Callback, Result>> local_answers_;
+  std::atomic<bool> local_answers_waiting_{false};  // poll_wait returns at once
   std::atomic<bool> attached_{true};
   std::atomic<std::uint32_t> max_input_bytes_{0}, slot_count_{0};
   // Bumped (under mu_) by every reattach; a process-local futex word that callers whose daemon

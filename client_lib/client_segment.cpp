@@ -157,6 +157,18 @@ bool Segment::collect_finished(std::vector<shm::RingEntry>& out) {
   return list.tail.load(std::memory_order_acquire) - from <= capacity;
 }
 
+bool Segment::cached_answer(std::uint32_t model, std::string_view input, std::string& out) const {
+  if (user_cache.epoch(model) == 0 && shared_cache.epoch(model) == 0) return false;  // not cached: no clock
+  const std::int64_t start_ns = shm::monotonic_ns();
+  if (!user_cache.lookup(model, input, out) && !shared_cache.lookup(model, input, out)) return false;
+  // One writer: the client's mutex is held; the daemon only reads.
+  shm::CacheHitCounts& counts = *view.cache_hits();
+  counts.hits[model].store(counts.hits[model].load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  const auto ns = static_cast<std::uint64_t>(shm::monotonic_ns() - start_ns);
+  counts.hit_ns[model].store(counts.hit_ns[model].load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
+  return true;
+}
+
 namespace {
 
 Error unmappable(const Failure& failure) {
@@ -197,6 +209,19 @@ Attempt<void> map_segment(Segment& seg) {
   return {};
 }
 
+// Maps a response-cache segment read-only (the daemon sealed it so). One that cannot be mapped
+// or read leaves the reader invalid: every lookup then misses, and requests go to the daemon.
+void map_cache(int fd, boost::interprocess::mapped_region& map, shm::CacheReader& reader) {
+  const Expected<std::uint64_t> bytes = shm::file_bytes(fd);
+  if (!bytes || *bytes < sizeof(shm::CacheHeader)) return;
+  auto mapped = shm::map_fd(fd, *bytes, false);
+  if (!mapped) return;
+  Expected<shm::CacheReader> opened = shm::CacheReader::open(mapped->get_address(), *bytes);
+  if (!opened) return;
+  map = std::move(*mapped);
+  reader = *opened;
+}
+
 }  // namespace
 
 // Allocation is the only failure left to catch: mapping failures come back as values.
@@ -209,7 +234,11 @@ Attempt<std::shared_ptr<Segment>> make_segment(Attachment attachment, std::uint6
     seg->completion_fd = std::move(attachment.fds[shm::kCompletionRegionFd]);
     seg->doorbell_fd = std::move(attachment.fds[shm::kDoorbellFd]);
     seg->status_fd = std::move(attachment.fds[shm::kStatusPageFd]);
+    seg->user_cache_fd = std::move(attachment.fds[shm::kUserCacheFd]);
+    seg->shared_cache_fd = std::move(attachment.fds[shm::kSharedCacheFd]);
     if (auto mapped = map_segment(*seg); !mapped) return mapped.error();
+    map_cache(seg->user_cache_fd.get(), seg->user_cache_map, seg->user_cache);
+    map_cache(seg->shared_cache_fd.get(), seg->shared_cache_map, seg->shared_cache);
     const std::uint32_t slots = seg->view.slot_count();
     seg->producer = shm::RingProducer(seg->view.ring_tail(), seg->view.ring_entries(),
                                       seg->view.completion_header(), slots);

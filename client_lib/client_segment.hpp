@@ -16,6 +16,7 @@
 #include "client_lib/attach.hpp"
 #include "client_lib/attempt.hpp"
 #include "client_lib/client.hpp"
+#include "shm/cache_reader.hpp"
 #include "shm/fd.hpp"
 #include "shm/layout.hpp"
 #include "shm/ring.hpp"
@@ -49,6 +50,11 @@ struct Segment {
   std::uint64_t epoch = 0;  // 1 for the first attachment, +1 per reattach
   shm::UniqueFd connection, request_fd, completion_fd, doorbell_fd, status_fd;
   boost::interprocess::mapped_region request_map, completion_map, status_map;
+  // The daemon's response caches for this client (shm/cache_reader.hpp): its user's and the one
+  // every user shares. A reader left invalid (a segment this build cannot read) only misses.
+  shm::UniqueFd user_cache_fd, shared_cache_fd;
+  boost::interprocess::mapped_region user_cache_map, shared_cache_map;
+  shm::CacheReader user_cache, shared_cache;
   shm::SegmentView view;
   const shm::DaemonStatusPage* status = nullptr;
   std::size_t status_bytes = 0;  // mapped at status: the page, and the histograms if the daemon has them
@@ -73,6 +79,10 @@ struct Segment {
            shm::make_state(generation, shm::SlotPhase::kDone);
   }
   [[nodiscard]] Result read_result(std::uint32_t slot) const;
+  // Copies the cached answer to `input` for model id `model` into `out`; false on a miss. Reads
+  // shared memory only. Any thread.
+  // Counts a hit, and the time it took since `since_ns`, in the client's own counters.
+  [[nodiscard]] bool cached_answer(std::uint32_t model, std::string_view input, std::string& out) const;
   // Starts the slot's next generation and writes a request into it (not yet published): every
   // field the daemon reads, so nothing of the slot's last request is left (request_id and model:
   // the request's, see Request). Returns the new generation. Guarded by ClientImpl::mu_.
@@ -114,6 +124,7 @@ struct Request {
   // a move to a restarted daemon looks the id up again there.
   std::uint16_t model_name = 0;
   std::optional<Error> failure;  // set when a reattach could not move it
+  bool cached = false;  // answered from the response cache: it holds no slot
 };
 
 struct AsyncRequest : Request {

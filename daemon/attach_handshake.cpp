@@ -243,9 +243,11 @@ void AttachHandshake::attach_session(PendingAttach& pending, std::uint64_t id) {
     return;
   }
   std::shared_ptr<ClientSession> session = std::move(*created);
+  session->set_cache(p_.caches.for_user(peer.uid));
   const int fd = pending.connection.get();
   const int out_fds[shm::kAttachFdCount] = {session->request_fd(), session->completion_fd(),
-                                            session->doorbell_fd(), p_.status.fd()};
+                                            session->doorbell_fd(),  p_.status.fd(),
+                                            session->cache()->fd(),  p_.caches.shared().fd()};
   if (!send_attached(pending, id, out_fds, "its segment")) return;
   session->set_connection(std::move(pending.connection));
   p_.events.arm_poll(fd, pack(Op::kSession, id));

@@ -28,6 +28,7 @@
 #include "daemon/model_changes.hpp"
 #include "daemon/parked_connections.hpp"
 #include "daemon/pending_attaches.hpp"
+#include "daemon/response_caches.hpp"
 #include "daemon/session_table.hpp"
 #include "daemon/stats.hpp"
 #include "daemon/status_writer.hpp"
@@ -56,6 +57,7 @@ class AttachHandshake {
     WorkerRoster& workers;
     ModelRegistry& models;
     ModelChanges& changes;
+    ResponseCaches& caches;
     const StatusWriter& status;
     const DeadLetterLog& dead_letters;
     const std::atomic<bool>& stop_requested;

@@ -18,6 +18,8 @@
 
 namespace batchd {
 
+class Coalescer;
+
 // Where one request's answer goes.
 struct RequestRef {
   std::shared_ptr<ClientSession> session;  // keeps the segment mapped until the answer is written
@@ -31,7 +33,15 @@ struct RequestRef {
   // Its model's id, for that model's counters (kNoModel: an id no model has).
   static constexpr std::uint32_t kNoModel = ~0U;
   std::uint32_t model = kNoModel;
+  // Set while it leads identical requests that wait for its answer (daemon/coalescer.hpp): its
+  // entry's token there, and where that is.
+  std::uint64_t lead = 0;
+  Coalescer* coalescer = nullptr;
 };
+
+// When a batched request's run may be given up for want of anyone waiting: its own deadline, or,
+// while it leads, the latest of those waiting for it (0: never; daemon/coalescer.cpp).
+[[nodiscard]] std::int64_t expire_ns(const RequestRef& request);
 
 // A batch's place in its current run, packed with the run's token so that a watchdog acting on
 // a stale view of a reused batch object cannot touch the new run (compare-and-swap on both).
@@ -115,7 +125,7 @@ struct Batch {
     std::uint32_t kept_end = 0;
     for (std::size_t i = 0; i < requests.size(); ++i) {
       const std::string_view in = input().at(i);
-      const std::int64_t deadline = requests[i].deadline_mono_ns;
+      const std::int64_t deadline = expire_ns(requests[i]);
       if (deadline != 0 && deadline <= now_ns) {
         other.append(in, std::move(requests[i]));
         continue;

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <boost/interprocess/mapped_region.hpp>
 #include <cstdint>
@@ -15,6 +16,8 @@
 #include <string_view>
 
 #include "base/expected.hpp"
+#include "daemon/stats.hpp"
+#include "shm/cache_writer.hpp"
 #include "shm/fd.hpp"
 #include "shm/layout.hpp"
 #include "shm/ring.hpp"
@@ -62,6 +65,14 @@ class ClientSession {
   [[nodiscard]] const shm::SegmentView& view() const noexcept { return view_; }
   [[nodiscard]] int request_fd() const noexcept { return request_fd_.get(); }
   [[nodiscard]] int completion_fd() const noexcept { return completion_fd_.get(); }
+  // Its user's response-cache segment (daemon/response_caches.hpp), set once at attach before
+  // any other thread sees the session.
+  void set_cache(std::shared_ptr<shm::CacheWriter> cache) noexcept { cache_ = std::move(cache); }
+  [[nodiscard]] shm::CacheWriter* cache() const noexcept { return cache_.get(); }
+  // Drain thread: adds what the client's own cache hits grew by since the last call (as it
+  // reports them in its segment: shm::CacheHitCounts) to each model's counters. A report that
+  // shrinks or leaps is not credited: a client can misreport itself only, and never by much.
+  void credit_cache_hits(std::span<ModelCounters> models) noexcept;
   // This client's own doorbell: a client that reads or floods it affects only its own wake-ups.
   [[nodiscard]] int doorbell_fd() const noexcept { return doorbell_.get(); }
   // Resets the doorbell after it woke the drain loop. The client shares the doorbell's open file
@@ -117,6 +128,8 @@ class ClientSession {
   boost::interprocess::mapped_region request_map_;
   boost::interprocess::mapped_region completion_map_;
   shm::SegmentView view_;
+  std::shared_ptr<shm::CacheWriter> cache_;
+  std::array<std::uint64_t, shm::kCacheHitModels> credited_hits_{}, credited_hit_ns_{};  // drain thread's
   shm::RingConsumer ring_;
   // Per slot: the generation the daemon holds in flight, 0 if none. The daemon's own truth,
   // never shared: a client resubmitting a busy slot is caught here.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "daemon/coalescer.hpp"
+#include "shm/clock.hpp"
 #include "shm/futex.hpp"
 
 namespace batchd {
@@ -41,12 +43,36 @@ bool Completer::write_slot(const RequestRef& request, shm::WireStatus status,
   return (req.notify.load(std::memory_order_relaxed) & shm::kNotifyEventfd) != 0;
 }
 
+template <class F>
+void Completer::answer(const RequestRef& request, shm::WireStatus status, std::string_view payload,
+                       F&& asked_for_event) noexcept {
+  if (write_slot(request, status, payload)) asked_for_event(request);
+  if (request.lead == 0) return;
+  // Per thread, so answering allocates nothing once warm.
+  thread_local std::vector<RequestRef> followers;
+  followers.clear();
+  try {
+    request.coalescer->settle(request.lead, status, followers);
+  } catch (const std::exception&) {
+    // Out of memory: the followers stay with the entry, for its next leader; their callers'
+    // deadlines end their wait meanwhile.
+  }
+  if (request.model < stats_.by_model.size()) {
+    stats_.by_model[request.model].coalesced.fetch_add(followers.size(), std::memory_order_relaxed);
+  }
+  for (const RequestRef& follower : followers) {
+    if (write_slot(follower, status, payload)) asked_for_event(follower);
+  }
+  followers.clear();  // drops their session references now
+}
+
 void Completer::complete_one(const RequestRef& request, shm::WireStatus status,
                              std::string_view payload) noexcept {
-  if (!write_slot(request, status, payload)) return;
-  const shm::RingEntry entry = shm::make_ring_entry(request.slot, request.generation);
-  request.session->publish_finished(std::span(&entry, 1));
-  request.session->signal_events();
+  answer(request, status, payload, [](const RequestRef& r) {
+    const shm::RingEntry entry = shm::make_ring_entry(r.slot, r.generation);
+    r.session->publish_finished(std::span(&entry, 1));
+    r.session->signal_events();
+  });
 }
 
 namespace {
@@ -93,7 +119,7 @@ void Completer::complete_batch_with(Batch& batch, shm::WireStatus status,
   auto& scratch = finished_scratch();
   stats_.batch_failures.fetch_add(1, std::memory_order_relaxed);
   for (const RequestRef& request : batch.requests) {
-    if (write_slot(request, status, message)) note_finished(scratch, request);
+    answer(request, status, message, [&](const RequestRef& r) { note_finished(scratch, r); });
   }
   tell_clients(scratch);
 }
@@ -110,14 +136,33 @@ void Completer::complete_batch(Batch& batch, const BackendStatus& status) noexce
   }
   stats_.record_batch(n, n > 0 ? batch.requests.front().model : RequestRef::kNoModel);  // a batch is one model's
   if (!error.empty()) stats_.batch_failures.fetch_add(1, std::memory_order_relaxed);
+  const auto notify = [&](const RequestRef& r) { note_finished(scratch, r); };
+  if (!error.empty()) {
+    for (const RequestRef& request : batch.requests) answer(request, shm::WireStatus::kBackendError, error, notify);
+    tell_clients(scratch);
+    return;
+  }
+  std::int64_t storing_ns = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const RequestRef& request = batch.requests[i];
-    const bool wants_event =
-        error.empty() ? write_slot(request, shm::WireStatus::kOk, batch.output.at(i))
-                      : write_slot(request, shm::WireStatus::kBackendError, error);
-    if (wants_event) note_finished(scratch, request);
+    const std::string_view output = batch.output.at(i);
+    if (shm::CacheWriter* cache = caches_.segment_for(*request.session, request.model);
+        cache != nullptr && output.size() <= request.session->view().geometry().params.max_output_bytes) {
+      const std::int64_t start_ns = shm::monotonic_ns();
+      try {
+        cache->insert(request.model, batch.input().at(i), output);
+      } catch (const std::exception&) {
+        // Out of memory: not kept; the answer itself still goes out.
+      }
+      storing_ns += shm::monotonic_ns() - start_ns;
+    }
+    answer(request, shm::WireStatus::kOk, output, notify);
   }
   tell_clients(scratch);
+  // A miss's time is its lookup's and its answer's store (Triton's miss duration).
+  if (storing_ns > 0 && batch.requests.front().model < stats_.by_model.size()) {
+    stats_.by_model[batch.requests.front().model].cache_miss_ns.fetch_add(static_cast<std::uint64_t>(storing_ns), std::memory_order_relaxed);
+  }
 }
 
 }  // namespace batchd

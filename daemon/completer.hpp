@@ -1,11 +1,14 @@
 // Writes answers into completion slots and wakes the callers that wait: a futex wake only for a
-// caller that flagged itself, an eventfd signal at most once per batch per client.
+// caller that flagged itself, an eventfd signal at most once per batch per client. An answer also
+// goes to the requests that followed it (daemon/coalescer.hpp) and, for a cached model, into the
+// response cache (daemon/response_caches.hpp).
 #pragma once
 
 #include <string_view>
 #include <vector>
 
 #include "daemon/batch.hpp"
+#include "daemon/response_caches.hpp"
 #include "daemon/stats.hpp"
 #include "shm/layout.hpp"
 
@@ -13,7 +16,10 @@ namespace batchd {
 
 class Completer {
  public:
-  explicit Completer(DaemonStats& stats) noexcept : stats_(stats) {}
+  Completer(DaemonStats& stats, ResponseCaches& caches) noexcept : stats_(stats), caches_(caches) {}
+
+  // Where answers are kept (the pipelines look there before a request runs).
+  [[nodiscard]] ResponseCaches& caches() const noexcept { return caches_; }
 
   // Completes every request of a batch from its output (or, when the backend failed or returned
   // the wrong count, with that error). Thread-safe; allocates nothing in steady state.
@@ -35,8 +41,14 @@ class Completer {
   // Returns whether the caller asked for an eventfd signal.
   bool write_slot(const RequestRef& request, shm::WireStatus status,
                   std::string_view payload) noexcept;
+  // write_slot, then the same answer for the requests that followed it, if it led any. Calls
+  // `asked_for_event` with each request whose caller asked for an eventfd signal.
+  template <class F>
+  void answer(const RequestRef& request, shm::WireStatus status, std::string_view payload,
+              F&& asked_for_event) noexcept;
 
   DaemonStats& stats_;
+  ResponseCaches& caches_;
 };
 
 }  // namespace batchd

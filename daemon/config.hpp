@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,18 @@ struct ModelSettings {
   std::uint32_t normal_floor_percent = 10;
   std::uint32_t low_floor_percent = 10;
   WorkerConfig workers;
+  // The response cache (docs/CACHE.md). Only the operator knows a model is pure (the same input
+  // always gets the same answer): then its successful answers are kept in shared memory, where
+  // clients find them without a round trip, and identical requests in flight run once.
+  bool cache = false;
+  // Who shares the cached answers: kUser, the clients of one uid (a hit tells a client that
+  // another of its own user asked the same); kAll, every client (any user learns what any other
+  // asked, and can read every cached answer).
+  enum class CacheScope : std::uint8_t { kUser, kAll };
+  CacheScope cache_scope = CacheScope::kUser;
+  // Identical requests in flight run once (a pure model's): on with the cache unless set.
+  std::optional<bool> coalesce;
+  [[nodiscard]] bool coalesces() const noexcept { return coalesce.value_or(cache); }
 };
 
 // The name every daemon serves unless configured otherwise: the reference batchstring, with the
@@ -89,6 +102,11 @@ struct DaemonConfig : ModelSettings {
   DeadLetterOptions dead_letters;     // requests whose input fails alone: where they are recorded
   std::string metrics_listen;         // ADDR:PORT for GET /metrics (metrics_listener.hpp); empty: none
   std::string default_model_version = "1";  // batchstring's version
+  // The response caches' memory in all, split evenly between the all-users segment and up to
+  // cache_users per-user ones (pages are used only as answers are stored). 0: no cache anywhere.
+  std::uint64_t cache_bytes = 320ULL << 20;
+  unsigned cache_users = 4;
+  bool cache_test_one_bucket = false;  // tests: every key hashes alike (shm::CacheHash::kOneValue)
   // The models served besides batchstring (model id 0), in id order from 1.
   std::vector<ModelConfig> models;
 };

@@ -81,7 +81,7 @@ void Daemon::start() {
   // Before the socket: a dead-letter file that cannot be opened stops the start with its reason.
   dead_letters_ = std::make_unique<DeadLetterLog>(config_.dead_letters);
   dead_letters_->start();
-  status_.create(*dead_letters_);
+  status_.create(*dead_letters_, caches_);
   control_ = std::make_unique<ControlSocket>(config_.socket_path, config_.refuse_passed_fds);
   parked_.set_close_at_once(control_->refuses_fds());
   if (control_->refuses_fds()) {
@@ -92,7 +92,7 @@ void Daemon::start() {
   }
   handshake_ = std::make_unique<AttachHandshake>(AttachHandshake::Parts{
       config_, *control_, events_, reaper_, parked_, log_limit_, stats_, sessions_, workers_, models_, changes_,
-      status_, *dead_letters_, stop_requested_});
+      caches_, status_, *dead_letters_, stop_requested_});
   for (auto& model : models_) model->prepare(hooks_for(*model));
   status_.publish_model_names();
   for (const auto& model : models_) status_.publish_policy(*model);
@@ -211,6 +211,10 @@ void Daemon::run() {
     const bool drained = drain_rings(now_ns);
     const bool progressed = fill_batches(now_ns) || drained;
     for (auto& model : models_) model->refresh_policy_stats(now_ns);
+    if (now_ns >= next_cache_tally_ns_) {
+      next_cache_tally_ns_ = now_ns + kCacheTallyPeriodNs;
+      sessions_.for_each([this](ClientSession& session) { session.credit_cache_hits(stats_.by_model); });
+    }
 
     if (stop_requested_.load(std::memory_order_relaxed) && stopping_done(now_ns, progressed)) break;
     if (all_devices_lost()) {

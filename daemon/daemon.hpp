@@ -162,7 +162,9 @@ class Daemon : private ModelChanges::Host {
   ParkedConnections parked_{reaper_};
   WorkerRoster workers_;
   DaemonStats stats_;
-  Completer completer_{stats_};
+  // Before the completer, which keeps answers there, and the sessions, which hold its segments.
+  ResponseCaches caches_{config_};
+  Completer completer_{stats_, caches_};
   // Before models_: their lanes record into it until they stop.
   std::unique_ptr<DeadLetterLog> dead_letters_;
   // Devices several models' backends run on (the sim's, CUDA's), where their lanes take turns.
@@ -193,6 +195,11 @@ class Daemon : private ModelChanges::Host {
   std::atomic<bool> reload_pending_{false};
 
   shm::SpinAdvisor drain_spin_;  // drain loop only: whether its idle spins pay
+
+  // How often the drain loop adds up the clients' own response-cache hits (ClientSession::
+  // credit_cache_hits) for the metrics.
+  static constexpr std::int64_t kCacheTallyPeriodNs = 100'000'000;
+  std::int64_t next_cache_tally_ns_ = 0;
 
   std::int64_t watchdog_interval_ns_ = 0;  // 0: no watchdog
   std::int64_t next_watchdog_ns_ = 0;

@@ -39,6 +39,8 @@ void Daemon::drop_session(std::uint64_t id, const char* why, bool connection_pol
   std::shared_ptr<ClientSession> session = sessions_.take(id);
   if (!session) return;
   session->mark_closed();
+  session->credit_cache_hits(stats_.by_model);  // its last hits count too
+  if (sessions_.of_uid(session->uid()) == 0) caches_.release_user(session->uid());
   // Nobody reads the answers of a client that has gone: its requests still waiting for a batch
   // are dropped instead of run.
   for (auto& model : models_) stats_.requests_abandoned.fetch_add(model->forget(id), std::memory_order_relaxed);

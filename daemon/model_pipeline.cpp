@@ -101,14 +101,42 @@ bool ModelPipeline::move_into_batch(PendingRequest& request, std::int64_t now_ns
     reject(request, shm::WireStatus::kInvalidUtf8, "input is not valid UTF-8");
     return false;
   }
+  RequestRef ref{request.session, taken.slot, taken.generation, taken.deadline_mono_ns, taken.request_id,
+                 request.arrival_ns, taken.priority, id_};
+  if (answered_without_running(ref, std::string_view(to, taken.input_bytes))) {
+    batch.input_bytes.truncate(batch.input_bytes.size() - taken.input_bytes);
+    return false;
+  }
   if (batch.requests.empty()) batch.opened_ns = request.arrival_ns;
   batch.input_offsets.push_back(static_cast<std::uint32_t>(batch.input_bytes.size()));
   shares_.add(request.session->uid(), rank_of(taken.priority), taken.input_bytes);
-  batch.requests.push_back(RequestRef{std::move(request.session), taken.slot, taken.generation,
-                                      taken.deadline_mono_ns, taken.request_id, request.arrival_ns,
-                                      taken.priority, id_});
+  batch.requests.push_back(std::move(ref));
   batcher_.add(taken.input_bytes, WaitOrFullBatcher::at_ns(request.arrival_ns), taken.deadline_mono_ns);
   return true;
+}
+
+bool ModelPipeline::answered_without_running(RequestRef& ref, std::string_view input) {
+  if (shm::CacheWriter* cache = completer_.caches().segment_for(*ref.session, id_); cache != nullptr) {
+    // Its client looked before it sent it; the answer may have landed since.
+    ModelCounters& counters = stats_.by_model[id_];
+    const std::int64_t start_ns = shm::monotonic_ns();
+    const bool hit = cache->reader().lookup(id_, input, cache_answer_);
+    const auto took_ns = static_cast<std::uint64_t>(shm::monotonic_ns() - start_ns);
+    (hit ? counters.cache_hits : counters.cache_misses).fetch_add(1, std::memory_order_relaxed);
+    (hit ? counters.cache_hit_ns : counters.cache_miss_ns).fetch_add(took_ns, std::memory_order_relaxed);
+    if (hit) {
+      completer_.complete_one(ref, shm::WireStatus::kOk, cache_answer_);
+      return true;
+    }
+  }
+  if (!config_.settings.coalesces()) return false;
+  ref.coalescer = &coalescer_;
+  try {
+    return coalescer_.follow_or_lead(input, ref);
+  } catch (const std::exception&) {
+    ref.coalescer = nullptr;  // out of memory: it runs on its own
+    return false;
+  }
 }
 
 bool ModelPipeline::cut_for_fairness(const PendingRequest& request, std::int64_t now_ns) noexcept {

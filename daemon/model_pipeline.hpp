@@ -20,6 +20,7 @@
 #include "daemon/batch_policy.hpp"
 #include "daemon/batch_shares.hpp"
 #include "daemon/batcher.hpp"
+#include "daemon/coalescer.hpp"
 #include "daemon/completer.hpp"
 #include "daemon/config.hpp"
 #include "daemon/input_arena.hpp"
@@ -165,6 +166,9 @@ class ModelPipeline {
   // then wait in pending_ rather than join it.
   [[nodiscard]] bool holding_for_lane(const Router::LaneView& lanes) const noexcept;
   bool move_into_batch(PendingRequest& request, std::int64_t now_ns);
+  // Answers a request about to join a batch from the response cache, or makes it follow an
+  // identical request in flight (daemon/coalescer.hpp); false when it must run (it may lead).
+  bool answered_without_running(RequestRef& ref, std::string_view input);
   void flush_open_batch(FlushReason reason);
   void trace_flush(FlushReason reason);  // with --log-level trace: one line per batch
   // The most the open batch takes of the requests waiting now (BatchPolicy::take_limit).
@@ -202,6 +206,8 @@ class ModelPipeline {
   std::unique_ptr<Router> router_;
 
   PendingQueue pending_;  // admitted, waiting for a batch
+  Coalescer coalescer_;   // identical requests in flight (config_.settings.coalesces())
+  std::string cache_answer_;  // answered_without_running's scratch
   WaitOrFullBatcher batcher_;
   BatchShares shares_;  // the open batch's requests by tenant and class
   BatchPolicy policy_;

@@ -60,6 +60,7 @@ void ModelPipeline::fit_to_new_backend(const char* when) {
 
 void ModelPipeline::begin_unload() noexcept {
   lifecycle_.store(Lifecycle::kUnloading, std::memory_order_release);
+  completer_.caches().stop_model(id_);  // its records go: the next load may be another version
   stopping_ = true;
 }
 
@@ -162,6 +163,7 @@ void ModelPipeline::prepare(Hooks hooks) {
   }
   router_->set_dead_letters(hooks_.dead_letters, config_.name);
   router_->set_latency(&stats_.latency, &stats_.by_model[id_], id_ == 0);
+  completer_.caches().start_model(id_, config_.settings);
 }
 
 void ModelPipeline::create_input_arena() {

@@ -29,6 +29,9 @@ struct RawOptions {
   std::string dead_letter_inputs = "off";
   std::uint32_t worker_spin_us = 50;
   std::vector<std::string> models;  // --model NAME[:KEY=VALUE,...]
+  std::string cache_scope = "user";
+  std::string coalesce = "auto";
+  double cache_mib = 320.0;
 };
 
 // "D:V" pairs for the sim fault flags.
@@ -231,6 +234,25 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
       ->capture_default_str()->check(CLI::Range(0U, 50U));
   app.add_option("--drain-spin-us", c.drain_spin_us,
                  "busy-poll this long before the drain loop sleeps")->capture_default_str();
+  app.add_option("--cache", c.cache,
+                 "the model is pure (an input always gets the same answer): keep its answers in the "
+                 "response cache, answered in the caller's own process, and run identical requests in "
+                 "flight once (docs/CACHE.md)")
+      ->capture_default_str();
+  app.add_option("--cache-scope", raw.cache_scope,
+                 "who shares the model's cached answers: user (the clients of one uid) or all (every "
+                 "client can read every answer: see docs/CACHE.md)")
+      ->capture_default_str()->check(CLI::IsMember({"user", "all"}));
+  app.add_option("--coalesce", raw.coalesce,
+                 "identical requests in flight run once: on, off, or auto (on with --cache)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--cache-mib", raw.cache_mib,
+                 "the response caches' memory in all, split between the all-users cache and up to "
+                 "--cache-users per-user ones, used only as answers are stored; 0: no cache")
+      ->capture_default_str()->check(CLI::Range(0.0, 1024.0 * 1024));
+  app.add_option("--cache-users", c.cache_users, "users (uids) with a response cache of their own at once")
+      ->capture_default_str()->check(CLI::Range(1U, 64U));
+  app.add_flag("--cache-test-one-bucket", c.cache_test_one_bucket)->group("");  // tests: one bucket
   app.add_option("--model", raw.models,
                  "NAME[:KEY=VALUE,...]: serve a model by that name besides batchstring, its keys (those of "
                  "a [models.NAME] table: backend, version, policy, max_batch, cost, sim_devices, ...) "
@@ -244,7 +266,8 @@ bool daemon_wide(std::string_view flag) {
       "--config", "--log-level", "--socket", "--slots-per-client", "--max-input-bytes", "--max-output-bytes",
       "--max-clients", "--max-clients-per-uid", "--attach-timeout-ms", "--allow-uid", "--allow-gid",
       "--high-priority-uid", "--high-priority-gid", "--metrics-listen", "--drain-spin-us", "--dead-letter",
-      "--dead-letter-max-mib", "--dead-letter-inputs", "--model"};
+      "--dead-letter-max-mib", "--dead-letter-inputs", "--model", "--cache-mib", "--cache-users",
+      "--cache-test-one-bucket"};
   return std::find(std::begin(kFlags), std::end(kFlags), flag) != std::end(kFlags);
 }
 
@@ -325,6 +348,9 @@ void finish(DaemonOptions& o, const RawOptions& raw) {
       std::max<std::uint64_t>(1, static_cast<std::uint64_t>(raw.dead_letter_max_mib * 1024 * 1024));
   c.dead_letters.include_inputs = raw.dead_letter_inputs == "on";
   c.workers.spin = std::chrono::microseconds(raw.worker_spin_us);
+  c.cache_scope = raw.cache_scope == "all" ? ModelSettings::CacheScope::kAll : ModelSettings::CacheScope::kUser;
+  if (raw.coalesce != "auto") c.coalesce = raw.coalesce == "on";
+  c.cache_bytes = static_cast<std::uint64_t>(raw.cache_mib * 1024 * 1024);
 }
 
 // CLI11 parses a reversed vector.

@@ -80,7 +80,8 @@ void Router::hold_for_device(Batch* batch, std::int64_t /*now_ns*/) noexcept {
 
 bool Router::expire_waiting(Batch* batch, std::int64_t now_ns) noexcept {
   const bool any_expired = std::any_of(batch->requests.begin(), batch->requests.end(), [&](const RequestRef& r) {
-    return r.deadline_mono_ns != 0 && r.deadline_mono_ns <= now_ns;
+    const std::int64_t expire = expire_ns(r);
+    return expire != 0 && expire <= now_ns;
   });
   if (any_expired) {
     Batch* expired = acquire_extra();

@@ -31,6 +31,10 @@ class SessionTable {
   std::shared_ptr<ClientSession> next_in_turn() noexcept;
   // Some session's ring holds a request not taken yet.
   [[nodiscard]] bool any_pending() const;
+  template <class F>
+  void for_each(F&& f) const {
+    for (const auto& session : order_) f(*session);
+  }
 
  private:
   std::unordered_map<std::uint64_t, std::shared_ptr<ClientSession>> by_id_;

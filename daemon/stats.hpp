@@ -64,6 +64,14 @@ struct ModelCounters {
   // Runs that waited for the model's turn on devices shared with other models, and how long.
   std::atomic<std::uint64_t> turns_waited{0};
   std::atomic<std::uint64_t> turn_wait_ns{0};
+  // The response cache (docs/CACHE.md): hits (the clients' own, as they report them, and the
+  // daemon's) and misses (requests of a cached model that ran), with the time the lookups and
+  // stores took; and requests answered with an identical one's answer.
+  std::atomic<std::uint64_t> cache_hits{0};
+  std::atomic<std::uint64_t> cache_hit_ns{0};
+  std::atomic<std::uint64_t> cache_misses{0};
+  std::atomic<std::uint64_t> cache_miss_ns{0};
+  std::atomic<std::uint64_t> coalesced{0};
 };
 
 // The bucket of DaemonStats::batch_sizes (and ModelCounters') a batch of `size` falls in:

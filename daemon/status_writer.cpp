@@ -90,8 +90,9 @@ StatusWriter::StatusWriter(const DaemonStats& stats, const std::vector<std::uniq
 
 StatusWriter::~StatusWriter() { stop(); }
 
-void StatusWriter::create(const DeadLetterLog& dead_letters) {
+void StatusWriter::create(const DeadLetterLog& dead_letters, const ResponseCaches& caches) {
   dead_letters_ = &dead_letters;
+  caches_ = &caches;
   // Start-up: a failure here is the operator's to see, so value() throws it.
   fd_ = shm::create_memfd("batchd-status", shm::kStatusFileBytes).value();
   map_ = shm::map_fd(fd_.get(), shm::kStatusFileBytes, true).value();
@@ -131,6 +132,11 @@ void StatusWriter::create(const DeadLetterLog& dead_letters) {
   model_latency_->capacity = shm::kStatusModels;
   model_latency_->buckets = shm::kLatencyBuckets;
   model_latency_->classes = shm::kWirePriorities;
+  cache_ = new (base + shm::kStatusCacheOffset) shm::StatusCache{};
+  cache_->magic = shm::kStatusCacheMagic;
+  cache_->version = shm::kStatusCacheVersion;
+  cache_->capacity = shm::kStatusModels;
+  cache_->segment_bytes.store(caches.segment_bytes(), std::memory_order_relaxed);
   page_->daemon_pid = static_cast<std::uint32_t>(::getpid());
   // Daemon-wide, each workers model's minimum counts: a model's own readiness is its state in
   // the models table.
@@ -237,6 +243,30 @@ void StatusWriter::publish_models() noexcept {
   }
 }
 
+void StatusWriter::publish_caches() noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  shm::CacheCounts counts;
+  try {
+    counts = caches_->counts();
+  } catch (const std::exception&) {
+    return;  // a lock that failed: the next period shows them
+  }
+  cache_->entries.store(counts.entries, relaxed);
+  cache_->bytes.store(counts.bytes, relaxed);
+  cache_->inserts.store(counts.inserts, relaxed);
+  cache_->evictions.store(counts.evictions, relaxed);
+  for (std::size_t m = 0; m < models_.size(); ++m) {
+    const ModelCounters& counters = stats_.by_model[m];
+    shm::StatusModelCache& out = cache_->model[m];
+    out.enabled.store(caches_->cached(static_cast<std::uint32_t>(m)) ? 1 : 0, relaxed);
+    out.hits.store(counters.cache_hits.load(relaxed), relaxed);
+    out.hit_ns.store(counters.cache_hit_ns.load(relaxed), relaxed);
+    out.misses.store(counters.cache_misses.load(relaxed), relaxed);
+    out.miss_ns.store(counters.cache_miss_ns.load(relaxed), relaxed);
+    out.coalesced.store(counters.coalesced.load(relaxed), relaxed);
+  }
+}
+
 void StatusWriter::publish_until_stopped() noexcept {
   std::unique_lock lock(publisher_mu_);
   while (!publisher_stop_) {
@@ -266,6 +296,7 @@ void StatusWriter::stop() noexcept {
 void StatusWriter::publish() noexcept {
   std::lock_guard lock(models_mu_);
   publish_locked();
+  publish_caches();
 }
 
 void StatusWriter::publish_locked() noexcept {

@@ -17,6 +17,7 @@
 
 #include "daemon/dead_letter_log.hpp"
 #include "daemon/model_pipeline.hpp"
+#include "daemon/response_caches.hpp"
 #include "daemon/stats.hpp"
 #include "shm/status_page.hpp"
 #include "shm/fd.hpp"
@@ -35,7 +36,7 @@ class StatusWriter {
   StatusWriter& operator=(const StatusWriter&) = delete;
 
   // Start-up: the file, sealed, with each page laid out. Throws what the operator must see.
-  void create(const DeadLetterLog& dead_letters);
+  void create(const DeadLetterLog& dead_letters, const ResponseCaches& caches);
   // publish() every `period` on a thread of its own, until stop().
   void start_publishing(std::chrono::milliseconds period);
   void stop() noexcept;
@@ -58,12 +59,14 @@ class StatusWriter {
   void publish_latency() noexcept;
   void publish_workers() noexcept;
   void publish_models() noexcept;
+  void publish_caches() noexcept;
   void publish_until_stopped() noexcept;
 
   const DaemonStats& stats_;
   const std::vector<std::unique_ptr<ModelPipeline>>& models_;
   std::mutex& models_mu_;
   const DeadLetterLog* dead_letters_ = nullptr;
+  const ResponseCaches* caches_ = nullptr;
 
   shm::UniqueFd fd_;
   boost::interprocess::mapped_region map_;
@@ -75,6 +78,7 @@ class StatusWriter {
   shm::StatusModelDevices* model_devices_ = nullptr;        // after their batches
   shm::StatusModelPolicies* model_policies_ = nullptr;      // after their devices
   shm::StatusModelLatency* model_latency_ = nullptr;        // after their policies
+  shm::StatusCache* cache_ = nullptr;                       // after their queue times
 
   std::thread publisher_;
   std::mutex publisher_mu_;

@@ -192,8 +192,8 @@ Response V2Api::statistics(std::span<const oip::ModelCatalog::Model> models) {
   // model's version by its queue count rising, so that count is the inferences'. The front-end
   // does not see how an inference's time splits into queue and compute: those times are the
   // daemon's mean per request of the model (its models table) times the count. perf_analyzer
-  // wants the three compute counts equal: input and output take no time of their own here.
-  constexpr std::string_view kZero = R"({"count":0,"ns":0})";
+  // wants the three compute counts equal: input and output take no time of their own here. Cache
+  // hits and misses are every client's, as the daemon counts them (a hit never reaches it).
   const std::vector<oip::ModelTimes> all_times = context_.model_times();  // one read of the daemon's page
   std::string body = R"({"model_stats":[)";
   for (std::size_t i = 0; i < models.size(); ++i) {
@@ -211,11 +211,12 @@ Response V2Api::statistics(std::span<const oip::ModelCatalog::Model> models) {
         R"(","last_inference":{},"inference_count":{},"execution_count":{},)"
         R"("inference_stats":{{"success":{{"count":{},"ns":{}}},"fail":{{"count":{},"ns":{}}},)"
         R"("queue":{{"count":{},"ns":{}}},"compute_input":{{"count":{},"ns":0}},)"
-        R"("compute_infer":{{"count":{},"ns":{}}},"compute_output":{{"count":{},"ns":0}},"cache_hit":{},)"
-        R"("cache_miss":{}}},"batch_stats":[]}})",
+        R"("compute_infer":{{"count":{},"ns":{}}},"compute_output":{{"count":{},"ns":0}},)"
+        R"("cache_hit":{{"count":{},"ns":{}}},"cache_miss":{{"count":{},"ns":{}}}}},"batch_stats":[]}})",
         s.last_inference_ms, s.inference_count, s.success_count, s.success_count, s.success_ns, s.fail_count,
         s.fail_ns, queued, oip::at_daemon_mean(queued, times.queue_ns, times), s.success_count, s.success_count,
-        oip::at_daemon_mean(s.success_count, times.compute_ns, times), s.success_count, kZero, kZero);
+        oip::at_daemon_mean(s.success_count, times.compute_ns, times), s.success_count, times.cache_hits,
+        times.cache_hit_ns, times.cache_misses, times.cache_miss_ns);
   }
   body.append("]}");
   return v2_ok(std::move(body));

@@ -290,8 +290,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(grpc::CallbackServer
     set_duration(*infer.mutable_compute_infer(), s.success_count,
                  oip::at_daemon_mean(s.success_count, times.compute_ns, times));
     set_duration(*infer.mutable_compute_output(), s.success_count, 0);
-    infer.mutable_cache_hit();
-    infer.mutable_cache_miss();
+    // Every client's, as the daemon counts them (docs/CACHE.md): a hit never reaches the front-end's own counts.
+    set_duration(*infer.mutable_cache_hit(), times.cache_hits, times.cache_hit_ns);
+    set_duration(*infer.mutable_cache_miss(), times.cache_misses, times.cache_miss_ns);
   }
   return finish(call, grpc::Status::OK);
 }

@@ -39,6 +39,8 @@ struct ModelTimes {
   std::uint64_t batches = 0;
   std::uint64_t queue_ns = 0;
   std::uint64_t compute_ns = 0;
+  // Its response cache (docs/CACHE.md), over every client: hits and misses and their times.
+  std::uint64_t cache_hits = 0, cache_hit_ns = 0, cache_misses = 0, cache_miss_ns = 0;
 };
 
 // One model's of the daemon's times by model id (zeros for an id it does not list).

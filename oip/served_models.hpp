@@ -44,7 +44,10 @@ inline std::shared_ptr<const ModelCatalog> served_catalog(const DaemonStatus& st
 inline std::vector<ModelTimes> model_times(const DaemonStatus& status) {
   std::vector<ModelTimes> out;
   out.reserve(status.models.size());
-  for (const DaemonStatus::Model& m : status.models) out.push_back({m.inferences, m.batches, m.queue_ns, m.compute_ns});
+  for (const DaemonStatus::Model& m : status.models) {
+    out.push_back({m.inferences, m.batches, m.queue_ns, m.compute_ns, m.cache_hits, m.cache_hit_ns, m.cache_misses,
+                   m.cache_miss_ns});
+  }
   return out;
 }
 

@@ -3,8 +3,8 @@
 # the cpu backend and "reversed" on the sim backend (docs/MODELS.md), with its HTTP front-end
 # batchd-http beside it on 127.0.0.1:8080 (HTTP_LISTEN overrides) and its gRPC one, batchd-grpc,
 # on 127.0.0.1:8001 (GRPC_LISTEN). Extra arguments go to batchd (for example --max-wait-ms 5 or
-# --socket PATH; a --model or --config of their own replaces the second model). Ctrl-C stops all
-# three.
+# --socket PATH; a --model or --config of their own replaces the second model). batchstring is
+# pure, so its answers are cached (docs/CACHE.md). Ctrl-C stops all three.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -46,4 +46,4 @@ if ((${#models[@]})); then
 fi
 echo "Triton's clients:    http://$listen/v2 and $grpc_listen (models by name; docs/OIP.md)"
 echo "load it:            build-release/tools/batchd-stress --socket $socket --rate 10000 --duration 10"
-build-release/daemon/batchd --backend cpu "${models[@]}" "${args[@]}"
+build-release/daemon/batchd --backend cpu --model batchstring:cache=on "${models[@]}" "${args[@]}"

@@ -13,7 +13,8 @@ namespace batchd::shm {
 
 inline constexpr std::uint32_t kAttachMagic = 0x42415431;  // "BAT1"
 // 2: completion events through CompletionEvents instead of a client's eventfd.
-inline constexpr std::uint32_t kProtocolVersion = 2;
+// 3: the response-cache segments (kUserCacheFd, kSharedCacheFd).
+inline constexpr std::uint32_t kProtocolVersion = 3;
 
 // Hello::flags. 0 asks to attach. kHelloDeadLetters asks instead for the daemon's recent dead
 // letters (batchctl dead-letters): the reply is an AttachReply with one fd, a sealed memfd of
@@ -51,7 +52,11 @@ enum AttachFd : int {
   kCompletionRegionFd = 1,  // sealed so that the client can only map it read-only
   kDoorbellFd = 2,          // eventfd: written when the daemon's drain loop sleeps
   kStatusPageFd = 3,        // sealed read-only: shm::DaemonStatusPage (status_page.hpp)
-  kAttachFdCount = 4,
+  // Sealed read-only: shm/cache_layout.hpp. The client's user's response cache (an empty one when
+  // the daemon keeps none for it), and the one every user shares.
+  kUserCacheFd = 4,
+  kSharedCacheFd = 5,
+  kAttachFdCount = 6,
 };
 
 struct AttachReply {

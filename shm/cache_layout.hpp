@@ -75,6 +75,7 @@ struct CacheRecordHeader {
 };
 
 static_assert(std::is_standard_layout_v<CacheHeader> && sizeof(CacheHeader) == 256);
+static_assert(kCacheModels == kCacheHitModels, "a client counts its hits for every model it can hit");
 static_assert(std::is_standard_layout_v<CacheLogState> && sizeof(CacheLogState) == kCacheLine);
 static_assert(sizeof(CacheModelTable) == 4 * kCacheModels, "one word per model, no padding");
 static_assert(std::is_standard_layout_v<CacheBucket> && sizeof(CacheBucket) == kCacheLine,

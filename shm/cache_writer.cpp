@@ -109,6 +109,7 @@ bool CacheWriter::insert(std::uint32_t model, std::string_view input, std::strin
   if (model >= kCacheModels) return false;
   const std::uint64_t record_bytes = cache_record_bytes(input.size(), answer.size());
   if (record_bytes > g_.log_bytes / 8 || input.size() > UINT32_MAX || answer.size() > UINT32_MAX) return false;
+  if (models().epoch[model].load(std::memory_order_relaxed) == 0) return false;  // without the lock: most often
   std::lock_guard lock(mu_);
   const std::uint32_t epoch = models().epoch[model].load(std::memory_order_relaxed);
   if (epoch == 0) return false;

@@ -44,7 +44,8 @@ Geometry compute_geometry(const SegmentParams& params) noexcept {
   Geometry g;
   g.params = params;
   g.event_waiter_offset = sizeof(SegmentHeader);
-  g.ring_offset = g.event_waiter_offset + sizeof(EventWaiter);
+  g.cache_hits_offset = g.event_waiter_offset + sizeof(EventWaiter);
+  g.ring_offset = g.cache_hits_offset + sizeof(CacheHitCounts);
   const std::uint64_t ring_bytes = sizeof(RingTail) + sizeof(RingEntry) * params.slot_count;
   g.request_slots_offset = round_up(g.ring_offset + ring_bytes, kCacheLine);
   g.request_slot_stride = round_up(sizeof(RequestSlotHeader) + params.max_input_bytes, kCacheLine);

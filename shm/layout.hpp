@@ -15,7 +15,8 @@ namespace batchd::shm {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x3144484354414221ULL;  // "!BATCHD1"
 // Bump on any incompatible change to the structs below; a mismatch is refused.
-inline constexpr std::uint32_t kLayoutVersion = 3;
+// 4: CacheHitCounts after the EventWaiter.
+inline constexpr std::uint32_t kLayoutVersion = 4;
 // Slot and ring limits keep every product in 64 bits and every index in 32.
 inline constexpr std::uint32_t kMaxSlots = 1U << 16;
 inline constexpr std::uint32_t kMaxPayloadBytes = 16U << 20;
@@ -76,6 +77,15 @@ struct alignas(kCacheLine) SegmentHeader {
 // the daemon pays for a FUTEX_WAKE only then. The daemon reads it as a hint: any value is safe.
 struct alignas(kCacheLine) EventWaiter {
   std::atomic<std::uint32_t> sleeping;
+};
+
+// Written only by the client (request region): what its own response-cache lookups answered
+// (shm/cache_layout.hpp), by model id, for the daemon's metrics: hits and the time they took.
+// The daemon reads them as hints: a client can misreport only itself.
+inline constexpr std::uint32_t kCacheHitModels = 64;  // shm::kCacheModels
+struct alignas(kCacheLine) CacheHitCounts {
+  std::atomic<std::uint64_t> hits[kCacheHitModels];
+  std::atomic<std::uint64_t> hit_ns[kCacheHitModels];
 };
 
 // Written only by the daemon (completion region): bumped once per batch that answered requests
@@ -148,6 +158,7 @@ constexpr std::uint32_t ring_entry_generation(RingEntry e) noexcept {
 static_assert(std::is_standard_layout_v<SegmentHeader> && std::is_trivially_copyable_v<SegmentHeader>);
 static_assert(sizeof(SegmentHeader) == 128, "header size is part of the layout version");
 static_assert(std::is_standard_layout_v<EventWaiter> && sizeof(EventWaiter) == kCacheLine);
+static_assert(std::is_standard_layout_v<CacheHitCounts> && sizeof(CacheHitCounts) == 16 * kCacheHitModels);
 static_assert(std::is_standard_layout_v<CompletionEvents> && sizeof(CompletionEvents) == kCacheLine);
 static_assert(std::is_standard_layout_v<RingTail> && sizeof(RingTail) == kCacheLine);
 static_assert(std::is_standard_layout_v<FinishedTail> && sizeof(FinishedTail) == kCacheLine);
@@ -178,6 +189,7 @@ struct SegmentParams {
 struct Geometry {
   SegmentParams params;
   std::uint64_t event_waiter_offset = 0;     // EventWaiter, after the header
+  std::uint64_t cache_hits_offset = 0;       // CacheHitCounts
   std::uint64_t ring_offset = 0;             // RingTail, then slot_count RingEntry
   std::uint64_t request_slots_offset = 0;
   std::uint64_t request_slot_stride = 0;

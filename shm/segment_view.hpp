@@ -27,6 +27,9 @@ class SegmentView {
   [[nodiscard]] EventWaiter* event_waiter() const noexcept {
     return reinterpret_cast<EventWaiter*>(request_ + g_.event_waiter_offset);
   }
+  [[nodiscard]] CacheHitCounts* cache_hits() const noexcept {
+    return reinterpret_cast<CacheHitCounts*>(request_ + g_.cache_hits_offset);
+  }
   [[nodiscard]] CompletionEvents* completion_events() const noexcept {
     return reinterpret_cast<CompletionEvents*>(completion_ + g_.completion_events_offset);
   }

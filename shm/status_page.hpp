@@ -331,10 +331,40 @@ struct alignas(64) StatusModelLatency {
 static_assert(std::is_standard_layout_v<StatusModelLatency>);
 static_assert(kStatusModelLatencyOffset % alignof(StatusModelLatency) == 0);
 
-// The memfd the daemon creates: the page, the histograms, the workers, the models, their
-// batches, devices, policies and queue times, each in whole pages.
-inline constexpr std::size_t kStatusFileBytes =
+// The response caches (docs/CACHE.md), after the models' queue times: each model's hits (its
+// clients' own, as they report them, and the daemon's), misses, the time each took, and the
+// requests answered with an identical one's answer; and every cache segment's entries together.
+inline constexpr std::size_t kStatusCacheOffset =
     kStatusModelLatencyOffset +
     (sizeof(StatusModelLatency) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+inline constexpr std::uint64_t kStatusCacheMagic = 0x5345484341435f31ULL;  // "1_CACHES"
+inline constexpr std::uint32_t kStatusCacheVersion = 1;
+struct alignas(64) StatusModelCache {
+  std::atomic<std::uint32_t> enabled;  // the model's answers are cached (its settings' cache)
+  std::atomic<std::uint32_t> reserved;
+  std::atomic<std::uint64_t> hits;
+  std::atomic<std::uint64_t> hit_ns;
+  std::atomic<std::uint64_t> misses;
+  std::atomic<std::uint64_t> miss_ns;
+  std::atomic<std::uint64_t> coalesced;
+};
+struct alignas(64) StatusCache {
+  std::uint64_t magic;     // kStatusCacheMagic
+  std::uint32_t version;   // kStatusCacheVersion
+  std::uint32_t capacity;  // kStatusModels
+  std::atomic<std::uint64_t> segment_bytes;  // one segment's most (0: no cache)
+  std::atomic<std::uint64_t> entries;
+  std::atomic<std::uint64_t> bytes;
+  std::atomic<std::uint64_t> inserts;
+  std::atomic<std::uint64_t> evictions;
+  StatusModelCache model[kStatusModels];
+};
+static_assert(std::is_standard_layout_v<StatusCache>);
+static_assert(kStatusCacheOffset % alignof(StatusCache) == 0);
+
+// The memfd the daemon creates: the page, the histograms, the workers, the models, their
+// batches, devices, policies, queue times and caches, each in whole pages.
+inline constexpr std::size_t kStatusFileBytes =
+    kStatusCacheOffset + (sizeof(StatusCache) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
 
 }  // namespace batchd::shm

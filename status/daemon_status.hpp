@@ -142,8 +142,18 @@ struct DaemonStatus {
     // Its requests' queue times, by class, as queue_time_by_class below counts every model's;
     // empty histograms from a daemon that publishes none per model.
     std::array<Histogram, kStatusClasses> queue_time_by_class{};
+    // Its response cache (docs/CACHE.md): whether its answers are cached now; hits (its clients'
+    // own and the daemon's) and misses, with the time their lookups and stores took; and
+    // requests answered with an identical one's answer (whether cached or not).
+    bool cache_enabled = false;
+    std::uint64_t cache_hits = 0, cache_hit_ns = 0, cache_misses = 0, cache_miss_ns = 0, coalesced = 0;
   };
   std::vector<Model> models;
+  // The response caches together: one segment's most bytes (0: no cache, or a daemon that
+  // publishes none), and the records they hold now, their bytes, stores and evictions.
+  bool has_cache = false;
+  std::uint64_t cache_segment_bytes = 0, cache_entries = 0, cache_bytes = 0, cache_inserts = 0,
+                cache_evictions = 0;
   // Whether the daemon publishes each model's devices (Model::devices) and policy (Model::policy
   // and the rest); one built before that lists only the default model's, in `devices` and the
   // policy fields.

@@ -370,6 +370,52 @@ void render_models(const DaemonStatus& status, std::string& out) {
   }
 }
 
+// The response caches (docs/CACHE.md): Triton's per-model cache metrics, for the models whose
+// answers are cached, and batchd's own.
+void render_cache(const DaemonStatus& status, std::string& out) {
+  using Model = DaemonStatus::Model;
+  struct Family {
+    std::string_view name, help;
+    std::uint64_t Model::*value;
+    bool microseconds;
+  };
+  static constexpr Family kTriton[] = {
+      {"nv_cache_num_hits_per_model", "Number of cache hits per model", &Model::cache_hits, false},
+      {"nv_cache_num_misses_per_model", "Number of cache misses per model", &Model::cache_misses, false},
+      {"nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds", &Model::cache_hit_ns,
+       true},
+      {"nv_cache_miss_duration_per_model",
+       "Total cache miss (lookup and insertion) duration per model, in microseconds", &Model::cache_miss_ns, true},
+  };
+  for (const Family& f : kTriton) {
+    family(out, f.name, "counter", f.help);
+    for (const Model& model : status.models) {
+      if (!model.cache_enabled && model.cache_hits == 0 && model.cache_misses == 0) continue;
+      const std::uint64_t value = model.*f.value;
+      fmt::format_to(std::back_inserter(out), "{}{{{}}} {}\n", f.name, model_labels(model),
+                     f.microseconds ? value / 1000 : value);
+    }
+  }
+  family(out, "batchd_model_coalesced_requests_total", "counter",
+         "Requests answered with the answer of an identical request in flight, without a run of their own.");
+  for (const Model& model : status.models) {
+    fmt::format_to(std::back_inserter(out), "batchd_model_coalesced_requests_total{{{}}} {}\n", model_labels(model),
+                   model.coalesced);
+  }
+  const auto gauge = [&](std::string_view name, std::string_view type, std::string_view help, std::uint64_t value) {
+    family(out, name, type, help);
+    fmt::format_to(std::back_inserter(out), "{} {}\n", name, value);
+  };
+  gauge("batchd_cache_segment_bytes", "gauge", "The most memory one response-cache segment takes (0: no cache).",
+        status.cache_segment_bytes);
+  gauge("batchd_cache_entries", "gauge", "Answers held in the response caches now.", status.cache_entries);
+  gauge("batchd_cache_bytes", "gauge", "Bytes of the response caches' logs that held answers take now.",
+        status.cache_bytes);
+  gauge("batchd_cache_inserts_total", "counter", "Answers stored in the response caches.", status.cache_inserts);
+  gauge("batchd_cache_evictions_total", "counter", "Answers the response caches dropped to make room.",
+        status.cache_evictions);
+}
+
 }  // namespace
 
 void render_daemon_status(const DaemonStatus* status, std::string& out) {
@@ -385,6 +431,7 @@ void render_daemon_status(const DaemonStatus* status, std::string& out) {
   gauge("batchd_daemon_healthy_devices", "gauge", "Devices the daemon can run batches on.", status->healthy_devices);
   if (status->min_workers > 0 || status->workers > 0) render_workers(*status, out);
   if (!status->models.empty()) render_models(*status, out);
+  if (status->has_cache) render_cache(*status, out);
   gauge("batchd_daemon_clients", "gauge", "Clients attached to the daemon.", status->clients);
   gauge("batchd_daemon_queue_depth", "gauge", "Requests the daemon has taken and not yet answered.",
         status->in_flight);

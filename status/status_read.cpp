@@ -240,6 +240,36 @@ void read_model_latency(const shm::StatusModelLatency& in, DaemonStatus& out) {
   }
 }
 
+// The caches' section, or nullptr when the daemon publishes none (one from before them).
+const shm::StatusCache* cache_section(const shm::DaemonStatusPage& page, std::size_t file_bytes) {
+  const auto* cache = section_at<shm::StatusCache>(page, file_bytes, shm::kStatusCacheOffset);
+  if (cache == nullptr) return nullptr;
+  const bool ours = cache->magic == shm::kStatusCacheMagic && cache->version == shm::kStatusCacheVersion &&
+                    cache->capacity == shm::kStatusModels;
+  return ours ? cache : nullptr;
+}
+
+void read_cache(const shm::StatusCache& in, DaemonStatus& out) {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  out.has_cache = true;
+  out.cache_segment_bytes = in.segment_bytes.load(relaxed);
+  out.cache_entries = in.entries.load(relaxed);
+  out.cache_bytes = in.bytes.load(relaxed);
+  out.cache_inserts = in.inserts.load(relaxed);
+  out.cache_evictions = in.evictions.load(relaxed);
+  // out.models holds at most kStatusModels entries (model_count).
+  for (std::size_t m = 0; m < out.models.size(); ++m) {
+    const shm::StatusModelCache& row = in.model[m];
+    DaemonStatus::Model& model = out.models[m];
+    model.cache_enabled = row.enabled.load(relaxed) != 0;
+    model.cache_hits = row.hits.load(relaxed);
+    model.cache_hit_ns = row.hit_ns.load(relaxed);
+    model.cache_misses = row.misses.load(relaxed);
+    model.cache_miss_ns = row.miss_ns.load(relaxed);
+    model.coalesced = row.coalesced.load(relaxed);
+  }
+}
+
 constexpr const char* kFlushReasonNames[shm::kFlushReasons] = {
     "hold", "full", "max_wait", "deadline", "target", "fill_time", "no_device", "stopping"};
 
@@ -388,6 +418,7 @@ DaemonStatus read_daemon_status(const shm::DaemonStatusPage& page, std::size_t f
     if (!out.latency_bounds_ns.empty()) {
       if (const shm::StatusModelLatency* latency = model_latency_section(page, file_bytes)) read_model_latency(*latency, out);
     }
+    if (const shm::StatusCache* cache = cache_section(page, file_bytes)) read_cache(*cache, out);
   }
   if (const shm::StatusWorkers* workers = workers_section(page, file_bytes)) read_workers(*workers, out);
   return out;

@@ -262,6 +262,32 @@ std::string describe_exit(int status) {
   return "waitpid status " + std::to_string(status);
 }
 
+namespace {
+
+void exit_on_fault(int) { ::_exit(kWriteFaulted); }
+
+}  // namespace
+
+int write_in_child(void* base, std::size_t offset) {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    struct sigaction on_fault {};
+    on_fault.sa_handler = exit_on_fault;
+    ::sigaction(SIGSEGV, &on_fault, nullptr);
+    ::sigaction(SIGBUS, &on_fault, nullptr);
+    static_cast<volatile unsigned char*>(base)[offset] = 'X';
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  return status;
+}
+
+bool faulted(int status) {
+  return (WIFEXITED(status) && WEXITSTATUS(status) == kWriteFaulted) || WIFSIGNALED(status);
+}
+
 DaemonProcess::~DaemonProcess() {
   if (pid_ > 0) stop();
 }

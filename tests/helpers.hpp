@@ -64,6 +64,14 @@ int run_to_exit(const std::vector<std::string>& argv, std::chrono::milliseconds 
 // A waitpid status in words: "exit code N" or "killed by signal N (name)".
 std::string describe_exit(int status);
 
+// Writes a byte at base + offset in a forked child and returns the child's waitpid status: exit
+// code kWriteFaulted when the write faulted (its SIGSEGV or SIGBUS handler), 0 when it went through.
+inline constexpr int kWriteFaulted = 42;
+int write_in_child(void* base, std::size_t offset);
+// Whether that status says the write did not go through: the handler's exit code, or the child
+// killed by the fault (a sanitizer may keep its own handler: it then reports and aborts).
+[[nodiscard]] bool faulted(int status);
+
 // The user a child process runs as (the test runner must be root to switch).
 struct RunAs {
   uid_t uid;

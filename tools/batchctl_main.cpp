@@ -44,6 +44,12 @@ std::string memory_text(const batchd::DaemonStatus::Device& dev, std::uint64_t m
   return out.empty() ? out : "  memory: " + out + "\n";
 }
 
+// "87.5 % hits", or "no lookups".
+std::string hit_rate(std::uint64_t hits, std::uint64_t misses) {
+  if (hits + misses == 0) return "no lookups";
+  return fmt::format("{:.1f} % hits", 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses));
+}
+
 std::string as_text(const batchd::DaemonStatus& s) {
   std::string out = fmt::format(
       "backend {} (pid {}), {} of {} devices healthy, {} clients\n"
@@ -118,6 +124,19 @@ std::string as_text(const batchd::DaemonStatus& s) {
                          model.target_batch, model.arrivals_per_s);
     }
   }
+  bool any_cached = false;
+  for (const batchd::DaemonStatus::Model& model : s.models) {
+    if (!model.cache_enabled && model.coalesced == 0) continue;
+    if (!any_cached) {
+      out += fmt::format("response cache: {} entries, {:.1f} MiB of {:.0f} MiB a segment; {} stored, {} evicted\n",
+                         s.cache_entries, static_cast<double>(s.cache_bytes) / (1 << 20),
+                         static_cast<double>(s.cache_segment_bytes) / (1 << 20), s.cache_inserts, s.cache_evictions);
+      any_cached = true;
+    }
+    out += fmt::format("  {}: {}{} hits, {} misses ({}), {} coalesced\n", model.name,
+                       model.cache_enabled ? "" : "not cached; ", model.cache_hits, model.cache_misses,
+                       hit_rate(model.cache_hits, model.cache_misses), model.coalesced);
+  }
   return out;
 }
 
@@ -178,11 +197,14 @@ std::string models_json(const batchd::DaemonStatus& s) {
     out += fmt::format("\",\"state\":\"{}\",\"lanes\":{},\"requests_taken\":{},\"healthy_devices\":{},"
                        "\"devices\":[{}],\"shares_devices\":{},\"turns_waited\":{},\"turn_wait_ns\":{},"
                        "\"policy\":\"{}\",\"max_batch\":{},\"max_wait_ns\":{},"
-                       "\"max_batch_bytes\":{},\"target_batch\":{},\"arrivals_per_s\":{}}}",
+                       "\"max_batch_bytes\":{},\"target_batch\":{},\"arrivals_per_s\":{},"
+                       "\"cache\":{{\"enabled\":{},\"hits\":{},\"hit_ns\":{},\"misses\":{},\"miss_ns\":{},"
+                       "\"coalesced\":{}}}}}",
                        model.state, model.lanes, model.requests_taken, model.healthy_devices,
                        devices_json(model.devices), model.shares_devices, model.turns_waited, model.turn_wait_ns,
                        model.policy, model.max_batch, model.max_wait_ns,
-                       model.max_batch_bytes, model.target_batch, model.arrivals_per_s);
+                       model.max_batch_bytes, model.target_batch, model.arrivals_per_s, model.cache_enabled,
+                       model.cache_hits, model.cache_hit_ns, model.cache_misses, model.cache_miss_ns, model.coalesced);
   }
   return out;
 }

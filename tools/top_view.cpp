@@ -89,6 +89,27 @@ std::vector<Line> frame(const DaemonStatus& before, const DaemonStatus& now, dou
                              std::max(0.0, failed - refused), rate(b.requests_abandoned, now.requests_abandoned))});
   out.push_back({fmt::format("          device timeouts {:.0f}, dead letters {:.0f}", rate(timeouts_before, timeouts_now),
                              rate(b.dead_letters, now.dead_letters))});
+  // The response cache this interval (docs/CACHE.md), over every model that uses it.
+  std::uint64_t hits_before = 0, hits_now = 0, misses_before = 0, misses_now = 0, coalesced_before = 0,
+                coalesced_now = 0;
+  for (const auto& m : b.models) {
+    hits_before += m.cache_hits;
+    misses_before += m.cache_misses;
+    coalesced_before += m.coalesced;
+  }
+  bool cached = false;
+  for (const auto& m : now.models) {
+    hits_now += m.cache_hits;
+    misses_now += m.cache_misses;
+    coalesced_now += m.coalesced;
+    cached = cached || m.cache_enabled;
+  }
+  if (cached || coalesced_now > 0) {
+    const double hits = rate(hits_before, hits_now), misses = rate(misses_before, misses_now);
+    out.push_back({fmt::format("cache/s: {:.0f} hits, {:.0f} misses ({:.1f} % hits), {:.0f} coalesced; {} entries",
+                               hits, misses, hits + misses > 0 ? 100.0 * hits / (hits + misses) : 0.0,
+                               rate(coalesced_before, coalesced_now), now.cache_entries)});
+  }
   // Where this interval's latency went: waiting for a batch to start, and the batch's run.
   const auto& bounds = now.latency_bounds_ns;
   std::vector<double> queue_all;
