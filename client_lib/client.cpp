@@ -127,7 +127,7 @@ std::optional<Error> ClientImpl::write_locked(std::string_view input, std::strin
   if (!name) return name.error();
   request.model_name = *name;
   if (auto unknown = resolve_model_locked(seg, request)) return unknown;
-  if (cached != nullptr && seg.cached_answer(request.model, input, *cached)) {
+  if (cached != nullptr && seg.cached_answer(request.model, request.cache_scope, input, *cached)) {
     request.cached = true;
     return std::nullopt;
   }
@@ -141,7 +141,7 @@ std::optional<Error> ClientImpl::write_locked(std::string_view input, std::strin
   if (request.request_id == 0) request.request_id = next_request_id();
   const std::uint32_t generation =
       seg.write_request(slot, input.data(), static_cast<std::uint32_t>(input.size()), request.deadline_ns,
-                        request.priority, use, request.request_id, request.model);
+                        request.priority, use, request.request_id, request.model, request.cache_scope);
   if (!seg.stage(slot)) {
     // Cannot happen while slots == ring capacity, but a full ring must never lose a request.
     seg.slots[slot].use = Use::kFree;
@@ -186,6 +186,7 @@ Result ClientImpl::submit(std::string_view input, std::chrono::milliseconds time
   Request request;
   request.deadline_ns = deadline_after(timeout);
   request.priority = wire_priority(options.priority);
+  request.cache_scope = options.cache_scope;
   {
     std::lock_guard lock(mu_);
     std::string cached;
@@ -213,6 +214,7 @@ std::vector<Result> ClientImpl::submit_many(std::span<const std::string_view> in
       if (refused[i]) continue;
       requests[i].deadline_ns = deadline_ns;
       requests[i].priority = wire_priority(options.priority);
+      requests[i].cache_scope = options.cache_scope;
       std::string cached;
       if (auto bad = write_locked(inputs[i], options.model, Use::kSync, requests[i], &cached)) {
         refused[i] = Result::failure(bad->code, std::move(bad->message));

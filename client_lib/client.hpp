@@ -66,6 +66,10 @@ struct Error {
 struct RequestOptions {
   Priority priority = Priority::kNormal;
   std::string_view model;
+  // The caller's trust domain within this client, for a model whose answers the daemon caches
+  // (docs/CACHE.md): an answer stored for one scope is never given to another. A front-end serving
+  // callers of different credentials gives each its own; 0 (the default): the client's own.
+  std::uint32_t cache_scope = 0;
 };
 
 // The answer to one request, or why there is none.
@@ -199,6 +203,7 @@ class Client {
     Callback done;
     Priority priority = Priority::kNormal;
     std::string_view model;
+    std::uint32_t cache_scope = 0;  // as RequestOptions::cache_scope
     std::uint64_t id = 0;           // out: for cancel(), when admitted
     std::optional<Error> refused;   // out: why it was refused at once; `done` is then never called
   };

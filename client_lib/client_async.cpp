@@ -23,6 +23,7 @@ std::optional<Error> ClientImpl::submit_async(std::string_view input,
   AsyncRequest request;
   request.deadline_ns = deadline_after(timeout);
   request.priority = wire_priority(options.priority);
+  request.cache_scope = options.cache_scope;
   request.done = std::move(done);
   std::shared_ptr<Segment> seg;
   {
@@ -93,6 +94,7 @@ std::size_t ClientImpl::submit_async_batch(std::span<Client::AsyncSubmission> su
     AsyncRequest request;
     request.deadline_ns = deadline_ns;
     request.priority = wire_priority(s.priority);
+    request.cache_scope = s.cache_scope;
     std::string cached;
     if ((s.refused = write_locked(s.input, s.model, Use::kAsync, request, &cached))) continue;
     request.done = std::move(s.done);
@@ -289,7 +291,8 @@ std::size_t ClientImpl::poll() {
   finished_.clear();
   {
     std::lock_guard lock(mu_);
-    if (local_answers_waiting_.exchange(false, std::memory_order_relaxed)) {
+    local_answers_waiting_.store(false, std::memory_order_relaxed);
+    if (!local_answers_.empty()) {
       for (auto& answered : local_answers_) finished_.push_back(std::move(answered));
       local_answers_.clear();
     }

@@ -69,7 +69,8 @@ std::uint64_t next_request_id() noexcept {
 
 std::uint32_t Segment::write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
                                      std::int64_t deadline_ns, shm::WirePriority priority, Use use,
-                                     std::uint64_t request_id, std::uint32_t model) noexcept {
+                                     std::uint64_t request_id, std::uint32_t model,
+                                     std::uint32_t cache_scope) noexcept {
   SlotState& state = slots[slot];
   state.generation = state.generation % shm::kGenerationMask + 1;
   state.use = use;
@@ -82,6 +83,7 @@ std::uint32_t Segment::write_request(std::uint32_t slot, const void* input, std:
   header.priority = static_cast<std::uint32_t>(priority);
   header.request_id = request_id;
   header.model = model;
+  header.cache_scope = cache_scope;
   // A withdrawal mark left by an earlier generation of this slot would otherwise match again
   // once the 24-bit generation wraps, and withdraw this request.
   header.cancel_generation.store(0, std::memory_order_relaxed);
@@ -157,10 +159,11 @@ bool Segment::collect_finished(std::vector<shm::RingEntry>& out) {
   return list.tail.load(std::memory_order_acquire) - from <= capacity;
 }
 
-bool Segment::cached_answer(std::uint32_t model, std::string_view input, std::string& out) const {
+bool Segment::cached_answer(std::uint32_t model, std::uint32_t scope, std::string_view input,
+                            std::string& out) const {
   if (user_cache.epoch(model) == 0 && shared_cache.epoch(model) == 0) return false;  // not cached: no clock
   const std::int64_t start_ns = shm::monotonic_ns();
-  if (!user_cache.lookup(model, input, out) && !shared_cache.lookup(model, input, out)) return false;
+  if (!user_cache.lookup(model, scope, input, out) && !shared_cache.lookup(model, scope, input, out)) return false;
   // One writer: the client's mutex is held; the daemon only reads.
   shm::CacheHitCounts& counts = *view.cache_hits();
   counts.hits[model].store(counts.hits[model].load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);

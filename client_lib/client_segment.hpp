@@ -79,16 +79,18 @@ struct Segment {
            shm::make_state(generation, shm::SlotPhase::kDone);
   }
   [[nodiscard]] Result read_result(std::uint32_t slot) const;
-  // Copies the cached answer to `input` for model id `model` into `out`; false on a miss. Reads
-  // shared memory only. Any thread.
-  // Counts a hit, and the time it took since `since_ns`, in the client's own counters.
-  [[nodiscard]] bool cached_answer(std::uint32_t model, std::string_view input, std::string& out) const;
+  // Copies the cached answer to `input` for model id `model` and the caller's `scope` into `out`;
+  // false on a miss. Counts a hit, and the time it took, in the client's own counters (shm::
+  // CacheHitCounts). Guarded by ClientImpl::mu_ (the counters' one writer).
+  [[nodiscard]] bool cached_answer(std::uint32_t model, std::uint32_t scope, std::string_view input,
+                                   std::string& out) const;
   // Starts the slot's next generation and writes a request into it (not yet published): every
   // field the daemon reads, so nothing of the slot's last request is left (request_id and model:
   // the request's, see Request). Returns the new generation. Guarded by ClientImpl::mu_.
   std::uint32_t write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
                               std::int64_t deadline_ns, shm::WirePriority priority, Use use,
-                              std::uint64_t request_id = 0, std::uint32_t model = 0) noexcept;
+                              std::uint64_t request_id = 0, std::uint32_t model = 0,
+                              std::uint32_t cache_scope = 0) noexcept;
   // Queues a written slot for the daemon, unless the daemon is gone: then the request waits in
   // its slot for the reattach to move it. False only when the ring is full. Nothing is visible to
   // the daemon until publish(). Guarded by ClientImpl::mu_.
@@ -120,6 +122,7 @@ struct Request {
   // when first written (next_request_id()).
   std::uint64_t request_id = 0;
   std::uint32_t model = 0;  // its model's id in its segment's daemon (shm::RequestSlotHeader)
+  std::uint32_t cache_scope = 0;  // RequestOptions::cache_scope, kept for a move to a new daemon
   // Its model's name, by the client's index (ClientImpl::model_names_; 0: the default model):
   // a move to a restarted daemon looks the id up again there.
   std::uint16_t model_name = 0;

@@ -37,6 +37,7 @@ std::vector<Client::AsyncSubmission> FanOut::prepare(std::span<const std::string
     submissions[i].input = inputs[i];
     submissions[i].priority = options.priority;
     submissions[i].model = options.model;
+    submissions[i].cache_scope = options.cache_scope;
     // A raw `this`: the capture fits std::function's inline storage, and self_ keeps it alive.
     submissions[i].done = [this, i](Result&& result) { on_answer(i, std::move(result)); };
   }

@@ -33,6 +33,7 @@ struct RequestRef {
   // Its model's id, for that model's counters (kNoModel: an id no model has).
   static constexpr std::uint32_t kNoModel = ~0U;
   std::uint32_t model = kNoModel;
+  std::uint32_t cache_scope = 0;  // the caller's trust domain in its client's cache (TakenRequest)
   // Set while it leads identical requests that wait for its answer (daemon/coalescer.hpp): its
   // entry's token there, and where that is.
   std::uint64_t lead = 0;

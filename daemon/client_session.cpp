@@ -166,6 +166,7 @@ TakeResult ClientSession::take(TakenRequest& out, std::string& why) noexcept {
   if (out.downgraded) out.priority = granted_;
   out.request_id = shm::load_once(header.request_id);
   out.model = shm::load_once(header.model);
+  out.cache_scope = shm::load_once(header.cache_scope);
   return TakeResult::kTaken;
 }
 

@@ -36,6 +36,7 @@ struct TakenRequest {
   shm::WirePriority priority = shm::WirePriority::kNormal;  // checked: one of the three classes
   std::uint64_t request_id = 0;  // the client's; any value is harmless (shm::RequestSlotHeader)
   std::uint32_t model = 0;       // as the client wrote it: checked at admission
+  std::uint32_t cache_scope = 0;  // the client's; any value is harmless (shm::RequestSlotHeader)
   bool downgraded = false;  // claimed a class above its client's grant, and runs at the grant
 };
 

@@ -150,7 +150,7 @@ void Completer::complete_batch(Batch& batch, const BackendStatus& status) noexce
         cache != nullptr && output.size() <= request.session->view().geometry().params.max_output_bytes) {
       const std::int64_t start_ns = shm::monotonic_ns();
       try {
-        cache->insert(request.model, batch.input().at(i), output);
+        cache->insert(request.model, request.cache_scope, batch.input().at(i), output);
       } catch (const std::exception&) {
         // Out of memory: not kept; the answer itself still goes out.
       }
@@ -160,8 +160,9 @@ void Completer::complete_batch(Batch& batch, const BackendStatus& status) noexce
   }
   tell_clients(scratch);
   // A miss's time is its lookup's and its answer's store (Triton's miss duration).
-  if (storing_ns > 0 && batch.requests.front().model < stats_.by_model.size()) {
-    stats_.by_model[batch.requests.front().model].cache_miss_ns.fetch_add(static_cast<std::uint64_t>(storing_ns), std::memory_order_relaxed);
+  const std::uint32_t model = n > 0 ? batch.requests.front().model : RequestRef::kNoModel;
+  if (storing_ns > 0 && model < stats_.by_model.size()) {
+    stats_.by_model[model].cache_miss_ns.fetch_add(static_cast<std::uint64_t>(storing_ns), std::memory_order_relaxed);
   }
 }
 

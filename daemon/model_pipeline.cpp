@@ -102,7 +102,7 @@ bool ModelPipeline::move_into_batch(PendingRequest& request, std::int64_t now_ns
     return false;
   }
   RequestRef ref{request.session, taken.slot, taken.generation, taken.deadline_mono_ns, taken.request_id,
-                 request.arrival_ns, taken.priority, id_};
+                 request.arrival_ns, taken.priority, id_, taken.cache_scope};
   if (answered_without_running(ref, std::string_view(to, taken.input_bytes))) {
     batch.input_bytes.truncate(batch.input_bytes.size() - taken.input_bytes);
     return false;
@@ -120,7 +120,7 @@ bool ModelPipeline::answered_without_running(RequestRef& ref, std::string_view i
     // Its client looked before it sent it; the answer may have landed since.
     ModelCounters& counters = stats_.by_model[id_];
     const std::int64_t start_ns = shm::monotonic_ns();
-    const bool hit = cache->reader().lookup(id_, input, cache_answer_);
+    const bool hit = cache->reader().lookup(id_, ref.cache_scope, input, cache_answer_);
     const auto took_ns = static_cast<std::uint64_t>(shm::monotonic_ns() - start_ns);
     (hit ? counters.cache_hits : counters.cache_misses).fetch_add(1, std::memory_order_relaxed);
     (hit ? counters.cache_hit_ns : counters.cache_miss_ns).fetch_add(took_ns, std::memory_order_relaxed);

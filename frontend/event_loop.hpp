@@ -105,7 +105,7 @@ class EventLoop final : private ApiContext {
   void on_daemon_event(int res);
   void poll_daemon();
   // Open Inference Protocol inferences (loop_v2.cpp)
-  void on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, Priority granted);
+  void on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, const grants::Resolved& granted);
   void on_v2_answer(const Caller& caller, const V2Reply& reply, std::int64_t strings, FanOut::Outcome&& outcome);
   // POST /v2/repository/models/NAME/load|unload: on the model-control queue, answered through
   // this loop's inbox.

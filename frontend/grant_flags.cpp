@@ -25,11 +25,15 @@ void add_grant_flags(CLI::App& app, GrantFlags& flags, std::string_view grant_he
                  "the highest class a caller without a granting credential may use: a higher claim runs at it")
       ->capture_default_str()
       ->check(CLI::IsMember({"high", "normal", "low"}));
+  app.add_flag("--cache-by-credential", flags.cache_by_credential,
+               "the daemon's response cache (docs/CACHE.md) keeps each --priority-tokens token's answers apart: "
+               "a caller never gets an answer cached for another credential (callers without one share theirs)");
 }
 
 GrantPolicy make_grant_policy(const GrantFlags& flags, std::string_view program) {
   GrantConfig config;
   config.default_max = parse_priority(flags.default_max).value_or(Priority::kNormal);
+  config.cache_by_credential = flags.cache_by_credential;
   for (const std::string& spec : flags.trusted_proxies) {
     Expected<Cidr> cidr = Cidr::parse(spec);
     if (!cidr) throw std::runtime_error("--trusted-proxy: " + cidr.error().message);

@@ -15,6 +15,7 @@ struct GrantFlags {
   std::string tokens_file;
   std::vector<std::string> trusted_proxies;  // CIDRs
   std::string default_max = "normal";
+  bool cache_by_credential = false;
 };
 
 // `grant_header` is how this front-end's callers present a trusted proxy's grant (an HTTP header,

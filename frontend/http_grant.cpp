@@ -13,10 +13,10 @@ std::string_view header(const Request& request, std::string_view name) {
 
 }  // namespace
 
-Priority granted_class(const grants::GrantPolicy& policy, const Request& request, bool from_trusted_proxy,
-                       grants::GrantCounters& counters) {
+grants::Resolved granted_class(const grants::GrantPolicy& policy, const Request& request, bool from_trusted_proxy,
+                               grants::GrantCounters& counters) {
   // The common deployment configures nothing: no header is looked at.
-  if (!policy.reads_credentials()) return policy.default_max();
+  if (!policy.reads_credentials()) return grants::Resolved{policy.default_max(), false, 0};
   grants::Presented presented;
   presented.from_trusted_proxy = from_trusted_proxy;
   presented.token = grants::bearer_token(header(request, "Authorization"));
@@ -25,7 +25,7 @@ Priority granted_class(const grants::GrantPolicy& policy, const Request& request
   if (grant != request.end()) presented.proxy_grant = std::string_view(grant->value().data(), grant->value().size());
   const grants::Resolved resolved = policy.resolve(presented);
   if (resolved.ignored_credential) counters.ignored_credential();
-  return resolved.max;
+  return resolved;
 }
 
 Priority admit_priority(Priority claimed, Priority granted, grants::GrantCounters& counters) noexcept {

@@ -8,9 +8,9 @@
 
 namespace batchd::http {
 
-// The highest class this request's caller may use; counts a credential that granted nothing.
-// `from_trusted_proxy`: the connection's peer is in --trusted-proxy.
-Priority granted_class(const grants::GrantPolicy& policy, const Request& request, bool from_trusted_proxy,
+// The highest class this request's caller may use and its response-cache scope; counts a
+// credential that granted nothing. `from_trusted_proxy`: the connection's peer is in --trusted-proxy.
+grants::Resolved granted_class(const grants::GrantPolicy& policy, const Request& request, bool from_trusted_proxy,
                        grants::GrantCounters& counters);
 
 // `claimed` capped at `granted`; a downgrade is counted.

@@ -28,9 +28,9 @@ void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
   const std::string_view path(request.target().data(), request.target().size());
   // The loop runs under the daemon's grant for every caller: each request may use only what the
   // operator granted its caller (priority_grants.hpp).
-  const Priority granted = granted_class(*context_.grants, request, conn.trusted_proxy, metrics_.grants());
+  const grants::Resolved granted = granted_class(*context_.grants, request, conn.trusted_proxy, metrics_.grants());
   if (is_jobs_target(path)) {
-    on_jobs_request(conn, seq, std::move(request), granted);
+    on_jobs_request(conn, seq, std::move(request), granted.max);
     return;
   }
   if (is_v2_target(path)) {
@@ -55,7 +55,7 @@ void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
   const Answer target{this, conn.index, conn.generation, seq, now_ns_, submit.format};
   std::uint64_t id = 0;
   std::optional<Error> refused = client->submit_async(
-      submit.input, submit.timeout, RequestOptions{admit(submit.priority, granted), submit.model},
+      submit.input, submit.timeout, RequestOptions{admit(submit.priority, granted.max), submit.model, granted.cache_scope},
       [target](Result&& result) { target.loop->on_answer(target, std::move(result)); }, &id);
   if (refused) {
     answer(conn, seq, response_for_error(*refused), now_ns_);

@@ -19,7 +19,7 @@ const oip::ModelCatalog& EventLoop::models() {
   return catalog_ != nullptr ? *catalog_ : oip::default_catalog();
 }
 
-void EventLoop::on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, Priority granted) {
+void EventLoop::on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, const grants::Resolved& granted) {
   V2Action action = v2_api_->route(request);
   if (const Response* response = std::get_if<Response>(&action)) {
     answer(conn, seq, *response, now_ns_);
@@ -43,7 +43,8 @@ void EventLoop::on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, 
   auto reply = std::make_shared<V2Reply>(std::move(infer.reply));
   // The description lives in `reply` (held below) while start reads its name.
   std::shared_ptr<FanOut> fan = FanOut::start(
-      *client, infer.inputs, infer.timeout, RequestOptions{admit(infer.priority, granted), reply->model->name},
+      *client, infer.inputs, infer.timeout,
+      RequestOptions{admit(infer.priority, granted.max), reply->model->name, granted.cache_scope},
       [this, caller, reply, strings](FanOut::Outcome&& outcome) { on_v2_answer(caller, *reply, strings, std::move(outcome)); });
   // Kept with the connection until answered, so a caller that goes withdraws its strings. (A
   // refusal was answered inside start; other answers come from this thread's poll, later.)

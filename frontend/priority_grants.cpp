@@ -97,17 +97,17 @@ bool GrantPolicy::trusts(const IpAddress& peer) const noexcept {
                      [&](const Cidr& cidr) { return cidr.contains(peer); });
 }
 
-std::optional<Priority> GrantPolicy::token_class(const TokenDigest& digest) const noexcept {
-  std::optional<Priority> found;
-  for (const TokenGrant& entry : config_.tokens) {
+std::optional<std::size_t> GrantPolicy::token_index(const TokenDigest& digest) const noexcept {
+  std::optional<std::size_t> found;
+  for (std::size_t i = 0; i < config_.tokens.size(); ++i) {
     // No early exit: the time taken does not say which entry (if any) matched.
-    if (digest_equal(entry.digest, digest)) found = entry.max;
+    if (digest_equal(config_.tokens[i].digest, digest)) found = i;
   }
   return found;
 }
 
 Resolved GrantPolicy::resolve(const Presented& presented) const noexcept {
-  Resolved out{config_.default_max, false};
+  Resolved out{config_.default_max, false, 0};
   if (presented.proxy_grant) {
     const std::optional<Priority> named = parse_priority(text::trim(*presented.proxy_grant));
     if (presented.from_trusted_proxy && named) {
@@ -117,8 +117,9 @@ Resolved GrantPolicy::resolve(const Presented& presented) const noexcept {
     }
   }
   if (!presented.token.empty()) {
-    if (const std::optional<Priority> granted = token_class(token_digest(presented.token))) {
-      out.max = higher(out.max, *granted);
+    if (const std::optional<std::size_t> i = token_index(token_digest(presented.token))) {
+      out.max = higher(out.max, config_.tokens[*i].max);
+      if (config_.cache_by_credential) out.cache_scope = static_cast<std::uint32_t>(*i + 1);
     } else {
       out.ignored_credential = true;
     }

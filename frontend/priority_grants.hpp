@@ -57,6 +57,9 @@ struct GrantConfig {
   std::vector<TokenGrant> tokens;
   std::vector<Cidr> trusted_proxies;       // whose X-Batchd-Priority-Grant is believed
   Priority default_max = Priority::kNormal;  // a caller with no credential that grants more
+  // The response cache (docs/CACHE.md): each token's callers get a cache scope of their own, so
+  // one credential's cached answers are never another's (callers without one share scope 0).
+  bool cache_by_credential = false;
 };
 
 // What one request presents; views into it, valid for the call.
@@ -69,6 +72,9 @@ struct Presented {
 struct Resolved {
   Priority max = Priority::kNormal;  // the highest class this caller may use
   bool ignored_credential = false;   // it presented something that granted nothing
+  // Its response-cache scope (RequestOptions::cache_scope): 1 + its token's place in the token
+  // file under cache_by_credential, else 0.
+  std::uint32_t cache_scope = 0;
 };
 
 class GrantPolicy {
@@ -91,8 +97,8 @@ class GrantPolicy {
   [[nodiscard]] Resolved resolve(const Presented& presented) const noexcept;
 
  private:
-  // The class of the token with this digest; every entry is compared, found or not.
-  [[nodiscard]] std::optional<Priority> token_class(const TokenDigest& digest) const noexcept;
+  // The place of the token with this digest; every entry is compared, found or not.
+  [[nodiscard]] std::optional<std::size_t> token_index(const TokenDigest& digest) const noexcept;
 
   GrantConfig config_;
 };

@@ -45,12 +45,13 @@ grants::Presented presented_by(const grpc::CallbackServerContext& call, const gr
   return presented;
 }
 
-Priority granted_class(const grants::GrantPolicy& policy, const grpc::CallbackServerContext& call,
-                       grants::GrantCounters& counters) {
-  if (!policy.reads_credentials()) return policy.default_max();  // nothing configured: no lookups
+grants::Resolved granted_class(const grants::GrantPolicy& policy, const grpc::CallbackServerContext& call,
+                               grants::GrantCounters& counters) {
+  // Nothing configured: no lookups.
+  if (!policy.reads_credentials()) return grants::Resolved{policy.default_max(), false, 0};
   const grants::Resolved resolved = policy.resolve(presented_by(call, policy));
   if (resolved.ignored_credential) counters.ignored_credential();
-  return resolved.max;
+  return resolved;
 }
 
 }  // namespace batchd::grpcfront

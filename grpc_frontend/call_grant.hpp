@@ -20,8 +20,9 @@ std::optional<grants::IpAddress> peer_ip(std::string_view peer);
 // What the call's metadata presents; views into the call, valid while it is.
 grants::Presented presented_by(const grpc::CallbackServerContext& call, const grants::GrantPolicy& policy);
 
-// The highest class this call's caller may use; counts a credential that granted nothing.
-Priority granted_class(const grants::GrantPolicy& policy, const grpc::CallbackServerContext& call,
+// The highest class this call's caller may use and its response-cache scope; counts a credential
+// that granted nothing.
+grants::Resolved granted_class(const grants::GrantPolicy& policy, const grpc::CallbackServerContext& call,
                        grants::GrantCounters& counters);
 
 }  // namespace batchd::grpcfront

@@ -80,7 +80,7 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
     strings_ = prepared.parsed.inputs.size();
     std::shared_ptr<FanOut> fan =
         FanOut::start(*prepared.client, prepared.parsed.inputs, prepared.timeout,
-                      RequestOptions{prepared.priority, reply_.model->name},
+                      RequestOptions{prepared.priority, reply_.model->name, prepared.cache_scope},
                       [this](FanOut::Outcome&& outcome) { on_answer(std::move(outcome)); });
     std::lock_guard lock(mu_);
     fan_ = std::move(fan);
@@ -153,10 +153,11 @@ grpc::Status prepare_infer(const grpc::CallbackServerContext& call, const infere
     out.timeout = has_deadline ? std::min(left, context.limits.max_timeout) : context.limits.default_timeout;
   }
   out.timeout = std::max(std::chrono::milliseconds(1), out.timeout);
-  const Priority granted = granted_class(context.grants, call, context.grant_counters);
-  const grants::Capped capped = grants::cap(out.parsed.priority, granted);
+  const grants::Resolved granted = granted_class(context.grants, call, context.grant_counters);
+  const grants::Capped capped = grants::cap(out.parsed.priority, granted.max);
   if (capped.downgraded) context.grant_counters.downgraded(out.parsed.priority, capped.priority);
   out.priority = capped.priority;
+  out.cache_scope = granted.cache_scope;
   return grpc::Status::OK;
 }
 

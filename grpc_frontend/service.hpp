@@ -56,6 +56,7 @@ struct PreparedInfer {
   ParsedInfer parsed;
   std::chrono::milliseconds timeout{};  // what the daemon is given: see prepare_infer
   Priority priority = Priority::kNormal;  // the claim, capped at the caller's grant
+  std::uint32_t cache_scope = 0;          // the caller's (grants::Resolved::cache_scope)
 };
 
 // Checks `request` (parse_infer_request) and picks a daemon client. The timeout is the request's

@@ -132,7 +132,7 @@ class StreamInfer final : public grpc::ServerBidiReactor<inference::ModelInferRe
     const std::size_t strings = prepared.parsed.inputs.size();
     std::shared_ptr<FanOut> fan = FanOut::start(
         *prepared.client, prepared.parsed.inputs, prepared.timeout,
-        RequestOptions{prepared.priority, reply->model->name},
+        RequestOptions{prepared.priority, reply->model->name, prepared.cache_scope},
         [this, serial, reply, strings, started_ns](FanOut::Outcome&& outcome) {
           on_answer(serial, *reply, strings, started_ns, std::move(outcome));
         });

@@ -50,12 +50,12 @@ Expected<CacheGeometry> validate_cache_header(const CacheHeader& header, std::ui
   return g;
 }
 
-std::uint64_t cache_hash(const CacheHeader& header, std::uint32_t model, std::uint32_t epoch,
-                         std::string_view input) noexcept {
+std::uint64_t cache_hash(const CacheHeader& header, const CacheKey& key, std::string_view input) noexcept {
   if (header.hash == static_cast<std::uint32_t>(CacheHash::kOneValue)) return 0x5555'5555'5555'5555ULL;
   const std::uint64_t h = XXH3_64bits_withSecret(input.data(), input.size(), header.secret, sizeof(header.secret));
-  // Model and epoch only spread keys: a record's own fields decide a hit.
-  return h ^ (((std::uint64_t{model} << 32) | epoch) * 0x9E37'79B9'7F4A'7C15ULL);
+  // The rest of the key only spreads keys: a record's own fields decide a hit.
+  return h ^ (((std::uint64_t{key.model} << 32) | key.epoch) * 0x9E37'79B9'7F4A'7C15ULL) ^
+         (std::uint64_t{key.scope} * 0xC2B2'AE3D'27D4'EB4FULL);
 }
 
 }  // namespace batchd::shm

@@ -20,7 +20,7 @@ namespace batchd::shm {
 
 inline constexpr std::uint64_t kCacheMagic = 0x3148434143444221ULL;  // "!BDCACH1"
 // Bump on any incompatible change to the structs below; a mismatch is refused (no cache, no error).
-inline constexpr std::uint32_t kCacheLayoutVersion = 1;
+inline constexpr std::uint32_t kCacheLayoutVersion = 2;
 inline constexpr std::uint32_t kCacheWays = 5;       // what fills a bucket's cache line
 inline constexpr std::uint32_t kCacheModels = 64;    // model ids 0..63 (shm::kStatusModels)
 inline constexpr std::size_t kCacheSecretBytes = 192;  // XXH3's default secret size
@@ -70,8 +70,10 @@ struct CacheRecordHeader {
   std::uint64_t hash;
   std::uint32_t model;
   std::uint32_t epoch;
+  std::uint32_t scope;  // the caller's trust domain within its client (RequestSlotHeader::cache_scope)
   std::uint32_t key_bytes;
   std::uint32_t value_bytes;
+  std::uint32_t reserved;
 };
 
 static_assert(std::is_standard_layout_v<CacheHeader> && sizeof(CacheHeader) == 256);
@@ -81,7 +83,7 @@ static_assert(sizeof(CacheModelTable) == 4 * kCacheModels, "one word per model, 
 static_assert(std::is_standard_layout_v<CacheBucket> && sizeof(CacheBucket) == kCacheLine,
               "a bucket is one cache line: a lookup touches one line before the log");
 static_assert(offsetof(CacheBucket, position) == 24);
-static_assert(sizeof(CacheRecordHeader) == 24 && sizeof(CacheRecordHeader) % 8 == 0);
+static_assert(sizeof(CacheRecordHeader) == 32 && sizeof(CacheRecordHeader) % 8 == 0);
 
 inline constexpr std::uint64_t kCacheLogStateOffset = sizeof(CacheHeader);
 inline constexpr std::uint64_t kCacheModelTableOffset = kCacheLogStateOffset + sizeof(CacheLogState);
@@ -101,9 +103,14 @@ Expected<CacheGeometry> cache_geometry(std::uint64_t total_bytes);
 // Checks a header read from a mapping of `mapped_bytes`: its geometry, or EPROTO and why not.
 Expected<CacheGeometry> validate_cache_header(const CacheHeader& header, std::uint64_t mapped_bytes);
 
-// The key's hash: XXH3 under the segment's secret over the input, mixed with model and epoch.
-[[nodiscard]] std::uint64_t cache_hash(const CacheHeader& header, std::uint32_t model, std::uint32_t epoch,
-                                       std::string_view input) noexcept;
+// What a record answers for besides its input: the model, its epoch, and the caller's scope.
+struct CacheKey {
+  std::uint32_t model = 0;
+  std::uint32_t epoch = 0;
+  std::uint32_t scope = 0;
+};
+// The key's hash: XXH3 under the segment's secret over the input, mixed with the rest of the key.
+[[nodiscard]] std::uint64_t cache_hash(const CacheHeader& header, const CacheKey& key, std::string_view input) noexcept;
 [[nodiscard]] inline std::uint32_t cache_tag(std::uint64_t hash) noexcept {
   return static_cast<std::uint32_t>(hash >> 32) | 1U;  // never 0, which marks an empty way
 }

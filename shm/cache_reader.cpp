@@ -64,31 +64,33 @@ bool equal_words(const std::byte* at, std::string_view want) noexcept {
 
 }  // namespace
 
-bool CacheReader::record_matches(std::uint64_t position, std::uint64_t hash, std::uint32_t model,
-                                 std::uint32_t epoch, std::string_view input,
-                                 std::uint32_t& value_bytes) const noexcept {
+bool CacheReader::record_matches(std::uint64_t position, std::uint64_t hash, const CacheKey& key,
+                                 std::string_view input, std::uint32_t& value_bytes) const noexcept {
   const std::uint64_t offset = position % g_.log_bytes;
   if ((offset & 7) != 0 || offset + sizeof(CacheRecordHeader) > g_.log_bytes) return false;
   const std::byte* record = base_ + g_.log_offset + offset;
   CacheRecordHeader h;
   cache_load_words(&h, record, sizeof(h));
-  if (h.hash != hash || h.model != model || h.epoch != epoch || h.key_bytes != input.size()) return false;
+  if (h.hash != hash || h.model != key.model || h.epoch != key.epoch || h.scope != key.scope ||
+      h.key_bytes != input.size()) {
+    return false;
+  }
   if (offset + cache_record_bytes(h.key_bytes, h.value_bytes) > g_.log_bytes) return false;
   if (!equal_words(record + sizeof(CacheRecordHeader), input)) return false;
   value_bytes = h.value_bytes;
   return true;
 }
 
-bool CacheReader::lookup(std::uint32_t model, std::uint32_t epoch, std::string_view input, std::string& out) const {
-  if (base_ == nullptr || epoch == 0) return false;
-  const std::uint64_t hash = cache_hash(header_, model, epoch, input);
+bool CacheReader::lookup(const CacheKey& key, std::string_view input, std::string& out) const {
+  if (base_ == nullptr || key.epoch == 0) return false;
+  const std::uint64_t hash = cache_hash(header_, key, input);
   const std::uint32_t tag = cache_tag(hash);
   const CacheBucket& b = bucket(hash);
   for (std::uint32_t way = 0; way < kCacheWays; ++way) {
     if (b.tag[way].load(std::memory_order_relaxed) != tag) continue;
     const std::uint64_t position = b.position[way].load(std::memory_order_acquire);
     std::uint32_t value_bytes = 0;
-    if (position == 0 || !record_matches(position, hash, model, epoch, input, value_bytes)) continue;
+    if (position == 0 || !record_matches(position, hash, key, input, value_bytes)) continue;
     const std::uint64_t value_offset = position % g_.log_bytes + sizeof(CacheRecordHeader) + input.size();
     out.resize(value_bytes);
     // The value may start mid-word: copy whole words from the word it starts in.

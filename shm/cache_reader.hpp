@@ -26,15 +26,15 @@ class CacheReader {
     if (base_ == nullptr || model >= kCacheModels) return 0;
     return models()->epoch[model].load(std::memory_order_acquire);
   }
-  // Copies the answer cached for `input` under (model, epoch) into `out` and returns true; false
-  // on a miss, or when the record was being reused as it was read (out then holds garbage).
-  // Any thread; allocates only to grow `out`.
-  [[nodiscard]] bool lookup(std::uint32_t model, std::uint32_t epoch, std::string_view input,
-                            std::string& out) const;
+  // Copies the answer cached for `input` under `key` into `out` and returns true; false on a
+  // miss, or when the record was being reused as it was read (out then holds garbage). Any
+  // thread; allocates only to grow `out`.
+  [[nodiscard]] bool lookup(const CacheKey& key, std::string_view input, std::string& out) const;
   // The same for the model's current epoch (a miss when it is not cached here).
-  [[nodiscard]] bool lookup(std::uint32_t model, std::string_view input, std::string& out) const {
+  [[nodiscard]] bool lookup(std::uint32_t model, std::uint32_t scope, std::string_view input,
+                            std::string& out) const {
     const std::uint32_t e = epoch(model);
-    return e != 0 && lookup(model, e, input, out);
+    return e != 0 && lookup(CacheKey{model, e, scope}, input, out);
   }
 
   [[nodiscard]] const CacheHeader& header() const noexcept { return header_; }
@@ -52,8 +52,8 @@ class CacheReader {
   }
   // Whether the record at `position` is the one for this key, read with the rules of a racing
   // writer: every length checked against the log before it is used.
-  [[nodiscard]] bool record_matches(std::uint64_t position, std::uint64_t hash, std::uint32_t model,
-                                    std::uint32_t epoch, std::string_view input, std::uint32_t& value_bytes) const noexcept;
+  [[nodiscard]] bool record_matches(std::uint64_t position, std::uint64_t hash, const CacheKey& key,
+                                    std::string_view input, std::uint32_t& value_bytes) const noexcept;
 
   const std::byte* base_ = nullptr;
   CacheHeader header_{};

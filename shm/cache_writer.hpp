@@ -47,10 +47,11 @@ class CacheWriter {
   // Starts caching `model` under `epoch` (new on each load: a record of an older one never
   // matches), or stops (0), dropping its records. Any thread.
   void set_epoch(std::uint32_t model, std::uint32_t epoch);
-  // Stores the answer to `input` for `model` under its current epoch; false when not stored (the
-  // model is not cached here, or the record would take more than an eighth of the log). An input
-  // already stored is left as it is. Any thread (one at a time inside).
-  bool insert(std::uint32_t model, std::string_view input, std::string_view answer);
+  // Stores the answer to `input` for `model` and the caller's `scope` under the model's current
+  // epoch; false when not stored (the model is not cached here, or the record would take more
+  // than an eighth of the log). An input already stored is left as it is. Any thread (one at a
+  // time inside).
+  bool insert(std::uint32_t model, std::uint32_t scope, std::string_view input, std::string_view answer);
   [[nodiscard]] CacheCounts counts() const;
 
  private:

@@ -136,6 +136,11 @@ struct alignas(kCacheLine) RequestSlotHeader {
   // what an older client, which never wrote this padding, asks for). Untrusted: an id the daemon
   // does not serve fails that request alone.
   std::uint32_t model;
+  // The caller's trust domain within its client, for the response cache (shm/cache_layout.hpp):
+  // an answer stored for one scope is never another's. 0: the client's own (what an older client,
+  // which never wrote this padding, asks for). Untrusted: a client may name any scope of its own
+  // user's segment, all of which it can read anyway.
+  std::uint32_t cache_scope;
 };
 
 // Per-request result the daemon writes; the output bytes (or an error message) follow.
@@ -168,6 +173,7 @@ static_assert(offsetof(RequestSlotHeader, priority) == 12, "where older clients 
 static_assert(offsetof(RequestSlotHeader, deadline_mono_ns) == 16);
 static_assert(offsetof(RequestSlotHeader, request_id) == 24, "in what was padding: no layout version bump");
 static_assert(offsetof(RequestSlotHeader, model) == 32, "in what was padding: no layout version bump");
+static_assert(offsetof(RequestSlotHeader, cache_scope) == 36, "in what was padding");
 static_assert(std::is_standard_layout_v<CompletionSlotHeader> && sizeof(CompletionSlotHeader) == kCacheLine);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free && std::atomic<std::uint64_t>::is_always_lock_free,
               "atomics in shared memory must not hide a lock");

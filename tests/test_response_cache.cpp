@@ -35,6 +35,10 @@ std::string answer_of(std::string_view key) {
   return out;
 }
 
+// The writer's churn: 600 keys the readers look for, alternating every 600 stores with 600 they
+// do not, so the log (a few hundred records) is reused under the readers all the time.
+std::string churn_key(std::uint64_t i) { return key_of(i % 600 + (i / 600 % 2) * 600); }
+
 std::unique_ptr<CacheWriter> make_writer(std::uint64_t bytes, CacheHash hash = CacheHash::kKeyed) {
   auto created = CacheWriter::create("test-cache", bytes, hash);
   REQUIRE(created);
@@ -59,7 +63,7 @@ Verdict read_until(const CacheReader& reader, const std::atomic<bool>& stop, std
   std::uint64_t i = 0;
   while (!stop.load(std::memory_order_relaxed)) {
     const std::string key = key_of(i++ % keys);
-    if (!reader.lookup(0, key, out)) {
+    if (!reader.lookup(0, 0, key, out)) {
       ++v.misses;
       continue;
     }
@@ -75,28 +79,35 @@ TEST_CASE("a stored answer is found whole, a model not cached or another input m
   auto w = make_writer(1 << 20);
   ReadOnlyMapping client(*w);
   std::string out;
-  CHECK_FALSE(w->insert(0, "a", "A"));  // not cached until the model has an epoch
+  CHECK_FALSE(w->insert(0, 0, "a", "A"));  // not cached until the model has an epoch
   w->set_epoch(0, 7);
   w->set_epoch(3, 9);
   CHECK(client.reader.epoch(0) == 7);
   CHECK(client.reader.epoch(1) == 0);
-  for (std::uint64_t i = 0; i < 200; ++i) REQUIRE(w->insert(0, key_of(i), answer_of(key_of(i))));
+  for (std::uint64_t i = 0; i < 200; ++i) REQUIRE(w->insert(0, 0, key_of(i), answer_of(key_of(i))));
   for (std::uint64_t i = 0; i < 200; ++i) {
-    REQUIRE(client.reader.lookup(0, key_of(i), out));
+    REQUIRE(client.reader.lookup(0, 0, key_of(i), out));
     CHECK(out == answer_of(key_of(i)));
   }
-  CHECK_FALSE(client.reader.lookup(0, "never stored", out));
-  CHECK_FALSE(client.reader.lookup(3, key_of(1), out));  // the same input for another model
-  CHECK_FALSE(client.reader.lookup(1, key_of(1), out));  // a model not cached here
-  CHECK(w->insert(0, key_of(1), "a second answer"));      // already there: kept as it was
-  REQUIRE(client.reader.lookup(0, key_of(1), out));
+  CHECK_FALSE(client.reader.lookup(0, 0, "never stored", out));
+  CHECK_FALSE(client.reader.lookup(3, 0, key_of(1), out));  // the same input for another model
+  CHECK_FALSE(client.reader.lookup(1, 0, key_of(1), out));  // a model not cached here
+  CHECK(w->insert(0, 0, key_of(1), "a second answer"));      // already there: kept as it was
+  REQUIRE(client.reader.lookup(0, 0, key_of(1), out));
   CHECK(out == answer_of(key_of(1)));
-  CHECK(w->insert(0, "", "empty input"));
-  REQUIRE(client.reader.lookup(0, "", out));
+  CHECK(w->insert(0, 0, "", "empty input"));
+  // The same input for another caller's scope is another key.
+  CHECK_FALSE(client.reader.lookup(0, 7, key_of(1), out));
+  REQUIRE(w->insert(0, 7, key_of(1), "scope 7's"));
+  REQUIRE(client.reader.lookup(0, 7, key_of(1), out));
+  CHECK(out == "scope 7's");
+  REQUIRE(client.reader.lookup(0, 0, key_of(1), out));
+  CHECK(out == answer_of(key_of(1)));
+  REQUIRE(client.reader.lookup(0, 0, "", out));
   CHECK(out == "empty input");
   const CacheCounts counts = w->counts();
-  CHECK(counts.entries == 201);
-  CHECK(counts.inserts == 201);
+  CHECK(counts.entries == 202);
+  CHECK(counts.inserts == 202);
   CHECK(counts.evictions == 0);
 }
 
@@ -107,16 +118,16 @@ TEST_CASE("inputs forced into one bucket with one tag each get their own answer"
   std::string out;
   // More than a bucket's ways: the later ones displace the earlier, never answer for them.
   for (std::uint64_t i = 0; i < 3 * kCacheWays; ++i) {
-    REQUIRE(w->insert(0, key_of(i), answer_of(key_of(i))));
+    REQUIRE(w->insert(0, 0, key_of(i), answer_of(key_of(i))));
     for (std::uint64_t j = 0; j <= i; ++j) {
-      if (client.reader.lookup(0, key_of(j), out)) CHECK(out == answer_of(key_of(j)));
+      if (client.reader.lookup(0, 0, key_of(j), out)) CHECK(out == answer_of(key_of(j)));
     }
-    REQUIRE(client.reader.lookup(0, key_of(i), out));
+    REQUIRE(client.reader.lookup(0, 0, key_of(i), out));
   }
   // Prefixes and same-length neighbours of a stored input are other inputs.
-  w->insert(0, "abcdefgh12", "long");
-  CHECK_FALSE(client.reader.lookup(0, "abcdefgh1", out));
-  CHECK_FALSE(client.reader.lookup(0, "abcdefgh13", out));
+  w->insert(0, 0, "abcdefgh12", "long");
+  CHECK_FALSE(client.reader.lookup(0, 0, "abcdefgh1", out));
+  CHECK_FALSE(client.reader.lookup(0, 0, "abcdefgh13", out));
   CHECK(w->counts().entries == kCacheWays);
 }
 
@@ -126,19 +137,19 @@ TEST_CASE("a new epoch or none drops the model's records") {
   std::string out;
   w->set_epoch(2, 1);
   w->set_epoch(4, 1);
-  for (std::uint64_t i = 0; i < 50; ++i) w->insert(2, key_of(i), answer_of(key_of(i)));
-  w->insert(4, "other", "model's");
+  for (std::uint64_t i = 0; i < 50; ++i) w->insert(2, 0, key_of(i), answer_of(key_of(i)));
+  w->insert(4, 0, "other", "model's");
   CHECK(w->counts().entries == 51);
   w->set_epoch(2, 2);  // a reload, or a new version
   CHECK(w->counts().entries == 1);
-  CHECK_FALSE(client.reader.lookup(2, key_of(3), out));
-  REQUIRE(client.reader.lookup(4, "other", out));
-  w->insert(2, key_of(3), "the new version's");
-  REQUIRE(client.reader.lookup(2, key_of(3), out));
+  CHECK_FALSE(client.reader.lookup(2, 0, key_of(3), out));
+  REQUIRE(client.reader.lookup(4, 0, "other", out));
+  w->insert(2, 0, key_of(3), "the new version's");
+  REQUIRE(client.reader.lookup(2, 0, key_of(3), out));
   CHECK(out == "the new version's");
   w->set_epoch(2, 0);  // unloaded
-  CHECK_FALSE(client.reader.lookup(2, key_of(3), out));
-  CHECK_FALSE(w->insert(2, key_of(3), "x"));
+  CHECK_FALSE(client.reader.lookup(2, 0, key_of(3), out));
+  CHECK_FALSE(w->insert(2, 0, key_of(3), "x"));
   CHECK(w->counts().entries == 1);
 }
 
@@ -147,15 +158,15 @@ TEST_CASE("a full log reuses its oldest records first, and big answers are not s
   ReadOnlyMapping client(*w);
   w->set_epoch(0, 1);
   std::string out;
-  CHECK_FALSE(w->insert(0, "big", std::string(client.reader.geometry().log_bytes / 4, 'x')));
+  CHECK_FALSE(w->insert(0, 0, "big", std::string(client.reader.geometry().log_bytes / 4, 'x')));
   const std::uint64_t keys = 2000;
-  for (std::uint64_t i = 0; i < keys; ++i) REQUIRE(w->insert(0, key_of(i), answer_of(key_of(i))));
+  for (std::uint64_t i = 0; i < keys; ++i) REQUIRE(w->insert(0, 0, key_of(i), answer_of(key_of(i))));
   const CacheCounts counts = w->counts();
   CHECK(counts.evictions > 0);
   CHECK(counts.entries + counts.evictions == keys);
   CHECK(counts.bytes <= client.reader.geometry().log_bytes);
-  CHECK(client.reader.lookup(0, key_of(keys - 1), out));
-  CHECK_FALSE(client.reader.lookup(0, key_of(0), out));
+  CHECK(client.reader.lookup(0, 0, key_of(keys - 1), out));
+  CHECK_FALSE(client.reader.lookup(0, 0, key_of(0), out));
 }
 
 TEST_CASE("readers racing the writer through eviction churn never get a wrong answer (threads)") {
@@ -166,7 +177,10 @@ TEST_CASE("readers racing the writer through eviction churn never get a wrong an
   Verdict verdict;
   std::thread reader([&] { verdict = read_until(client.reader, stop, 600); });
   const std::uint64_t rounds = batchd::test::scaled(200'000, 20'000);
-  for (std::uint64_t i = 0; i < rounds; ++i) w->insert(0, key_of(i % 600 + (i / 600 % 2) * 600), answer_of(key_of(i % 600 + (i / 600 % 2) * 600)));
+  for (std::uint64_t i = 0; i < rounds; ++i) {
+    const std::string key = churn_key(i);
+    w->insert(0, 0, key, answer_of(key));
+  }
   stop = true;
   reader.join();
   MESSAGE("hits " << verdict.hits << ", misses " << verdict.misses << ", evictions " << w->counts().evictions);
@@ -198,8 +212,8 @@ TEST_CASE("a reader process racing the writer through eviction churn never gets 
   }
   const std::uint64_t rounds = batchd::test::scaled(300'000, 30'000);
   for (std::uint64_t i = 0; i < rounds; ++i) {
-    const std::string key = key_of(i % 600 + (i / 600 % 2) * 600);
-    w->insert(0, key, answer_of(key));
+    const std::string key = churn_key(i);
+    w->insert(0, 0, key, answer_of(key));
   }
   stop->store(true);
   int status = 0;
@@ -219,7 +233,7 @@ TEST_CASE("a reader process racing the writer through eviction churn never gets 
 TEST_CASE("a client cannot write the cache: no writable mapping, and a write through its own faults") {
   auto w = make_writer(kCacheMinBytes);
   w->set_epoch(0, 1);
-  REQUIRE(w->insert(0, "key", "the answer"));
+  REQUIRE(w->insert(0, 0, "key", "the answer"));
   errno = 0;
   void* writable = ::mmap(nullptr, w->bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, w->fd(), 0);
   CHECK(writable == MAP_FAILED);
@@ -229,6 +243,6 @@ TEST_CASE("a client cannot write the cache: no writable mapping, and a write thr
   const int status = batchd::test::write_in_child(client.map.get_address(), client.reader.geometry().log_offset + 40);
   CHECK_MESSAGE(batchd::test::faulted(status), batchd::test::describe_exit(status));
   std::string out;
-  REQUIRE(client.reader.lookup(0, "key", out));
+  REQUIRE(client.reader.lookup(0, 0, "key", out));
   CHECK(out == "the answer");
 }

@@ -185,3 +185,42 @@ TEST_CASE("--default-max-priority: low lowers every caller without a grant; a ba
     CHECK(out.exit_code() != 0);
   }
 }
+
+TEST_CASE("with --cache-by-credential a token's cached answers are its own; without it the front-end's callers share") {
+  for (const bool by_credential : {true, false}) {
+    CAPTURE(by_credential);
+    const std::string socket = temp_socket_path();
+    const std::string tokens = temp_socket_path("cache-tokens.toml");
+    std::ofstream(tokens) << "[[token]]\nname = \"a\"\ntoken = \"token-a-0123456789abcdef\"\nmax_priority = \"normal\"\n"
+                          << "[[token]]\nname = \"b\"\ntoken = \"token-b-0123456789abcdef\"\nmax_priority = \"normal\"\n";
+    ::chmod(tokens.c_str(), 0600);
+    DaemonProcess daemon(socket, {"--backend", "cpu", "--max-wait-ms", "1", "--cache", "on"});
+    std::vector<std::string> args{"--workers", "1", "--priority-tokens", tokens};
+    if (by_credential) args.emplace_back("--cache-by-credential");
+    FrontendProcess frontend(socket, args);
+    auto watcher = connect(socket);
+    const auto runs = [&] { return watcher->daemon_status().models[0].inferences; };
+    const auto post = [&](const char* token) {
+      HttpClient client(frontend.port());
+      std::vector<std::string> headers;
+      if (token != nullptr) headers.push_back(std::string("Authorization: Bearer ") + token);
+      auto r = client.round_trip(batch_request("asked by a", headers));
+      REQUIRE(r.has_value());
+      CHECK(r->status == 200);
+      CHECK(r->body == expected_json_output("asked by a"));
+    };
+    const auto settled_at = [&](std::uint64_t n) {
+      std::uint64_t now = 0;
+      eventually([&] { return (now = runs()) == n; }, 2s);
+      return now;
+    };
+    post("token-a-0123456789abcdef");
+    post("token-a-0123456789abcdef");  // a hit in a's scope
+    CHECK(settled_at(1) == 1);
+    post("token-b-0123456789abcdef");  // b's scope: runs again, unless every caller shares
+    post(nullptr);                     // no credential: scope 0
+    CHECK(settled_at(by_credential ? 3 : 1) == (by_credential ? 3U : 1U));
+    post("token-b-0123456789abcdef");
+    CHECK(settled_at(by_credential ? 3 : 1) == (by_credential ? 3U : 1U));
+  }
+}

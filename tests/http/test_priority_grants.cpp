@@ -136,11 +136,29 @@ TEST_CASE("a proxy's grant header is believed only from a listed source, and onl
   CHECK(GrantPolicy().default_max() == kNormal);
 }
 
+TEST_CASE("with cache_by_credential each token is a response-cache scope of its own; otherwise every caller's is 0") {
+  GrantConfig config;
+  config.tokens = {token("first-token-0123456789", kNormal), token("second-token-0123456789", kHigh)};
+  Presented first, second, unknown, none;
+  first.token = "first-token-0123456789";
+  second.token = "second-token-0123456789";
+  unknown.token = "not-a-token-0123456789";
+  CHECK(GrantPolicy(config).resolve(first).cache_scope == 0);
+  CHECK(GrantPolicy(config).resolve(second).cache_scope == 0);
+  config.cache_by_credential = true;
+  const GrantPolicy policy(config);
+  CHECK(policy.resolve(first).cache_scope == 1);
+  CHECK(policy.resolve(second).cache_scope == 2);
+  CHECK(policy.resolve(second).max == kHigh);
+  CHECK(policy.resolve(unknown).cache_scope == 0);
+  CHECK(policy.resolve(none).cache_scope == 0);
+}
+
 TEST_CASE("batchd-http reads Authorization: Bearer, X-API-Key and the grant header; counts what it ignores") {
   const GrantPolicy policy = policy_with({token("ops-secret-1234567890", kHigh)}, {"10.0.0.0/8"});
   GrantCounters counters;
   const auto granted = [&](const std::vector<std::pair<std::string, std::string>>& headers, bool trusted = false) {
-    return http::granted_class(policy, request_with(headers), trusted, counters);
+    return http::granted_class(policy, request_with(headers), trusted, counters).max;
   };
   CHECK(granted({}) == kNormal);
   CHECK(granted({{"Authorization", "Bearer ops-secret-1234567890"}}) == kHigh);
