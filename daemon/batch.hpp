@@ -34,6 +34,10 @@ struct RequestRef {
   static constexpr std::uint32_t kNoModel = ~0U;
   std::uint32_t model = kNoModel;
   std::uint32_t cache_scope = 0;  // the caller's trust domain in its client's cache (TakenRequest)
+  // For a cached model: the epoch its cache was looked in under, and its key's hash there, so the
+  // answer is stored without hashing the input again (0: not looked up).
+  std::uint32_t cache_epoch = 0;
+  std::uint64_t cache_hash = 0;
   // Set while it leads identical requests that wait for its answer (daemon/coalescer.hpp): its
   // entry's token there, and where that is.
   std::uint64_t lead = 0;

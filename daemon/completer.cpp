@@ -47,6 +47,12 @@ template <class F>
 void Completer::answer(const RequestRef& request, shm::WireStatus status, std::string_view payload,
                        F&& asked_for_event) noexcept {
   if (write_slot(request, status, payload)) asked_for_event(request);
+  answer_followers(request, status, payload, asked_for_event);
+}
+
+template <class F>
+void Completer::answer_followers(const RequestRef& request, shm::WireStatus status, std::string_view payload,
+                                 F&& asked_for_event) noexcept {
   if (request.lead == 0) return;
   // Per thread, so answering allocates nothing once warm.
   thread_local std::vector<RequestRef> followers;
@@ -142,27 +148,36 @@ void Completer::complete_batch(Batch& batch, const BackendStatus& status) noexce
     tell_clients(scratch);
     return;
   }
-  std::int64_t storing_ns = 0;
+  std::int64_t store_start_ns = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const RequestRef& request = batch.requests[i];
     const std::string_view output = batch.output.at(i);
-    if (shm::CacheWriter* cache = caches_.segment_for(*request.session, request.model);
-        cache != nullptr && output.size() <= request.session->view().geometry().params.max_output_bytes) {
-      const std::int64_t start_ns = shm::monotonic_ns();
-      try {
-        cache->insert(request.model, request.cache_scope, batch.input().at(i), output);
-      } catch (const std::exception&) {
-        // Out of memory: not kept; the answer itself still goes out.
-      }
-      storing_ns += shm::monotonic_ns() - start_ns;
+    if (write_slot(request, shm::WireStatus::kOk, output)) notify(request);
+    // Stored after its caller is answered (off its critical path), before any follower is: a
+    // request for the input that comes meanwhile follows this one, or finds the answer stored.
+    if (request.cache_epoch != 0) {
+      if (store_start_ns == 0) store_start_ns = shm::monotonic_ns();
+      store(request, batch.input().at(i), output);
     }
-    answer(request, shm::WireStatus::kOk, output, notify);
+    answer_followers(request, shm::WireStatus::kOk, output, notify);
   }
   tell_clients(scratch);
   // A miss's time is its lookup's and its answer's store (Triton's miss duration).
-  const std::uint32_t model = n > 0 ? batch.requests.front().model : RequestRef::kNoModel;
-  if (storing_ns > 0 && model < stats_.by_model.size()) {
-    stats_.by_model[model].cache_miss_ns.fetch_add(static_cast<std::uint64_t>(storing_ns), std::memory_order_relaxed);
+  if (store_start_ns != 0 && batch.requests.front().model < stats_.by_model.size()) {
+    const auto took_ns = static_cast<std::uint64_t>(shm::monotonic_ns() - store_start_ns);
+    stats_.by_model[batch.requests.front().model].cache_miss_ns.fetch_add(took_ns, std::memory_order_relaxed);
+  }
+}
+
+void Completer::store(const RequestRef& request, std::string_view input, std::string_view output) noexcept {
+  shm::CacheWriter* cache = caches_.segment_for(*request.session, request.model);
+  // An answer too large for its client was an error to it, and is one to every client.
+  if (cache == nullptr || output.size() > request.session->view().geometry().params.max_output_bytes) return;
+  try {
+    (void)cache->insert(shm::CacheKey{request.model, request.cache_epoch, request.cache_scope}, request.cache_hash,
+                        input, output);
+  } catch (const std::exception&) {
+    // Out of memory: not kept; the answer itself went out.
   }
 }
 

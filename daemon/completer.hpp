@@ -46,6 +46,12 @@ class Completer {
   template <class F>
   void answer(const RequestRef& request, shm::WireStatus status, std::string_view payload,
               F&& asked_for_event) noexcept;
+  // The second half of answer(): the followers of a request that led (daemon/coalescer.hpp).
+  template <class F>
+  void answer_followers(const RequestRef& request, shm::WireStatus status, std::string_view payload,
+                        F&& asked_for_event) noexcept;
+  // Keeps a successful answer in the request's cache segment (a request looked up there).
+  void store(const RequestRef& request, std::string_view input, std::string_view output) noexcept;
 
   DaemonStats& stats_;
   ResponseCaches& caches_;

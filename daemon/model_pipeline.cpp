@@ -116,11 +116,14 @@ bool ModelPipeline::move_into_batch(PendingRequest& request, std::int64_t now_ns
 }
 
 bool ModelPipeline::answered_without_running(RequestRef& ref, std::string_view input) {
-  if (shm::CacheWriter* cache = completer_.caches().segment_for(*ref.session, id_); cache != nullptr) {
+  const shm::CacheWriter* cache = completer_.caches().segment_for(*ref.session, id_);
+  if (cache != nullptr && (ref.cache_epoch = cache->reader().epoch(id_)) != 0) {
     // Its client looked before it sent it; the answer may have landed since.
     ModelCounters& counters = stats_.by_model[id_];
     const std::int64_t start_ns = shm::monotonic_ns();
-    const bool hit = cache->reader().lookup(id_, ref.cache_scope, input, cache_answer_);
+    const shm::CacheKey key{id_, ref.cache_epoch, ref.cache_scope};
+    ref.cache_hash = shm::cache_hash(cache->reader().header(), key, input);
+    const bool hit = cache->reader().lookup(key, ref.cache_hash, input, cache_answer_);
     const auto took_ns = static_cast<std::uint64_t>(shm::monotonic_ns() - start_ns);
     (hit ? counters.cache_hits : counters.cache_misses).fetch_add(1, std::memory_order_relaxed);
     (hit ? counters.cache_hit_ns : counters.cache_miss_ns).fetch_add(took_ns, std::memory_order_relaxed);
@@ -132,7 +135,8 @@ bool ModelPipeline::answered_without_running(RequestRef& ref, std::string_view i
   if (!config_.settings.coalesces()) return false;
   ref.coalescer = &coalescer_;
   try {
-    return coalescer_.follow_or_lead(input, ref);
+    const std::uint64_t hash = ref.cache_epoch != 0 ? ref.cache_hash : std::hash<std::string_view>{}(input);
+    return coalescer_.follow_or_lead(hash, input, ref);
   } catch (const std::exception&) {
     ref.coalescer = nullptr;  // out of memory: it runs on its own
     return false;

@@ -81,9 +81,8 @@ bool CacheReader::record_matches(std::uint64_t position, std::uint64_t hash, con
   return true;
 }
 
-bool CacheReader::lookup(const CacheKey& key, std::string_view input, std::string& out) const {
+bool CacheReader::lookup(const CacheKey& key, std::uint64_t hash, std::string_view input, std::string& out) const {
   if (base_ == nullptr || key.epoch == 0) return false;
-  const std::uint64_t hash = cache_hash(header_, key, input);
   const std::uint32_t tag = cache_tag(hash);
   const CacheBucket& b = bucket(hash);
   for (std::uint32_t way = 0; way < kCacheWays; ++way) {

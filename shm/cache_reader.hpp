@@ -29,7 +29,11 @@ class CacheReader {
   // Copies the answer cached for `input` under `key` into `out` and returns true; false on a
   // miss, or when the record was being reused as it was read (out then holds garbage). Any
   // thread; allocates only to grow `out`.
-  [[nodiscard]] bool lookup(const CacheKey& key, std::string_view input, std::string& out) const;
+  [[nodiscard]] bool lookup(const CacheKey& key, std::string_view input, std::string& out) const {
+    return lookup(key, cache_hash(header_, key, input), input, out);
+  }
+  // The same with the key's hash already worked out (cache_hash).
+  [[nodiscard]] bool lookup(const CacheKey& key, std::uint64_t hash, std::string_view input, std::string& out) const;
   // The same for the model's current epoch (a miss when it is not cached here).
   [[nodiscard]] bool lookup(std::uint32_t model, std::uint32_t scope, std::string_view input,
                             std::string& out) const {

@@ -107,16 +107,20 @@ std::uint32_t CacheWriter::pick_way(const CacheBucket& b) const noexcept {
 
 bool CacheWriter::insert(std::uint32_t model, std::uint32_t scope, std::string_view input, std::string_view answer) {
   if (model >= kCacheModels) return false;
+  const CacheKey key{model, models().epoch[model].load(std::memory_order_relaxed), scope};
+  return key.epoch != 0 && insert(key, cache_hash(reader_.header(), key, input), input, answer);
+}
+
+bool CacheWriter::insert(const CacheKey& key, std::uint64_t hash, std::string_view input, std::string_view answer) {
+  const std::uint32_t model = key.model;
+  if (model >= kCacheModels || key.epoch == 0) return false;
   const std::uint64_t record_bytes = cache_record_bytes(input.size(), answer.size());
   if (record_bytes > g_.log_bytes / 8 || input.size() > UINT32_MAX || answer.size() > UINT32_MAX) return false;
-  if (models().epoch[model].load(std::memory_order_relaxed) == 0) return false;  // without the lock: most often
   std::lock_guard lock(mu_);
-  const CacheKey key{model, models().epoch[model].load(std::memory_order_relaxed), scope};
-  if (key.epoch == 0) return false;
-  const std::uint64_t hash = cache_hash(reader_.header(), key, input);
+  if (models().epoch[model].load(std::memory_order_relaxed) != key.epoch) return false;
   const std::uint64_t index = hash & (g_.bucket_count - 1);
   CacheBucket& b = bucket_at(index);
-  if (reader_.lookup(key, input, seen_)) return true;  // stored already: keep one record a key
+  if (reader_.lookup(key, hash, input, seen_)) return true;  // stored already: keep one record a key
 
   const std::uint64_t offset = head_ % g_.log_bytes;
   if (g_.log_bytes - offset < record_bytes) head_ += g_.log_bytes - offset;  // no record wraps
@@ -125,7 +129,7 @@ bool CacheWriter::insert(std::uint32_t model, std::uint32_t scope, std::string_v
     reclaim_to(position + record_bytes - g_.log_bytes);
   }
   scratch_.resize(record_bytes);
-  const CacheRecordHeader h{hash, model, key.epoch, scope, static_cast<std::uint32_t>(input.size()),
+  const CacheRecordHeader h{hash, model, key.epoch, key.scope, static_cast<std::uint32_t>(input.size()),
                             static_cast<std::uint32_t>(answer.size()), 0};
   std::memcpy(scratch_.data(), &h, sizeof(h));
   std::memcpy(scratch_.data() + sizeof(h), input.data(), input.size());

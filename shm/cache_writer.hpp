@@ -52,6 +52,9 @@ class CacheWriter {
   // than an eighth of the log). An input already stored is left as it is. Any thread (one at a
   // time inside).
   bool insert(std::uint32_t model, std::uint32_t scope, std::string_view input, std::string_view answer);
+  // The same for a key whose hash was worked out already (cache_hash), under key.epoch: false, not
+  // stored, when the model's epoch is no longer that one (its answer is an earlier load's).
+  bool insert(const CacheKey& key, std::uint64_t hash, std::string_view input, std::string_view answer);
   [[nodiscard]] CacheCounts counts() const;
 
  private:
