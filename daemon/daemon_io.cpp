@@ -70,6 +70,11 @@ void Daemon::sleep_until_work() {
       const std::int64_t until_expiry = std::max<std::int64_t>(0, deadline_ns - shm::monotonic_ns());
       wait_ns = wait_ns < 0 ? until_expiry : std::min(wait_ns, until_expiry);
     }
+    if (caches_.any_cached()) {
+      // Clients' own hits wake nothing: the tally (credit_cache_hits) keeps its period anyway.
+      const std::int64_t until_tally = std::max<std::int64_t>(0, next_cache_tally_ns_ - shm::monotonic_ns());
+      wait_ns = wait_ns < 0 ? until_tally : std::min(wait_ns, until_tally);
+    }
     if (watchdog_interval_ns_ != 0) {
       const std::int64_t until_ping = std::max<std::int64_t>(0, next_watchdog_ns_ - shm::monotonic_ns());
       wait_ns = wait_ns < 0 ? until_ping : std::min(wait_ns, until_ping);

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -48,6 +49,11 @@ class ResponseCaches {
   // Whether `model`'s answers are cached now. Any thread.
   [[nodiscard]] bool cached(std::uint32_t model) const noexcept {
     return model < shm::kCacheModels && scope_[model].load(std::memory_order_relaxed) != Scope::kOff;
+  }
+  // Whether any model's answers are cached now. Any thread.
+  [[nodiscard]] bool any_cached() const noexcept {
+    return std::any_of(scope_.begin(), scope_.end(),
+                       [](const std::atomic<Scope>& s) { return s.load(std::memory_order_relaxed) != Scope::kOff; });
   }
   // Every segment's counts, summed. Any thread.
   [[nodiscard]] shm::CacheCounts counts() const;

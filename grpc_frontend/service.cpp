@@ -253,6 +253,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerCont
   group.set_count(1);
   config.mutable_dynamic_batching();
   config.mutable_model_transaction_policy()->set_decoupled(false);
+  config.mutable_response_cache()->set_enable(model->response_cache);
   return finish(call, grpc::Status::OK);
 }
 

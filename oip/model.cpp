@@ -163,8 +163,8 @@ std::string model_config_json(const ModelDescription& model, std::size_t max_bat
       R"("output":[{{"name":"{3}","data_type":"TYPE_STRING","dims":[1],"label_filename":"","is_shape_tensor":false}}],)"
       R"("dynamic_batching":{{}},)"
       R"("instance_group":[{{"name":"{0}","kind":"KIND_GPU","count":1}}],)"
-      R"("model_transaction_policy":{{"decoupled":false}}}})",
-      json(model.name), max_batch_size, json(model.input), json(model.output));
+      R"("model_transaction_policy":{{"decoupled":false}},"response_cache":{{"enable":{4}}}}})",
+      json(model.name), max_batch_size, json(model.input), json(model.output), model.response_cache);
 }
 
 }  // namespace batchd::oip

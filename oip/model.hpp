@@ -36,6 +36,7 @@ struct ModelDescription {
   // Why the model cannot run requests now (a workers model with no worker attached); empty while
   // it can. Its requests are still taken and wait within their deadlines.
   std::string unavailable{};
+  bool response_cache = false;  // its answers are cached (docs/CACHE.md): Triton's response_cache.enable
 };
 
 // The default model, the fixed function batchstring: version 1, INPUT to OUTPUT.

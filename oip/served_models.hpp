@@ -29,6 +29,7 @@ inline std::shared_ptr<const ModelCatalog> served_catalog(const DaemonStatus& st
     if (model.state == "absent") continue;
     models.push_back(served_model(model.name, model.version));
     models.back().id = static_cast<std::uint32_t>(m);
+    models.back().response_cache = model.cache_enabled;
     if (model.state == "ready") continue;
     if (model.state == "unloading" || model.state == "unloaded" || model.state == "loading") {
       models.back().unavailable = "model " + model.name + " is " + model.state;
