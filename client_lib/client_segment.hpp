@@ -83,7 +83,9 @@ struct Segment {
   // false on a miss. Counts a hit, and the time it took, in the client's own counters (shm::
   // CacheHitCounts). Guarded by ClientImpl::mu_ (the counters' one writer).
   [[nodiscard]] bool cached_answer(std::uint32_t model, std::uint32_t scope, std::string_view input,
-                                   std::string& out) const;
+                                   std::string& out);
+  static constexpr std::uint32_t kHitTimingEvery = 16;
+  std::uint32_t lookups = 0;  // cached_answer's, guarded by ClientImpl::mu_
   // Starts the slot's next generation and writes a request into it (not yet published): every
   // field the daemon reads, so nothing of the slot's last request is left (request_id and model:
   // the request's, see Request). Returns the new generation. Guarded by ClientImpl::mu_.

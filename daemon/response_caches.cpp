@@ -75,11 +75,13 @@ void ResponseCaches::start_model(std::uint32_t model, const ModelSettings& setti
     for (auto& [uid, segment] : users_) segment->set_epoch(model, epoch_[model]);
   }
   scope_[model].store(scope, std::memory_order_release);
+  ++cached_models_;
 }
 
 void ResponseCaches::stop_model(std::uint32_t model) {
   if (model >= shm::kCacheModels) return;
   const Scope was = scope_[model].exchange(Scope::kOff, std::memory_order_acq_rel);
+  if (was != Scope::kOff) --cached_models_;
   if (was == Scope::kAll) shared_->set_epoch(model, 0);
   if (was == Scope::kUser) {
     std::lock_guard lock(mu_);

@@ -6,7 +6,6 @@
 
 #include <sys/types.h>
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -50,11 +49,8 @@ class ResponseCaches {
   [[nodiscard]] bool cached(std::uint32_t model) const noexcept {
     return model < shm::kCacheModels && scope_[model].load(std::memory_order_relaxed) != Scope::kOff;
   }
-  // Whether any model's answers are cached now. Any thread.
-  [[nodiscard]] bool any_cached() const noexcept {
-    return std::any_of(scope_.begin(), scope_.end(),
-                       [](const std::atomic<Scope>& s) { return s.load(std::memory_order_relaxed) != Scope::kOff; });
-  }
+  // Whether any model's answers are cached now. Drain thread (each time its loop goes to sleep).
+  [[nodiscard]] bool any_cached() const noexcept { return cached_models_ != 0; }
   // Every segment's counts, summed. Any thread.
   [[nodiscard]] shm::CacheCounts counts() const;
   // The memory one segment takes at most (0: no cache).
@@ -71,6 +67,7 @@ class ResponseCaches {
   std::array<std::atomic<Scope>, shm::kCacheModels> scope_{};
   std::array<std::uint32_t, shm::kCacheModels> epoch_{};  // drain thread's
   std::uint32_t next_epoch_ = 1;                           // drain thread's
+  unsigned cached_models_ = 0;                             // drain thread's: scope_ not kOff
 
   mutable std::mutex mu_;  // users_ and released_ (the drain thread changes them; counts() reads them)
   std::map<uid_t, std::shared_ptr<shm::CacheWriter>> users_;
