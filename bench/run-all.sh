@@ -8,6 +8,7 @@
 #      bench/openloop.py  open-loop throughput over shared memory: the highest rate held,
 #   4. bench/sweep.py   batching gain and the max-batch x max-wait x load sweep (sim backend),
 #      bench/shapes.py  the adaptive policy against a fixed grid on bursts, steps, a ramp, a swing
+#      bench/cache.py   the response cache: hits against misses over shm, HTTP and gRPC
 #      (25 minutes more),
 #   5. bench/http-bench.sh  batchd-http vs nginx under wrk, and 10,000/s over HTTP,
 #   6. bench/service.py  overload, idle CPU and a slow device, each against a same-run baseline,
@@ -26,15 +27,15 @@
 #      bench/models.py  many models in one daemon: a flood on one model beside a light client of
 #      another (sim and cpu), and eight cpu models against one at the same total load,
 #   7. bench/report.py  docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
-# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep shapes http service hostile grants fairness
-#   workers hung jobs oip models report
+# Usage: bench/run-all.sh [ONLY...]   where ONLY picks steps: ipc openloop sweep shapes cache http service hostile grants
+#   fairness workers hung jobs oip models report
 # Environment: SWEEP_QUICK=1 (a 3x3x3 sweep, for trying the pipeline), SWEEP_POINT_S, IPC_DURATION,
 # IPC_REPEATS, OPENLOOP_DURATION, OPENLOOP_RATES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-release
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep shapes http service hostile grants fairness workers hung jobs oip models report)
+[ ${#steps[@]} -gt 0 ] || steps=(ipc openloop sweep shapes cache http service hostile grants fairness workers hung jobs oip models report)
 wants() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 started=$SECONDS
 
@@ -59,6 +60,7 @@ if wants ipc; then echo "== IPC round trip"; /usr/bin/python3 bench/ipc.py; fi
 if wants openloop; then echo "== open-loop throughput"; /usr/bin/python3 bench/openloop.py; fi
 if wants sweep; then echo "== batching gain and sweep"; /usr/bin/python3 bench/sweep.py; fi
 if wants shapes; then echo "== load shapes"; /usr/bin/python3 bench/shapes.py; fi
+if wants cache; then echo "== response cache"; /usr/bin/python3 bench/cache.py; fi
 if wants http; then
   echo "== HTTP"
   BUILD=0 DURATION=${DURATION:-10} STRESS_DURATION=${STRESS_DURATION:-20} bash bench/http-bench.sh "$build"
