@@ -35,7 +35,11 @@ std::shared_ptr<shm::CacheWriter> ResponseCaches::for_user(uid_t uid) {
   std::lock_guard lock(mu_);
   if (auto found = users_.find(uid); found != users_.end()) return found->second;
   if (users_.size() >= config_.cache_users) {
-    spdlog::warn("uid {} gets no response cache: {} users have one (--cache-users)", uid, users_.size());
+    // Once: a user may attach hundreds of times a second.
+    if (!warned_full_) {
+      spdlog::warn("uid {} gets no response cache: {} users have one (--cache-users); said once", uid, users_.size());
+      warned_full_ = true;
+    }
     return empty_;
   }
   std::shared_ptr<shm::CacheWriter> made;

@@ -72,6 +72,7 @@ class ResponseCaches {
   mutable std::mutex mu_;  // users_ and released_ (the drain thread changes them; counts() reads them)
   std::map<uid_t, std::shared_ptr<shm::CacheWriter>> users_;
   shm::CacheCounts released_;  // the stores and evictions of segments released, so the totals only grow
+  bool warned_full_ = false;   // drain thread's: a user past cache_users was logged
 };
 
 }  // namespace batchd
