@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "shm/untrusted.hpp"
+
 namespace batchd::shm {
 
 void cache_store_words(std::byte* to, const void* from, std::uint64_t bytes) noexcept {
@@ -9,12 +11,12 @@ void cache_store_words(std::byte* to, const void* from, std::uint64_t bytes) noe
   for (std::uint64_t i = 0; i < bytes; i += 8) {
     std::uint64_t word;
     std::memcpy(&word, src + i, 8);
-    __atomic_store_n(reinterpret_cast<std::uint64_t*>(to + i), word, __ATOMIC_RELAXED);
+    store_once(*reinterpret_cast<std::uint64_t*>(to + i), word);
   }
 }
 
 std::uint64_t cache_load_word(const std::byte* from) noexcept {
-  return __atomic_load_n(reinterpret_cast<const std::uint64_t*>(from), __ATOMIC_RELAXED);
+  return load_once(*reinterpret_cast<const std::uint64_t*>(from));
 }
 
 void cache_load_words(void* to, const std::byte* from, std::uint64_t bytes) noexcept {

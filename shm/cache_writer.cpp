@@ -63,11 +63,8 @@ void CacheWriter::set_epoch(std::uint32_t model, std::uint32_t epoch) {
   const std::uint32_t before = models().epoch[model].exchange(epoch, std::memory_order_acq_rel);
   if (before == 0 || before == epoch) return;
   // Its records can no longer match (their epoch is gone); unpublished now, they stop counting.
-  for (Live& live : live_) {
-    if (live.model == model && unpublish(live)) {
-      counts_.entries -= 1;
-      counts_.bytes -= live.bytes;
-    }
+  for (const Live& live : live_) {
+    if (live.model == model) (void)unpublish(live);
   }
 }
 
@@ -76,17 +73,14 @@ bool CacheWriter::unpublish(const Live& live) {
   if (b.position[live.way].load(std::memory_order_relaxed) != live.position) return false;
   b.position[live.way].store(0, std::memory_order_relaxed);
   b.tag[live.way].store(0, std::memory_order_relaxed);
+  counts_.entries -= 1;
+  counts_.bytes -= live.bytes;
   return true;
 }
 
 void CacheWriter::reclaim_to(std::uint64_t position) {
   while (!live_.empty() && live_.front().position < position) {
-    const Live& live = live_.front();
-    if (unpublish(live)) {
-      counts_.entries -= 1;
-      counts_.bytes -= live.bytes;
-      counts_.evictions += 1;
-    }
+    if (unpublish(live_.front())) counts_.evictions += 1;
     live_.pop_front();
   }
   log_state().reclaimed.store(position, std::memory_order_relaxed);
@@ -141,12 +135,10 @@ bool CacheWriter::insert(const CacheKey& key, std::uint64_t hash, std::string_vi
   const std::uint32_t way = pick_way(b);
   const std::uint64_t displaced = b.position[way].load(std::memory_order_relaxed);
   if (displaced >= log_state().reclaimed.load(std::memory_order_relaxed) && displaced != 0) {
-    // A live record loses its place; its Live entry no longer matches its way.
-    counts_.evictions += 1;
-    counts_.entries -= 1;
+    // A live record loses its place; its Live entry then no longer matches its way.
     const auto live = std::lower_bound(live_.begin(), live_.end(), displaced,
                                        [](const Live& l, std::uint64_t p) { return l.position < p; });
-    if (live != live_.end() && live->position == displaced) counts_.bytes -= live->bytes;
+    if (live != live_.end() && live->position == displaced && unpublish(*live)) counts_.evictions += 1;
   }
   b.tag[way].store(cache_tag(hash), std::memory_order_relaxed);
   b.position[way].store(position, std::memory_order_release);  // publishes the record above

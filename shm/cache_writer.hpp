@@ -79,7 +79,8 @@ class CacheWriter {
   }
   // Unpublishes every record below `position` and raises the reuse mark to it. Holds mu_.
   void reclaim_to(std::uint64_t position);
-  // Empties a way that still holds `position` (a record's one place); whether it did. Holds mu_.
+  // Empties the way that still holds `live` (a record's one place) and stops counting the record;
+  // whether it did. Holds mu_.
   bool unpublish(const Live& live);
   // The way a new record for `hash` takes: a free one, else the oldest. Holds mu_.
   std::uint32_t pick_way(const CacheBucket& b) const noexcept;
