@@ -179,16 +179,16 @@ std::optional<Response> read_json_object(simdjson::dom::parser& parser, const st
   return std::nullopt;
 }
 
-Response response_for_error(const Error& error) {
+Response response_for_error(const Error& error, oip::OverloadStatus overload) {
   struct Mapping {
     unsigned status;
     std::string_view code;
     unsigned retry_after_s;
   };
-  auto map = [](ErrorCode code) -> Mapping {
+  auto map = [overload](ErrorCode code) -> Mapping {
     switch (code) {
       case ErrorCode::kTimeout: return {504, "timeout", 0};
-      case ErrorCode::kOverloaded: return {503, "overloaded", 1};
+      case ErrorCode::kOverloaded: return {oip::overload_http_status(overload), "overloaded", 1};
       case ErrorCode::kTooLarge: return {413, "too_large", 0};
       case ErrorCode::kInvalidUtf8: return {400, "invalid_utf8", 0};
       case ErrorCode::kDaemonUnavailable: return {503, "daemon_unavailable", 1};
@@ -207,8 +207,8 @@ Response response_for_error(const Error& error) {
   return error_response(m.status, m.code, error.message, m.retry_after_s);
 }
 
-Response response_for_result(Result&& result, BodyFormat format) {
-  if (!result.ok()) return response_for_error(result.error());
+Response response_for_result(Result&& result, BodyFormat format, oip::OverloadStatus overload) {
+  if (!result.ok()) return response_for_error(result.error(), overload);
   std::string& output = result.output();
   Response response;
   if (format == BodyFormat::kText) {

@@ -15,6 +15,8 @@
 #include <variant>
 #include <vector>
 
+#include "oip/errors.hpp"
+
 #include "client_lib/client.hpp"
 #include "oip/infer_counters.hpp"
 #include "oip/model.hpp"
@@ -104,9 +106,10 @@ std::optional<Response> read_json_object(simdjson::dom::parser& parser, const st
                                          std::string_view expected, simdjson::dom::object& root);
 
 // The response for an answered request: 200 with the output, or the error's mapping.
-Response response_for_result(Result&& result, BodyFormat format);
+Response response_for_result(Result&& result, BodyFormat format, oip::OverloadStatus overload);
 
-// The one table from client-library errors to HTTP: status, code, Retry-After.
-Response response_for_error(const Error& error);
+// The one table from client-library errors to HTTP: status, code, Retry-After. `overload` is the
+// status of a request shed for want of room (--overload-status).
+Response response_for_error(const Error& error, oip::OverloadStatus overload);
 
 }  // namespace batchd::http

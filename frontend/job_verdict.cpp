@@ -39,6 +39,12 @@ std::string failed_record(std::string_view id, const Response& error) {
   return encode_job(JobState::kFailed, job_failed_body(id, error));
 }
 
+// Shedding is transient (run again or given back), never a job's end, so --overload-status has
+// no say in a record.
+std::string failed_record(std::string_view id, const Error& error) {
+  return failed_record(id, response_for_error(error, oip::OverloadStatus::k503));
+}
+
 std::string expired_record(std::string_view id, const std::string& why) {
   return encode_job(JobState::kExpired, job_error_body(id, "expired", error_response(504, "expired", why)));
 }
@@ -62,7 +68,7 @@ JobVerdict judge_job(const JobEntry& job, std::span<std::optional<Result>> resul
     Result& r = *results[i];
     const std::string where = job.many ? "input " + std::to_string(i) + ": " : std::string();
     if (!r.ok()) {
-      verdict.record = failed_record(job.id, response_for_error(Error{r.error().code, where + r.error().message}));
+      verdict.record = failed_record(job.id, Error{r.error().code, where + r.error().message});
       verdict.dead_reason = std::string("input_failed: ") + where + error_code_name(r.error().code) + ": " +
                             r.error().message;
       return verdict;

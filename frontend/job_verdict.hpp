@@ -39,6 +39,7 @@ bool transient_failure(ErrorCode code) noexcept;
 
 // The record of a job that ended failed with `error`, or expired because of `why`.
 std::string failed_record(std::string_view id, const Response& error);
+std::string failed_record(std::string_view id, const Error& error);
 std::string expired_record(std::string_view id, const std::string& why);
 
 }  // namespace batchd::http

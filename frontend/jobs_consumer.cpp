@@ -265,7 +265,7 @@ void JobsConsumer::submit_waiting() {
       }
       waiting_.pop_front();
       const std::string why = "the daemon refused it: " + refusal.message;
-      finish(held.entry, held.job.id, held.job.has_record, failed_record(held.job.id, response_for_error(refusal)),
+      finish(held.entry, held.job.id, held.job.has_record, failed_record(held.job.id, refusal),
              std::string("input_refused: ") + error_code_name(refusal.code) + ": " + refusal.message);
       held_.erase(serial);
       continue;

@@ -16,10 +16,10 @@ namespace batchd::http {
 
 namespace {
 
-// Refuses a connection over the limit with a 503 it may or may not read; never blocks.
-void refuse(int fd, std::string_view code, std::string_view message) {
+// Refuses a connection with an answer it may or may not read; never blocks.
+void refuse(int fd, unsigned status, std::string_view code, std::string_view message) {
   std::string bytes;
-  serialize(error_response(503, code, message, 1), Framing{false, true, {}}, bytes);
+  serialize(error_response(status, code, message, 1), Framing{false, true, {}}, bytes);
   [[maybe_unused]] const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   ::close(fd);
 }
@@ -59,12 +59,12 @@ void EventLoop::on_accept(int res, std::uint32_t flags) {
 
 void EventLoop::adopt_connection(int fd) {
   if (stopping_) {
-    refuse(fd, "shutting_down", "the server is shutting down; retry on another instance");
+    refuse(fd, 503, "shutting_down", "the server is shutting down; retry on another instance");
     metrics_.connection_rejected();
     return;
   }
   if (!context_.metrics->try_open_connection(options_.max_connections)) {
-    refuse(fd, "too_many_connections", "the server has too many open connections; retry later");
+    refuse(fd, oip::overload_http_status(options_.overload_status), "too_many_connections", "the server has too many open connections; retry later");
     metrics_.connection_rejected();
     return;
   }

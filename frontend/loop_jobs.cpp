@@ -107,14 +107,15 @@ void EventLoop::answer_caller(const Caller& caller, const Response& response) {
 }
 
 Response EventLoop::store_failure(const StoreReply& reply, const std::string& id) {
+  const unsigned shed = oip::overload_http_status(options_.overload_status);
   switch (reply.status) {
     case StoreStatus::kNotFound: return job_not_found(id);
     case StoreStatus::kFull:
       JobsCounters::add(jobs_.counters().store_full);
-      return error_response(503, "jobs_store_full", reply.message, 1);
+      return error_response(shed, "jobs_store_full", reply.message, 1);
     case StoreStatus::kQueueFull:
       JobsCounters::add(jobs_.counters().store_full);
-      return error_response(503, "jobs_queue_full", reply.message, 1);
+      return error_response(shed, "jobs_queue_full", reply.message, 1);
     case StoreStatus::kExists:  // two ids alike out of 2^128: retrying is the cure
       return error_response(503, "jobs_store_unavailable", "job id collision; retry", 1);
     case StoreStatus::kOk:  // an empty value: no job record looks like that

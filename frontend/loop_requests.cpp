@@ -58,7 +58,7 @@ void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
       submit.input, submit.timeout, RequestOptions{admit(submit.priority, granted.max), submit.model, granted.cache_scope},
       [target](Result&& result) { target.loop->on_answer(target, std::move(result)); }, &id);
   if (refused) {
-    answer(conn, seq, response_for_error(*refused), now_ns_);
+    answer(conn, seq, response_for_error(*refused, options_.overload_status), now_ns_);
     return;
   }
   conn.owed.emplace_back(seq, id);
@@ -85,7 +85,7 @@ void EventLoop::on_answer(const Answer& target, Result&& result) {
     return;
   }
   std::erase_if(conn->owed, [&](const auto& owed) { return owed.first == target.seq; });
-  answer(*conn, target.seq, response_for_result(std::move(result), target.format), target.started_ns);
+  answer(*conn, target.seq, response_for_result(std::move(result), target.format, options_.overload_status), target.started_ns);
 }
 
 void EventLoop::withdraw_owed(Conn& conn) {

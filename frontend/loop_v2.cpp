@@ -66,7 +66,7 @@ void EventLoop::control_model(const Caller& caller, V2ModelControl&& control) {
       [this, &inboxes, index, caller](std::optional<std::string> account, const Error& error) {
         Response response;  // 200 with an empty JSON object, as Triton answers
         response.body = "{}";
-        if (!account) response = v2_response_for_error(error);
+        if (!account) response = v2_response_for_error(error, options_.overload_status);
         inboxes.post(index, [this, caller, response = std::move(response)] { answer_caller(caller, response); });
       });
   if (!queued) answer_caller(caller, v2_error(503, "too many load and unload requests wait already; retry", 1));
@@ -77,7 +77,7 @@ void EventLoop::on_v2_answer(const Caller& caller, const V2Reply& reply, std::in
   --answers_owed_;
   metrics_.add_in_flight(-strings);
   const Response response =
-      outcome.error ? v2_response_for_error(*outcome.error) : v2_infer_response(reply, outcome.results);
+      outcome.error ? v2_response_for_error(*outcome.error, options_.overload_status) : v2_infer_response(reply, outcome.results);
   metrics_.record_inference(reply.model->id, response.status == 200, now_ns_ - caller.started_ns,
                             static_cast<std::size_t>(strings));
   Conn* conn = lookup(caller.index, caller.generation);

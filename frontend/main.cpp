@@ -24,6 +24,7 @@
 #include "frontend/listener.hpp"
 #include "frontend/metrics.hpp"
 #include "frontend/options.hpp"
+#include "oip/overload_flag.hpp"
 
 namespace {
 
@@ -63,6 +64,7 @@ void add_flags(CLI::App& app, FrontendOptions& o, std::string& io_mode, std::str
       ->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}));
   app.add_option("--ready-max-queue", o.ready_max_queue, "/readyz fails while the daemon's queue is this deep")
       ->capture_default_str();
+  batchd::oip::add_overload_status_flag(app, o.overload_status);
   app.add_option("--drain-timeout-ms", o.drain_timeout_ms,
                  "on SIGTERM, wait at most this long for answers owed (0: --max-timeout-ms + 1 s)")
       ->capture_default_str();

@@ -19,8 +19,8 @@ namespace batchd::http {
 void metric_family(std::string& out, std::string_view name, std::string_view type, std::string_view help);
 
 // Status codes counted under their own label; anything else counts as "other".
-inline constexpr std::array<unsigned, 11> kCountedStatuses = {200, 202, 400, 404, 405, 408,
-                                                              413, 431, 500, 503, 504};
+inline constexpr std::array<unsigned, 12> kCountedStatuses = {200, 202, 400, 404, 405, 408,
+                                                              413, 429, 431, 500, 503, 504};
 // Upper bounds of the latency histogram's buckets, in seconds (Prometheus' "le").
 inline constexpr std::array<double, 14> kLatencyBucketsS = {0.0005, 0.001, 0.002, 0.005, 0.01,
                                                             0.02,   0.05,  0.1,   0.2,   0.5,

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "oip/errors.hpp"
+
 namespace batchd::http {
 
 enum class IoMode : std::uint8_t {
@@ -30,6 +32,7 @@ struct FrontendOptions {
   std::int64_t default_timeout_ms = 5000; // a request without X-Timeout-Ms
   std::int64_t max_timeout_ms = 60000;    // X-Timeout-Ms is capped to this
   std::uint64_t ready_max_queue = 65536;  // /readyz fails when the daemon's queue is this deep
+  oip::OverloadStatus overload_status = oip::OverloadStatus::k503;  // a request shed for want of room
   std::int64_t drain_timeout_ms = 0;      // SIGTERM: longest wait for answers; 0: max_timeout_ms + 1 s
   std::int64_t drain_delay_ms = 0;        // SIGTERM: /readyz fails this long before the listener closes
   std::int64_t jobs_ttl_s = 600;          // a finished job's result is kept this long

@@ -242,8 +242,8 @@ Response v2_error(unsigned status, std::string_view message, unsigned retry_afte
   return response;
 }
 
-Response v2_response_for_error(const Error& error) {
-  const oip::ErrorMapping mapping = oip::map_error(error.code);
+Response v2_response_for_error(const Error& error, oip::OverloadStatus overload) {
+  const oip::ErrorMapping mapping = oip::map_error(error.code, overload);
   return v2_error(mapping.http_status, error.message, mapping.retry_after_s);
 }
 

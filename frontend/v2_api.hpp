@@ -19,6 +19,7 @@
 
 #include "client_lib/client.hpp"
 #include "frontend/http_api.hpp"
+#include "oip/errors.hpp"
 #include "oip/model.hpp"
 
 namespace batchd::http {
@@ -94,9 +95,9 @@ class V2Api {
 // {"error": message} with the given status.
 Response v2_error(unsigned status, std::string_view message, unsigned retry_after_s = 0);
 
-// The protocol's mapping of a client-library error: overloaded 503, deadline 504, too large or
-// not UTF-8 400, and so on.
-Response v2_response_for_error(const Error& error);
+// The protocol's mapping of a client-library error: overloaded `overload` (503 or 429), deadline
+// 504, too large or not UTF-8 400, and so on.
+Response v2_response_for_error(const Error& error, oip::OverloadStatus overload);
 
 // The answer to an inference whose strings were all answered: results[i] answers inputs[i].
 // Precondition: each is ok() (a failure answers with v2_response_for_error instead).

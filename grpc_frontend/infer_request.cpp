@@ -134,8 +134,8 @@ void fill_infer_response(const InferReply& reply, std::span<Result> results, inf
   for (const Result& result : results) oip::append_bytes_element(*raw, result.output());
 }
 
-grpc::Status status_for_error(const Error& error) {
-  return grpc::Status(static_cast<grpc::StatusCode>(oip::map_error(error.code).grpc_code), error.message);
+grpc::Status status_for_error(const Error& error, oip::OverloadStatus overload) {
+  return grpc::Status(static_cast<grpc::StatusCode>(oip::map_error(error.code, overload).grpc_code), error.message);
 }
 
 }  // namespace batchd::grpcfront

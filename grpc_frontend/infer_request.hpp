@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "client_lib/client.hpp"
+#include "oip/errors.hpp"
 #include "oip/grpc_service.pb.h"
 #include "oip/model.hpp"
 
@@ -56,8 +57,8 @@ grpc::Status parse_infer_request(const inference::ModelInferRequest& request, co
 // answers over gRPC). Precondition: every result is ok().
 void fill_infer_response(const InferReply& reply, std::span<Result> results, inference::ModelInferResponse& response);
 
-// The protocol's status for a client-library error: overloaded UNAVAILABLE, deadline
+// The protocol's status for a client-library error: overloaded as `overload` says, deadline
 // DEADLINE_EXCEEDED, too large or not UTF-8 INVALID_ARGUMENT, and so on.
-grpc::Status status_for_error(const Error& error);
+grpc::Status status_for_error(const Error& error, oip::OverloadStatus overload);
 
 }  // namespace batchd::grpcfront

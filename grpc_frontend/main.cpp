@@ -25,6 +25,7 @@
 #include "grpc_frontend/metrics.hpp"
 #include "grpc_frontend/options.hpp"
 #include "grpc_frontend/service.hpp"
+#include "oip/overload_flag.hpp"
 #include "text/listen_address.hpp"
 
 namespace {
@@ -63,7 +64,7 @@ void add_flags(CLI::App& app, GrpcOptions& o, std::string& log_level) {
   app.add_option("--write-timeout-ms", o.write_timeout_ms,
                  "cancel a stream whose client does not take an answer within this long")
       ->capture_default_str()->check(CLI::Range(std::int64_t{10}, std::int64_t{3'600'000}));
-  app.add_option("--max-calls", o.max_calls, "inference calls and streams open at once (RESOURCE_EXHAUSTED beyond)")
+  app.add_option("--max-calls", o.max_calls, "inference calls and streams open at once (--overload-status beyond)")
       ->capture_default_str()->check(CLI::Range(1U, 1U << 20));
   app.add_option("--max-streams-per-connection", o.max_streams_per_connection,
                  "HTTP/2 streams (calls) one client connection may have open at once")
@@ -72,6 +73,7 @@ void add_flags(CLI::App& app, GrpcOptions& o, std::string& log_level) {
       ->capture_default_str()->check(CLI::Range(std::uint64_t{16} << 20, std::uint64_t{1} << 40));
   app.add_option("--ready-max-queue", o.ready_max_queue, "ServerReady fails while the daemon's queue is this deep")
       ->capture_default_str();
+  batchd::oip::add_overload_status_flag(app, o.overload_status);
   app.add_option("--drain-timeout-ms", o.drain_timeout_ms,
                  "on SIGTERM, wait at most this long for RPCs in flight (0: --max-timeout-ms + 1 s)")
       ->capture_default_str();
@@ -123,6 +125,7 @@ int serve(const GrpcOptions& options, batchd::grants::GrantPolicy grants, const 
   context.max_stream_in_flight = options.max_stream_in_flight;
   context.max_stream_queued_bytes = options.max_stream_queued_bytes;
   context.max_calls = options.max_calls;
+  context.overload = options.overload_status;
   context.ready_max_queue = options.ready_max_queue;
   context.pool = &pool;
   context.grants = std::move(grants);

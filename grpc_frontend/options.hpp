@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "oip/errors.hpp"
+
 namespace batchd::grpcfront {
 
 struct GrpcOptions {
@@ -23,7 +25,8 @@ struct GrpcOptions {
   std::uint32_t max_stream_in_flight = 256;     // a stream's requests unanswered or unsent, before it is not read
   std::uint64_t max_stream_queued_bytes = 16U << 20;  // a stream's answers not yet written, before it is not read
   std::int64_t write_timeout_ms = 30000;        // a stream whose answer is not taken in this long is cancelled
-  std::uint32_t max_calls = 4096;               // inference calls and streams open at once (RESOURCE_EXHAUSTED)
+  std::uint32_t max_calls = 4096;               // inference calls and streams open at once
+  oip::OverloadStatus overload_status = oip::OverloadStatus::k503;  // a call shed: UNAVAILABLE (or RESOURCE_EXHAUSTED)
   std::uint32_t max_streams_per_connection = 1024;  // HTTP/2 streams one connection may open
   std::uint64_t max_memory_bytes = 1ULL << 30;  // gRPC's resource quota: its buffers for all connections
   std::uint64_t ready_max_queue = 65536;   // ServerReady fails while the daemon's queue is this deep

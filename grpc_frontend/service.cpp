@@ -89,7 +89,7 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
   void on_answer(FanOut::Outcome&& outcome) {
     grpc::Status status = grpc::Status::OK;
     if (outcome.error) {
-      status = status_for_error(*outcome.error);
+      status = status_for_error(*outcome.error, context_.overload);
     } else {
       fill_infer_response(reply_, outcome.results, *response_);
     }
@@ -162,7 +162,7 @@ grpc::Status prepare_infer(const grpc::CallbackServerContext& call, const infere
 }
 
 grpc::Status too_many_calls(const ServiceContext& context) {
-  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+  return grpc::Status(static_cast<grpc::StatusCode>(oip::overload_grpc_code(context.overload)),
                       "this server has its maximum of " + std::to_string(context.max_calls) +
                           " inference calls and streams open (--max-calls); retry later");
 }
@@ -343,8 +343,8 @@ grpc::ServerUnaryReactor* control_model(grpc::CallbackServerContext* call, Servi
   }
   grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
   const bool queued = context.model_control->submit(
-      model, action, [reactor](std::optional<std::string> account, const Error& error) {
-        reactor->Finish(account ? grpc::Status::OK : status_for_error(error));
+      model, action, [reactor, overload = context.overload](std::optional<std::string> account, const Error& error) {
+        reactor->Finish(account ? grpc::Status::OK : status_for_error(error, overload));
       });
   if (!queued) {
     reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,

@@ -30,6 +30,7 @@ struct ServiceContext {
   std::uint32_t max_stream_in_flight = 256;
   std::size_t max_stream_queued_bytes = 16U << 20;  // a stream's answers waiting to be written
   std::uint32_t max_calls = 4096;                   // inference calls and streams open at once
+  oip::OverloadStatus overload = oip::OverloadStatus::k503;  // how a call shed for want of room ends
   std::uint64_t ready_max_queue = 65536;
   DaemonPool* pool = nullptr;
   StreamWatchdog* watchdog = nullptr;
@@ -68,7 +69,7 @@ struct PreparedInfer {
 grpc::Status prepare_infer(const grpc::CallbackServerContext& call, const inference::ModelInferRequest& request,
                            ServiceContext& context, PreparedInfer& out);
 
-// Takes one of max_calls for a new inference call or stream: false (answer RESOURCE_EXHAUSTED) when
+// Takes one of max_calls for a new inference call or stream: false (answer too_many_calls) when
 // none is left. release_call() gives it back when the call is done.
 bool take_call(ServiceContext& context);
 void release_call(ServiceContext& context);

@@ -152,7 +152,7 @@ class StreamInfer final : public grpc::ServerBidiReactor<inference::ModelInferRe
                  FanOut::Outcome&& outcome) {
     std::unique_ptr<Response> response;
     if (outcome.error) {
-      response = error_response(reply.id, status_for_error(*outcome.error));
+      response = error_response(reply.id, status_for_error(*outcome.error, context_.overload));
     } else {
       response = std::make_unique<Response>();
       fill_infer_response(reply, outcome.results, *response->mutable_infer_response());

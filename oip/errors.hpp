@@ -2,6 +2,8 @@
 // table so the two front-ends cannot drift apart (docs/OIP.md, "Errors").
 #pragma once
 
+#include <cstdint>
+
 #include "client_lib/client.hpp"
 
 namespace batchd::oip {
@@ -12,9 +14,24 @@ enum class GrpcCode : int {
   kInvalidArgument = 3,
   kDeadlineExceeded = 4,
   kNotFound = 5,
+  kResourceExhausted = 8,
   kInternal = 13,
   kUnavailable = 14,
 };
+
+// How a front-end says it sheds load (--overload-status). 503 and UNAVAILABLE by default: HAProxy
+// 2.6's retry-on, which deploy/haproxy relies on to send a shed request to another node, can name
+// 503 but not 429. 429 and RESOURCE_EXHAUSTED for balancers that count a 503 toward ejecting the
+// backend (Envoy's outlier detection, Google Cloud's, HAProxy's observe layer7) and a 429 not.
+enum class OverloadStatus : std::uint8_t { k503, k429 };
+
+constexpr unsigned overload_http_status(OverloadStatus overload) noexcept {
+  return overload == OverloadStatus::k429 ? 429 : 503;
+}
+
+constexpr GrpcCode overload_grpc_code(OverloadStatus overload) noexcept {
+  return overload == OverloadStatus::k429 ? GrpcCode::kResourceExhausted : GrpcCode::kUnavailable;
+}
 
 struct ErrorMapping {
   unsigned http_status;
@@ -22,10 +39,10 @@ struct ErrorMapping {
   GrpcCode grpc_code;
 };
 
-constexpr ErrorMapping map_error(ErrorCode code) noexcept {
+constexpr ErrorMapping map_error(ErrorCode code, OverloadStatus overload) noexcept {
   switch (code) {
     case ErrorCode::kTimeout: return {504, 0, GrpcCode::kDeadlineExceeded};
-    case ErrorCode::kOverloaded: return {503, 1, GrpcCode::kUnavailable};
+    case ErrorCode::kOverloaded: return {overload_http_status(overload), 1, overload_grpc_code(overload)};
     case ErrorCode::kTooLarge:
     case ErrorCode::kInvalidUtf8: return {400, 0, GrpcCode::kInvalidArgument};
     case ErrorCode::kBackendError:

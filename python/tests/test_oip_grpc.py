@@ -489,11 +489,15 @@ def test_a_deadline_longer_than_the_default_timeout_is_kept(start_daemon: Callab
         assert "deadline" in refusal.message()
 
 
-def test_calls_past_max_calls_are_resource_exhausted(start_daemon: Callable[..., str],
-                                                     start_grpc: Callable[..., str]) -> None:
-    """--max-calls bounds the inference calls and streams open at once; the next is refused at
-    once, and once a call ends there is room again."""
-    address = start_grpc(start_daemon("--backend", "cpu"), "--max-calls", "1")
+@pytest.mark.parametrize("overload_status,code", [(None, "UNAVAILABLE"), ("429", "RESOURCE_EXHAUSTED"),
+                                                  ("503", "UNAVAILABLE")])
+def test_calls_past_max_calls_are_shed(start_daemon: Callable[..., str], start_grpc: Callable[..., str],
+                                       overload_status: str | None, code: str) -> None:
+    """--max-calls bounds the inference calls and streams open at once; the next is shed at once
+    (UNAVAILABLE, or RESOURCE_EXHAUSTED under --overload-status 429), and once a call ends there
+    is room again."""
+    flags = ["--max-calls", "1"] + (["--overload-status", overload_status] if overload_status else [])
+    address = start_grpc(start_daemon("--backend", "cpu"), *flags)
     with triton.InferenceServerClient(address) as client:
         answers: queue.Queue = queue.Queue()
         client.start_stream(lambda result, error: answers.put((result, error)), stream_timeout=CALL_TIMEOUT_S)
@@ -502,7 +506,7 @@ def test_calls_past_max_calls_are_resource_exhausted(start_daemon: Callable[...,
             result, error = answers.get(timeout=CALL_TIMEOUT_S)  # the stream is open on the server now
             assert error is None, error
             refusal = _refusal(lambda: client.infer(MODEL, [_input(["x"])]))
-            assert refusal.status() == "StatusCode.RESOURCE_EXHAUSTED", refusal.message()
+            assert refusal.status() == "StatusCode." + code, refusal.message()
             assert "--max-calls" in refusal.message()
         finally:
             client.stop_stream()
@@ -512,7 +516,7 @@ def test_calls_past_max_calls_are_resource_exhausted(start_daemon: Callable[...,
                 _check_answers(client.infer(MODEL, [_input(["x"])]), ["x"], sha256_hex)
                 break
             except InferenceServerException as e:
-                assert e.status() == "StatusCode.RESOURCE_EXHAUSTED" and time.monotonic() < deadline, e
+                assert e.status() == "StatusCode." + code and time.monotonic() < deadline, e
 
 
 class _RawStream:

@@ -80,7 +80,7 @@ struct Fake final : HttpConnection::Handler {
                                             ErrorCode::kDaemonUnavailable, ErrorCode::kBackendUnavailable};
     const std::uint32_t pick = rng.next() % 8;
     Result result = pick < 5 ? Result::failure(kErrors[pick], "fake \"error\"\n") : Result::success(submit.input);
-    const Response response = response_for_result(std::move(result), submit.format);
+    const Response response = response_for_result(std::move(result), submit.format, oip::OverloadStatus::k503);
     expected[seq].status = response.status;
     conn.complete(seq, response);
   }

@@ -225,28 +225,39 @@ TEST_CASE("504 when the deadline passes; 500 with the backend's message; 503 whe
   }
 }
 
-TEST_CASE("503 overloaded with Retry-After when the daemon client has no free slot; /readyz reports it") {
-  Stack stack("auto", {"--workers", "1"},
-              {"--backend", "sim", "--sim-fixed-us", "400000", "--max-wait-ms", "1", "--slots-per-client", "16"});
-  HttpClient client(stack.frontend.port());
-  std::string burst;
-  constexpr int kRequests = 40;
-  for (int i = 0; i < kRequests; ++i) burst += batch_request("o" + std::to_string(i));
-  REQUIRE(client.send(burst));
-  HttpClient probe(stack.frontend.port());
-  const auto ready = probe.round_trip(make_request("GET", "/readyz"));
-  REQUIRE(ready.has_value());
-  check_error(*ready, 503, "overloaded");
-  int ok = 0;
-  int overloaded = 0;
-  for (int i = 0; i < kRequests; ++i) {
-    auto r = client.read_response();
-    REQUIRE(r.has_value());
-    if (r->status == 200) ++ok;
-    if (r->status == 503 && error_code_of(r->body) == "overloaded" && r->header("retry-after") == "1") ++overloaded;
+TEST_CASE("overloaded (503, or 429 by --overload-status) with Retry-After when no slot is free; /readyz says 503") {
+  for (const unsigned shed : {503U, 429U}) {
+    CAPTURE(shed);
+    std::vector<std::string> flags{"--workers", "1"};
+    if (shed == 429) flags.insert(flags.end(), {"--overload-status", "429"});
+    Stack stack("auto", flags,
+                {"--backend", "sim", "--sim-fixed-us", "400000", "--max-wait-ms", "1", "--slots-per-client", "16"});
+    HttpClient client(stack.frontend.port());
+    std::string burst;
+    constexpr int kRequests = 40;
+    for (int i = 0; i < kRequests; ++i) burst += batch_request("o" + std::to_string(i));
+    REQUIRE(client.send(burst));
+    // Readiness is the node's state, for a balancer's health check: 503 whatever shedding says.
+    HttpClient probe(stack.frontend.port());
+    const auto ready = probe.round_trip(make_request("GET", "/readyz"));
+    REQUIRE(ready.has_value());
+    check_error(*ready, 503, "overloaded");
+    int ok = 0;
+    int overloaded = 0;
+    for (int i = 0; i < kRequests; ++i) {
+      auto r = client.read_response();
+      REQUIRE(r.has_value());
+      if (r->status == 200) ++ok;
+      if (r->status == shed && error_code_of(r->body) == "overloaded" && r->header("retry-after") == "1") ++overloaded;
+    }
+    CHECK(ok == 16);
+    CHECK(overloaded == kRequests - 16);
+    // Shed answers are counted under their own status on /metrics (the probe's 503 among them).
+    const std::string metrics = stack.call(make_request("GET", "/metrics")).body;
+    const int counted = kRequests - 16 + (shed == 503 ? 1 : 0);
+    CHECK(metrics.find("code=\"" + std::to_string(shed) + "\"} " + std::to_string(counted) + "\n") !=
+          std::string::npos);
   }
-  CHECK(ok == 16);
-  CHECK(overloaded == kRequests - 16);
 }
 
 TEST_CASE("503 daemon_unavailable before the daemon starts, recovery when it comes, and again after it restarts") {

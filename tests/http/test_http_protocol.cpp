@@ -34,7 +34,8 @@ struct Harness final : HttpConnection::Handler {
     conn.pump(*this, 1);
   }
   void answer(std::size_t i, std::string output) {
-    conn.complete(submitted[i].first, response_for_result(Result::success(std::move(output)), submitted[i].second.format));
+    conn.complete(submitted[i].first, response_for_result(Result::success(std::move(output)),
+                                                          submitted[i].second.format, oip::OverloadStatus::k503));
     conn.pump(*this, 2);
   }
   std::string drain() {
@@ -303,10 +304,11 @@ TEST_CASE("priority: unknown classes, a non-string field and a disagreement are 
 }
 
 TEST_CASE("answers: JSON escaping, raw text, invalid UTF-8 output, and each error's status") {
-  const Response json = response_for_result(Result::success("a\"b\\c\n\x01"), BodyFormat::kJson);
+  const Response json =
+      response_for_result(Result::success("a\"b\\c\n\x01"), BodyFormat::kJson, oip::OverloadStatus::k503);
   CHECK(json.body == R"({"output":"a\"b\\c\u000a\u0001"})");
-  CHECK(response_for_result(Result::success("raw\n"), BodyFormat::kText).body == "raw\n");
-  CHECK(response_for_result(Result::success("\xFF"), BodyFormat::kJson).status == 500);
+  CHECK(response_for_result(Result::success("raw\n"), BodyFormat::kText, oip::OverloadStatus::k503).body == "raw\n");
+  CHECK(response_for_result(Result::success("\xFF"), BodyFormat::kJson, oip::OverloadStatus::k503).status == 500);
   struct Case {
     ErrorCode code;
     unsigned status;
@@ -316,9 +318,18 @@ TEST_CASE("answers: JSON escaping, raw text, invalid UTF-8 output, and each erro
                        Case{ErrorCode::kTooLarge, 413, false}, Case{ErrorCode::kInvalidUtf8, 400, false},
                        Case{ErrorCode::kDaemonUnavailable, 503, true}, Case{ErrorCode::kBackendError, 500, false},
                        Case{ErrorCode::kBackendUnavailable, 503, true}, Case{ErrorCode::kUnknownModel, 404, false}}) {
-    const Response r = response_for_error(Error{c.code, "why"});
+    const Response r = response_for_error(Error{c.code, "why"}, oip::OverloadStatus::k503);
     CHECK(r.status == c.status);
     CHECK((r.retry_after_s != 0) == c.retry);
     CHECK(r.body.find(R"("message":"why")") != std::string::npos);
+    // --overload-status 429 changes the answer to shedding and nothing else.
+    const Response r429 = response_for_error(Error{c.code, "why"}, oip::OverloadStatus::k429);
+    CHECK(r429.status == (c.code == ErrorCode::kOverloaded ? 429 : c.status));
+    CHECK(r429.retry_after_s == r.retry_after_s);
+    CHECK(r429.body == r.body);
   }
+  std::string wire;
+  serialize(response_for_error(Error{ErrorCode::kOverloaded, "full"}, oip::OverloadStatus::k429), Framing{}, wire);
+  CHECK(wire.starts_with("HTTP/1.1 429 Too Many Requests\r\n"));
+  CHECK(wire.find("\r\nRetry-After: 1\r\n") != std::string::npos);
 }

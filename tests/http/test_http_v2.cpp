@@ -622,12 +622,19 @@ TEST_CASE("v2 answers: the client library's errors, mapped as the protocol wants
         Case{ErrorCode::kDaemonUnavailable, 503, true}, Case{ErrorCode::kBackendUnavailable, 503, true},
         Case{ErrorCode::kUnknownModel, 404, false}}) {
     CAPTURE(static_cast<int>(c.code));
-    const Response r = v2_response_for_error(Error{c.code, "why \"quoted\""});
+    const Response r = v2_response_for_error(Error{c.code, "why \"quoted\""}, oip::OverloadStatus::k503);
     check_error(r, c.status, "why \"quoted\"");
     CHECK((r.retry_after_s != 0) == c.retry);
+    const Response r429 = v2_response_for_error(Error{c.code, "why \"quoted\""}, oip::OverloadStatus::k429);
+    check_error(r429, c.code == ErrorCode::kOverloaded ? 429 : c.status, "why \"quoted\"");
+    CHECK(r429.retry_after_s == r.retry_after_s);
   }
+  // gRPC's codes for shedding follow the same flag (batchd-grpc's --overload-status).
+  CHECK(oip::map_error(ErrorCode::kOverloaded, oip::OverloadStatus::k503).grpc_code == oip::GrpcCode::kUnavailable);
+  CHECK(oip::map_error(ErrorCode::kOverloaded, oip::OverloadStatus::k429).grpc_code ==
+        oip::GrpcCode::kResourceExhausted);
   std::string wire;
-  serialize(v2_response_for_error(Error{ErrorCode::kOverloaded, "full"}), Framing{}, wire);
+  serialize(v2_response_for_error(Error{ErrorCode::kOverloaded, "full"}, oip::OverloadStatus::k503), Framing{}, wire);
   CHECK(wire.starts_with("HTTP/1.1 503 "));
   CHECK(wire.find("\r\nRetry-After: 1\r\n") != std::string::npos);
   // A message that quotes a peer's bytes stays a valid JSON body.
