@@ -252,11 +252,13 @@ TEST_CASE("overloaded (503, or 429 by --overload-status) with Retry-After when n
     }
     CHECK(ok == 16);
     CHECK(overloaded == kRequests - 16);
-    // Shed answers are counted under their own status on /metrics (the probe's 503 among them).
-    const std::string metrics = stack.call(make_request("GET", "/metrics")).body;
-    const int counted = kRequests - 16 + (shed == 503 ? 1 : 0);
-    CHECK(metrics.find("code=\"" + std::to_string(shed) + "\"} " + std::to_string(counted) + "\n") !=
-          std::string::npos);
+    // 429s are counted under their own status on /metrics (where 503s are also the start-up's
+    // readiness polls and the probe's, so not counted exactly).
+    if (shed == 429) {
+      const std::string metrics = stack.call(make_request("GET", "/metrics")).body;
+      INFO(metrics);
+      CHECK(metrics.find("code=\"429\"} " + std::to_string(kRequests - 16) + "\n") != std::string::npos);
+    }
   }
 }
 
