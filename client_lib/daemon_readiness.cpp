@@ -28,6 +28,10 @@ std::optional<NotReady> daemon_not_ready(const Client& client, std::uint64_t max
   if (status.healthy_devices == 0 && !default_unloaded) {
     return NotReady{"no_healthy_device", "the daemon has no healthy device"};
   }
+  // The daemon is its model while it serves one; with more, each model's readiness says.
+  if (status.models.size() == 1 && status.models.front().state == "warming") {
+    return NotReady{"warming", "model " + status.models.front().name + " is warming up"};
+  }
   if (status.in_flight >= max_queue) {
     return NotReady{"overloaded", "the daemon's queue holds " + std::to_string(status.in_flight) + " requests"};
   }

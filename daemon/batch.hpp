@@ -82,6 +82,10 @@ struct Batch {
   // the pool, only to measure it; its answer is dropped (the original is answered elsewhere), and a
   // failure or a redirect drops it too.
   bool shadow = false;
+  // A warm-up run (a shadow too): the device it warms, whose lanes take requests once every such
+  // batch of it is released (Router::warm_up).
+  static constexpr std::uint32_t kNoWarmup = ~0U;
+  std::uint32_t warms_device = kNoWarmup;
   std::atomic<std::uint64_t> run_state{0};
   // While a run is abandoned: the watchdog copying it and the lane returning from it each hold it;
   // the last to let go returns it to the pool (Router::let_go_of_abandoned).
@@ -120,6 +124,7 @@ struct Batch {
     held_for_device = false;
     device_faults = 0;
     shadow = false;
+    warms_device = kNoWarmup;
   }
 
   // Moves the requests whose deadline has passed by now_ns into `other` (empty); both keep their

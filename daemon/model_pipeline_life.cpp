@@ -149,7 +149,11 @@ void ModelPipeline::remove() noexcept {
 
 void ModelPipeline::prepare(Hooks hooks) {
   hooks_ = hooks;
-  router_ = std::make_unique<Router>(*backend_, completer_, config_.settings.routing, std::move(hooks.on_batch_freed),
+  RouterOptions routing = config_.settings.routing;
+  // The warm-up's batches as the policy would make them (its limits are fitted to the backend).
+  for (std::uint32_t& size : routing.warmup.batch_sizes) size = std::min(size, limits().max_batch);
+  routing.warmup.max_batch_bytes = limits().max_batch_bytes;
+  router_ = std::make_unique<Router>(*backend_, completer_, std::move(routing), std::move(hooks.on_batch_freed),
                                      std::move(hooks.on_tick));
   if (workers_ != nullptr) {
     create_input_arena();

@@ -32,6 +32,8 @@ struct RawOptions {
   std::string cache_scope = "user";
   std::string coalesce = "auto";
   double cache_mib = 320.0;
+  std::vector<std::string> warmup_inputs;
+  std::uint32_t warmup_count = 0;  // inputs made up when none are given; 0: the largest batch's
 };
 
 // "D:V" pairs for the sim fault flags.
@@ -111,6 +113,22 @@ void define_worker_options(CLI::App& app, DaemonConfig& c, RawOptions& raw) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
+// A model's warm-up (docs/MODELS.md, "Warm-up").
+void define_warmup_options(CLI::App& app, DaemonConfig& c, RawOptions& raw) {
+  auto* w = app.add_option_group("warm-up", "batches each device runs before it takes requests");
+  w->add_option("--warmup-batch-sizes", c.routing.warmup.batch_sizes,
+                "run batches of these sizes (capped at --max-batch) on each device before the model is ready "
+                "and the device takes requests, at start, on load and on a worker's attach; none: no warm-up")
+      ->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->check(CLI::Range(1U, 1U << 20));
+  w->add_option("--warmup-inputs", raw.warmup_inputs, "the warm-up's inputs, cycled (repeatable; default: made up)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  w->add_option("--warmup-count", raw.warmup_count,
+                "without --warmup-inputs: this many made-up inputs (default: the largest warm-up batch's size)")
+      ->check(CLI::Range(1U, 1U << 20));
+  w->add_option("--warmup-rounds", c.routing.warmup.rounds, "times each warm-up batch size runs on each device")
+      ->capture_default_str()->check(CLI::Range(1U, 100U));
+}
+
 void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
   DaemonConfig& c = o.config;
   // The last value wins, so a flag overrides the same key from the config file.
@@ -156,9 +174,13 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
   sim->add_option("--sim-load-ms", c.sim.load_ms,
                   "making the backend (a model's load) takes this long")->capture_default_str()
       ->check(CLI::Range(0U, 600'000U));
+  sim->add_option("--sim-cold-ms", c.sim.cold_ms,
+                  "each device's first batch takes this much longer (a model's lazy initialisation)")
+      ->capture_default_str()->check(CLI::Range(0U, 600'000U));
   define_memory_options(app, *sim, c, raw);
   define_dead_letter_options(app, c, raw);
   define_worker_options(app, c, raw);
+  define_warmup_options(app, c, raw);
   app.add_option("--policy", raw.policy,
                  "adaptive: batch sizes and waits follow the measured batch cost and arrival rate, "
                  "within --max-batch and --max-wait-ms (docs/POLICY.md); fixed: flush at "
@@ -351,6 +373,32 @@ void finish(DaemonOptions& o, const RawOptions& raw) {
   c.cache_scope = raw.cache_scope == "all" ? ModelSettings::CacheScope::kAll : ModelSettings::CacheScope::kUser;
   if (raw.coalesce != "auto") c.coalesce = raw.coalesce == "on";
   c.cache_bytes = static_cast<std::uint64_t>(raw.cache_mib * 1024 * 1024);
+  WarmupOptions& warmup = c.routing.warmup;
+  warmup.inputs = raw.warmup_inputs;
+  if (warmup.inputs.empty() && !warmup.batch_sizes.empty()) {
+    const std::uint32_t count =
+        raw.warmup_count != 0 ? raw.warmup_count : *std::max_element(warmup.batch_sizes.begin(), warmup.batch_sizes.end());
+    for (std::uint32_t i = 0; i < count; ++i) warmup.inputs.push_back("batchd warm-up input " + std::to_string(i));
+  }
+}
+
+// A model's list replaces the top level's instead of adding to it: `flags`' values in `args`
+// ("--flag V ...", "--flag=V") go.
+std::vector<std::string> without_flags(const std::vector<std::string>& args, const std::vector<std::string>& flags) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const bool dropped = std::any_of(flags.begin(), flags.end(), [&](const std::string& flag) {
+      return args[i] == flag || args[i].starts_with(flag + "=");
+    });
+    if (!dropped) {
+      out.push_back(args[i]);
+      continue;
+    }
+    if (args[i].find('=') != std::string::npos) continue;
+    if (i + 1 < args.size()) ++i;  // its value, whatever it looks like
+    while (i + 1 < args.size() && !args[i + 1].starts_with("--")) ++i;  // more of them
+  }
+  return out;
 }
 
 // CLI11 parses a reversed vector.
@@ -424,7 +472,11 @@ Expected<ModelConfig> model_config(const ModelArgs& model, const std::vector<std
   RawOptions raw;
   CLI::App app;
   define_options(app, scratch, raw);
-  std::vector<std::string> all = daemon_args;
+  std::vector<std::string> lists;
+  for (const char* flag : {"--warmup-batch-sizes", "--warmup-inputs"}) {
+    if (std::find(model.args.begin(), model.args.end(), flag) != model.args.end()) lists.emplace_back(flag);
+  }
+  std::vector<std::string> all = without_flags(daemon_args, lists);
   all.insert(all.end(), model.args.begin(), model.args.end());
   try {
     parse_args(app, all);

@@ -73,6 +73,11 @@ void Router::place_batches_in(const InputArena& arena) {
 }
 
 void Router::start() {
+  // The devices present now warm up before they take requests; a worker's, when it attaches
+  // (open_device).
+  for (unsigned d = 0; d < health_.size(); ++d) {
+    if (health_[d]->present()) send_warmup(d, make_warmup(d));
+  }
   for (auto& lane : lanes_) {
     Lane* l = lane.get();
     l->worker = std::thread([this, l] { worker(*l); });
@@ -116,6 +121,13 @@ Batch* Router::acquire_extra() {
 }
 
 void Router::release(Batch* batch) noexcept {
+  if (batch->warms_device != Batch::kNoWarmup) {
+    const unsigned device = batch->warms_device;
+    if (speed_[device]->warming.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      spdlog::info("{} device {}: warmed up; it takes requests now", backend_.name(), device);
+      kick_watchdog();  // batches held for it go now
+    }
+  }
   batch->clear();
   handoff_release(batch);
   free_.enqueue(batch);
@@ -125,11 +137,13 @@ void Router::release(Batch* batch) noexcept {
 
 void Router::record_success(unsigned device, const Batch& batch, std::int64_t run_ns,
                             std::int64_t now_ns) noexcept {
-  health_[device]->record_success(batch.size(), run_ns, now_ns, batch.shadow);
-  // A window's cold first runs say how the device starts, not how fast it is (laggard_verdict.hpp).
-  if (speed_[device]->window_runs.fetch_add(1, std::memory_order_relaxed) >= LaggardVerdict::kColdBatches) {
-    cost_[device]->record(batch.size(), batch.input_bytes.size(), run_ns);
+  // A window's cold first runs say how the device starts, not how fast it is (laggard_verdict.hpp);
+  // a warm-up's are there to be paid, and its measured batch time starts after them too.
+  const bool cold = speed_[device]->window_runs.fetch_add(1, std::memory_order_relaxed) < LaggardVerdict::kColdBatches;
+  if (!cold || batch.warms_device == Batch::kNoWarmup) {
+    health_[device]->record_success(batch.size(), run_ns, now_ns, batch.shadow);
   }
+  if (!cold) cost_[device]->record(batch.size(), batch.input_bytes.size(), run_ns);
   if (latency_ != nullptr && !batch.shadow) record_latency(device, batch, now_ns - run_ns, run_ns);
 }
 
@@ -176,7 +190,7 @@ bool Router::any_available_outside(std::uint64_t mask, std::int64_t now_ns) cons
 }
 
 void Router::fail_unavailable(Batch* batch) noexcept {
-  if (options_.wait_for_devices && !abandon_waiting_.load(std::memory_order_acquire)) {
+  if ((options_.wait_for_devices || warming()) && !abandon_waiting_.load(std::memory_order_acquire)) {
     hold_for_device(batch, shm::monotonic_ns());
     return;
   }
@@ -352,7 +366,8 @@ void Router::finish(Lane& lane, Batch* batch, BackendStatus status) noexcept {
     const std::int64_t now_ns = shm::monotonic_ns();
     const std::int64_t run_ns = now_ns - lane.started_ns.load(std::memory_order_relaxed);
     if (batch->shadow) {
-      learn_from_probe(device, *batch, run_ns);
+      // A warm-up's run says how the device starts; the cost fit takes it past the cold ones.
+      if (batch->warms_device == Batch::kNoWarmup) learn_from_probe(device, *batch, run_ns);
       record_success(device, *batch, run_ns, now_ns);
       release(batch);  // the original was answered elsewhere
       return;

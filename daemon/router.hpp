@@ -10,6 +10,7 @@
 #include <concurrentqueue/blockingconcurrentqueue.h>
 #include <concurrentqueue/concurrentqueue.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bitset>
 #include <chrono>
@@ -123,6 +124,12 @@ class Router {
   [[nodiscard]] bool all_devices_lost() const noexcept {
     return !health_.empty() && lost_devices_.load(std::memory_order_acquire) == health_.size();
   }
+  // Some device runs its warm-up (RouterOptions::warmup) and takes no request until it is done;
+  // meanwhile a batch no other device can take waits for it. Any thread.
+  [[nodiscard]] bool warming() const noexcept {
+    return std::any_of(speed_.begin(), speed_.end(),
+                       [](const auto& s) { return s->warming.load(std::memory_order_acquire) != 0; });
+  }
   // Requests in batches handed to lanes (queued or running) and not finished.
   [[nodiscard]] std::uint64_t dispatched_requests() const noexcept;
   // A device's fitted batch cost.
@@ -184,10 +191,12 @@ class Router {
 
   enum class Verdict { kInputFails, kDeviceBroken, kUnknown };
 
-  // Whether a lane can take work now: its device available, the lane open and not stuck.
+  // Whether a lane can take work now: its device available and warmed up, the lane open and not
+  // stuck.
   [[nodiscard]] bool lane_usable(const Lane& lane, std::int64_t now_ns) const noexcept {
     return health_[lane.id.device]->available(now_ns) && !lane.stuck.load(std::memory_order_acquire) &&
-           lane.open.load(std::memory_order_acquire);
+           lane.open.load(std::memory_order_acquire) &&
+           speed_[lane.id.device]->warming.load(std::memory_order_acquire) == 0;
   }
   // Whether the lane's running batch has run far past its prediction (kStallFactor times and
   // kStallSlackNs more), or to the hang timeout: its lane is stalled, and nothing should wait
@@ -295,6 +304,12 @@ class Router {
   void hold_for_device(Batch* batch, std::int64_t now_ns) noexcept;
   // Answers the requests of a waiting batch whose deadline has passed; false if none is left.
   bool expire_waiting(Batch* batch, std::int64_t now_ns) noexcept;
+  // A device's warm-up batches (RouterOptions::warmup), counted in its SpeedState::warming before
+  // its lanes could be picked; send_warmup then queues them on its open lanes in turn. Warm-up
+  // batches are probes: a failure, a hang or a redirect drops them, and the last one released
+  // lets the device take requests.
+  std::vector<Batch*> make_warmup(unsigned device);
+  void send_warmup(unsigned device, const std::vector<Batch*>& batches) noexcept;
   // Wakes the watchdog for a pass now (a device arrived or left).
   void kick_watchdog() noexcept;
   // A batch ran successfully on `device` in run_ns: health and the cost fit learn of it.
@@ -372,6 +387,7 @@ class Router {
     std::atomic<std::int64_t> window_opened_ns{0};
     std::atomic<std::uint64_t> window_runs{0};  // measured since, cold ones included
     std::atomic<std::int64_t> probed_ns{0};     // when the last probe was sent
+    std::atomic<std::uint32_t> warming{0};      // its warm-up batches not yet released
   };
   std::vector<std::unique_ptr<SpeedState>> speed_;  // by device index
   // pool_speed()'s copy, any thread's to refresh (two refreshing at once compute the same).

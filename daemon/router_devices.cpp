@@ -1,6 +1,7 @@
 // Devices that come and go (worker processes): a place opens when a device arrives and closes
-// when it leaves; a batch whose device went away under it runs again elsewhere, blameless; a
-// batch that no device can take waits for one, within its requests' deadlines.
+// when it leaves; a device warms up before it takes requests; a batch whose device went away
+// under it runs again elsewhere, blameless; a batch that no device can take waits for one, within
+// its requests' deadlines.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -17,8 +18,51 @@ void Router::open_device(unsigned device, unsigned streams) noexcept {
   for (auto& lane : lanes_) {
     if (lane->id.device == device) lane->open.store(lane->id.stream < streams, std::memory_order_release);
   }
+  const std::vector<Batch*> warmup = make_warmup(device);  // counted before the device is there
   health_[device]->arrive();
+  send_warmup(device, warmup);
   kick_watchdog();  // batches waiting for a device go now, not at the next tick
+}
+
+std::vector<Batch*> Router::make_warmup(unsigned device) {
+  const WarmupOptions& plan = options_.warmup;
+  std::vector<Batch*> batches;
+  if (!plan.enabled()) return batches;
+  std::size_t next = 0;  // the inputs are cycled through every batch
+  for (unsigned round = 0; round < plan.rounds; ++round) {
+    for (const std::uint32_t size : plan.batch_sizes) {
+      Batch* batch = acquire_extra();
+      batch->shadow = true;
+      batch->warms_device = device;
+      batch->opened_ns = shm::monotonic_ns();
+      for (std::uint32_t i = 0; i < size; ++i) {
+        const std::string& input = plan.inputs[next % plan.inputs.size()];
+        if (i > 0 && batch->input_bytes.size() + input.size() > plan.max_batch_bytes) break;
+        batch->append(input, RequestRef{});
+        ++next;
+      }
+      batches.push_back(batch);
+    }
+  }
+  speed_[device]->warming.fetch_add(static_cast<std::uint32_t>(batches.size()), std::memory_order_acq_rel);
+  return batches;
+}
+
+void Router::send_warmup(unsigned device, const std::vector<Batch*>& batches) noexcept {
+  if (batches.empty()) return;
+  std::vector<Lane*> open;
+  for (auto& lane : lanes_) {
+    if (lane->id.device == device && lane->open.load(std::memory_order_acquire)) open.push_back(lane.get());
+  }
+  spdlog::info("{} device {}: warming up ({} batches) before it takes requests", backend_.name(), device,
+               batches.size());
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    if (open.empty()) {
+      release(batches[i]);  // no lane runs here (it closed meanwhile): nothing to warm
+      continue;
+    }
+    enqueue_on(*open[i % open.size()], batches[i]);
+  }
 }
 
 void Router::close_device(unsigned device) noexcept {

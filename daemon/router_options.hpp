@@ -3,11 +3,25 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "daemon/device_health.hpp"
 #include "daemon/memory_budget.hpp"
 
 namespace batchd {
+
+// Batches a device runs before it takes requests (docs/MODELS.md, "Warm-up"): a model's lazy
+// initialisation is paid there, not by its first callers, and its cost fit starts from them.
+// Rounds of batch_sizes in turn, of `inputs` cycled; none when batch_sizes is empty.
+struct WarmupOptions {
+  std::vector<std::uint32_t> batch_sizes;
+  std::vector<std::string> inputs;
+  unsigned rounds = 2;
+  std::uint64_t max_batch_bytes = std::uint64_t{16} << 20;  // a batch stops growing here
+  [[nodiscard]] bool enabled() const noexcept { return !batch_sizes.empty() && !inputs.empty(); }
+};
 
 struct RouterOptions {
   unsigned spare_batches = 2;  // batch objects beyond one per lane: the one filling and queued ones
@@ -21,6 +35,7 @@ struct RouterOptions {
   // its requests' deadlines, instead of failing "backend unavailable" at once.
   bool wait_for_devices = false;
   MemoryFeedbackOptions memory;  // --memory-feedback, --memory-high-water
+  WarmupOptions warmup;
 };
 
 }  // namespace batchd

@@ -15,6 +15,7 @@ namespace batchd {
 SimBackend::SimBackend(SimOptions options)
     : options_(std::move(options)),
       batches_run_(std::make_unique<std::atomic<std::uint64_t>[]>(std::max(1U, options_.devices))),
+      warm_(std::make_unique<std::atomic<bool>[]>(std::max(1U, options_.devices))),
       memory_(options_.devices, options_.memory_mib << 20, options_.memory_per_byte, options_.memory_other) {
   // As a real model's weights take a while to load: the daemon makes backends off its drain
   // thread (model control), and tests see a model in its loading state.
@@ -105,8 +106,11 @@ BackendStatus SimBackend::run_charged(unsigned device, const BatchInput& in, Bat
   for (const auto& [d, f] : options_.slow) {
     if (d == device) factor = f;
   }
+  // A model's lazy initialisation (CUDA's context, a framework's first call): paid once per device.
+  const double cold_ns =
+      options_.cold_ms != 0 && !warm_[device].exchange(true, std::memory_order_relaxed) ? options_.cold_ms * 1e6 : 0;
   const double cost_ns = (options_.fixed_us * 1e3 + options_.per_item_us * 1e3 * static_cast<double>(in.size()) +
-                          options_.per_byte_ns * static_cast<double>(in.bytes.size())) * factor;
+                          options_.per_byte_ns * static_cast<double>(in.bytes.size())) * factor + cold_ns;
   // The answers are made within the modelled time, as a device's work is: the batch takes its
   // cost, not its cost plus this host's time to make them (unless that is longer).
   const std::int64_t start_ns = shm::monotonic_ns();

@@ -36,6 +36,7 @@ struct SimOptions {
   std::string poison_prefix;                              // an input starting with it fails its batch
   std::uint32_t outage_ms = 0;                            // every device fails for this long after start
   std::uint32_t load_ms = 0;                              // making the backend takes this long (a model's load)
+  std::uint32_t cold_ms = 0;                              // each device's first batch takes this much longer
   std::uint64_t memory_mib = 0;                           // each device's memory; 0: unlimited
   std::uint64_t memory_per_byte = 1024;                   // device bytes a batch needs per input byte
   std::vector<MemoryRamp> memory_other;                   // another tenant's share over time
@@ -64,6 +65,7 @@ class SimBackend final : public Backend {
   SimOptions options_;
   std::int64_t started_ns_ = 0;  // after the load's wait: the outage and memory ramps count from it
   std::unique_ptr<std::atomic<std::uint64_t>[]> batches_run_;  // per device, for fail_every
+  std::unique_ptr<std::atomic<bool>[]> warm_;                  // per device: its first batch has run (cold_ms)
   SimMemory memory_;
   std::mutex mu_;
   std::condition_variable cv_;

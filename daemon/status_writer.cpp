@@ -169,7 +169,7 @@ void StatusWriter::publish_model_name(std::size_t id) noexcept {
 
 namespace {
 
-shm::StatusModelState model_state(ModelPipeline::Lifecycle lifecycle, unsigned lanes) noexcept {
+shm::StatusModelState model_state(ModelPipeline::Lifecycle lifecycle, unsigned lanes, bool warming) noexcept {
   switch (lifecycle) {
     case ModelPipeline::Lifecycle::kUnloading: return shm::StatusModelState::kUnloading;
     case ModelPipeline::Lifecycle::kUnloaded: return shm::StatusModelState::kUnloaded;
@@ -177,7 +177,8 @@ shm::StatusModelState model_state(ModelPipeline::Lifecycle lifecycle, unsigned l
     case ModelPipeline::Lifecycle::kRemoved: return shm::StatusModelState::kAbsent;
     case ModelPipeline::Lifecycle::kLoaded: break;
   }
-  return lanes > 0 ? shm::StatusModelState::kReady : shm::StatusModelState::kUnavailable;
+  if (lanes > 0) return shm::StatusModelState::kReady;
+  return warming ? shm::StatusModelState::kWarming : shm::StatusModelState::kUnavailable;
 }
 
 }  // namespace
@@ -190,7 +191,8 @@ void StatusWriter::publish_models() noexcept {
     shm::StatusModel& out = models_page_->model[m];
     const unsigned lanes = model.running() ? model.router().lane_view(now_ns).lanes : 0;
     out.lanes.store(lanes, relaxed);
-    out.state.store(static_cast<std::uint32_t>(model_state(model.lifecycle(), lanes)), relaxed);
+    const bool warming = model.running() && model.router().warming();
+    out.state.store(static_cast<std::uint32_t>(model_state(model.lifecycle(), lanes, warming)), relaxed);
     const std::uint64_t taken = model.taken();
     out.requests_taken.store(taken, relaxed);
     const ModelCounters& counters = stats_.by_model[m];

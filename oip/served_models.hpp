@@ -33,6 +33,8 @@ inline std::shared_ptr<const ModelCatalog> served_catalog(const DaemonStatus& st
     if (model.state == "ready") continue;
     if (model.state == "unloading" || model.state == "unloaded" || model.state == "loading") {
       models.back().unavailable = "model " + model.name + " is " + model.state;
+    } else if (model.state == "warming") {
+      models.back().unavailable = "model " + model.name + " is warming up (its warm-up batches run first)";
     } else {
       models.back().unavailable = model.backend == "workers" ? "no worker serving model " + model.name + " is attached"
                                                              : "no device can run model " + model.name + " now";

@@ -198,6 +198,7 @@ enum class StatusModelState : std::uint32_t {
   kUnloading = 3,  // answers what it holds, then releases its devices
   kUnloaded = 4,   // declared, not running: a load brings it back
   kLoading = 5,    // its backend is being made
+  kWarming = 6,    // takes requests, which wait while its devices run their warm-up batches
 };
 struct alignas(64) StatusModel {
   std::atomic<std::uint64_t> name[kStatusModelNameWords];

@@ -112,7 +112,8 @@ struct DaemonStatus {
   struct Model {
     std::string name, version, backend;
     // "ready"; "unavailable" (it takes requests, which wait for a lane: a workers model with no
-    // worker attached); "unloading", "unloaded" or "loading" (model control: batchctl load,
+    // worker attached); "warming" (it takes requests, which wait while its devices run their
+    // warm-up batches); "unloading", "unloaded" or "loading" (model control: batchctl load,
     // unload; requests are refused); or "absent" (the id names no model now).
     std::string state;
     std::uint32_t lanes = 0;  // that can run its batches now

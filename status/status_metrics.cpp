@@ -302,7 +302,7 @@ void render_model_turns(const DaemonStatus& status, std::string& out) {
 // Each model's state and counters: batchd's own names, and Triton's (nv_inference_*), with Triton's
 // meaning and labels, for the dashboards and autoscalers that read them.
 void render_models(const DaemonStatus& status, std::string& out) {
-  family(out, "batchd_model_state", "gauge", "1 for each model's state: ready, or unavailable (no lane can run it).");
+  family(out, "batchd_model_state", "gauge", "1 for each model's state: ready, warming, unavailable (no lane can run it), loading, ...");
   for (const DaemonStatus::Model& model : status.models) {
     fmt::format_to(std::back_inserter(out), "batchd_model_state{{{},backend=\"{}\",state=\"{}\"}} 1\n", model_labels(model),
                    label_value(model.backend), model.state);

@@ -298,7 +298,8 @@ std::uint32_t model_count(const shm::StatusModels& models) noexcept {
 }
 
 void read_models(const shm::StatusModels& in, DaemonStatus& out) {
-  static constexpr const char* kStates[] = {"absent", "ready", "unavailable", "unloading", "unloaded", "loading"};
+  static constexpr const char* kStates[] = {"absent",   "ready",   "unavailable", "unloading",
+                                            "unloaded", "loading", "warming"};
   const std::uint32_t count = model_count(in);
   out.models.reserve(count);
   for (std::uint32_t m = 0; m < count; ++m) {

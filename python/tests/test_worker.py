@@ -12,6 +12,8 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.error
+import urllib.request
 from typing import Callable, Iterator
 
 import batchd
@@ -183,3 +185,65 @@ def test_a_worker_serves_the_model_it_names(start_daemon: Callable[..., str]) ->
             assert time.monotonic() < deadline, client.status()["models"]
             time.sleep(0.02)
     assert serving.stop()
+
+
+def test_a_model_whose_first_call_is_slow_is_ready_only_once_warmed_up(
+        start_daemon: Callable[..., str], start_http: Callable[..., str]) -> None:
+    """A worker model with a warm-up: the worker's slow first call (a lazy initialisation) is paid
+    by the warm-up, the model is not ready until then (status page, /v2/models/NAME/ready), and its
+    first real request costs what a steady one does."""
+    socket = start_daemon("--backend", "cpu", "--max-wait-ms", "1", "--model",
+                          'slowstart:backend=workers,min_workers=0,max_wait_ms=1,device_timeout_ms=10000,'
+                          'warmup_batch_sizes="1,4",warmup_inputs=hello')
+    http = start_http(socket)
+    calls: list[list[str]] = []
+
+    def model(texts: list[str]) -> list[str]:
+        if not calls:
+            time.sleep(2.0)  # the model's first call initialises it
+        calls.append(list(texts))
+        time.sleep(0.02)
+        return sha256_batch(texts)
+
+    def ready_over_http() -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://{http}/v2/models/slowstart/ready", timeout=5) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    worker = batchd.Worker(socket, name="slowstart", concurrency=1)
+    serving = Serving(worker, lambda: worker.serve(model))
+    with batchd.Client(socket) as client:
+        def state() -> str:
+            return next(m["state"] for m in client.status()["models"] if m["name"] == "slowstart")
+
+        seen_states: set[str] = set()
+        warming_over_http = False
+        deadline = time.monotonic() + 30
+        while state() != "ready":
+            assert time.monotonic() < deadline, f"slowstart not ready within 30 s (seen: {seen_states})"
+            seen_states.add(state())
+            status, body = ready_over_http()
+            if status == 503 and "warming up" in body:
+                warming_over_http = True
+            else:
+                assert status == 503, body  # not ready over HTTP while the daemon says it is not
+            time.sleep(0.02)
+        assert "warming" in seen_states
+        assert warming_over_http
+        # Every warm-up batch ran before the model said ready: sizes 1 and 4, twice, of its input.
+        assert [len(c) for c in calls] == [1, 4, 1, 4]
+        assert all(text == "hello" for c in calls for text in c)
+
+        def timed(text: str) -> float:
+            started = time.monotonic()
+            assert client.submit(text, model="slowstart", timeout=10) == sha256_hex(text)
+            return time.monotonic() - started
+
+        first = timed("first")
+        steady = sorted(timed(f"steady {i}") for i in range(21))
+        p50 = steady[len(steady) // 2]
+        print(f"first request {first * 1e3:.1f} ms, steady p50 {p50 * 1e3:.1f} ms")
+        assert first <= 2 * p50, (first, p50)
+    serving.stop()
