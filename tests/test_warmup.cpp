@@ -115,9 +115,13 @@ TEST_CASE("a cold model is warming until its devices ran their warm-up; then its
       CHECK(not_ready->code == "warming");
       REQUIRE(state_is(*client, "batchstring", "ready"));
       CHECK_FALSE(daemon_not_ready(*client, 1 << 20).has_value());
+      // The model is ready once one device is warm; the other finishes its warm-up meanwhile.
       // The cost fit learnt from the warm-up, past its two cold batches, before any request.
-      const DaemonStatus status = client->daemon_status();
-      REQUIRE(status.devices.size() == 2);
+      DaemonStatus status;
+      REQUIRE(test::eventually([&] {
+        status = client->daemon_status();
+        return status.devices.size() == 2 && status.devices[0].probes == 2 && status.devices[1].probes == 2;
+      }, test::grace(10s)));
       for (const DaemonStatus::Device& device : status.devices) {
         CHECK(device.cost_samples >= 2);
         // Warm-up batches count as probes (nobody waits for them), past the two cold ones.
