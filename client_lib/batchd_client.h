@@ -88,6 +88,14 @@ batchd_status batchd_submit_to_model(batchd_client* client, const char* model, c
                                      size_t input_len, uint32_t timeout_ms, char** output,
                                      size_t* output_len, batchd_priority priority);
 
+/* batchd_submit_to_model, traced in the daemon under the caller's span: `traceparent` is a W3C
+ * traceparent ("00-<32 hex>-<16 hex>-01", NUL-terminated; docs/TRACING.md). NULL, or one not
+ * sampled (flags 00): the daemon's own sampling decides. One that is not a traceparent is
+ * BATCHD_INVALID_ARGUMENT, and nothing is sent. */
+batchd_status batchd_submit_traced(batchd_client* client, const char* model, const char* input, size_t input_len,
+                                   uint32_t timeout_ms, char** output, size_t* output_len,
+                                   batchd_priority priority, const char* traceparent);
+
 /* batchd_submit_many_with_priority with every request for the model named `model`, as
  * batchd_submit_to_model takes it. */
 batchd_status batchd_submit_many_to_model(batchd_client* client, const char* model,

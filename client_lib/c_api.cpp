@@ -8,6 +8,7 @@
 #include "client_lib/batchd_client.h"
 #include "client_lib/c_status.hpp"
 #include "client_lib/client.hpp"
+#include "client_lib/traceparent.hpp"
 
 using batchd::client_detail::to_status;
 
@@ -79,15 +80,25 @@ batchd_status batchd_submit_with_priority(batchd_client* client, const char* inp
 batchd_status batchd_submit_to_model(batchd_client* client, const char* model, const char* input,
                                      size_t input_len, uint32_t timeout_ms, char** output,
                                      size_t* output_len, batchd_priority priority) {
+  return batchd_submit_traced(client, model, input, input_len, timeout_ms, output, output_len, priority, nullptr);
+}
+
+batchd_status batchd_submit_traced(batchd_client* client, const char* model, const char* input, size_t input_len,
+                                   uint32_t timeout_ms, char** output, size_t* output_len,
+                                   batchd_priority priority, const char* traceparent) {
   const std::optional<batchd::Priority> cls = from_c(priority);
+  std::optional<batchd::TraceParent> parent;
+  if (traceparent != nullptr) parent = batchd::parse_traceparent(traceparent);
   if (client == nullptr || (input == nullptr && input_len != 0) || output == nullptr ||
-      output_len == nullptr || !cls) {
+      output_len == nullptr || !cls || (traceparent != nullptr && !parent)) {
     return BATCHD_INVALID_ARGUMENT;
   }
+  // An unsampled context is left to the daemon's sampler, as none.
+  const batchd::shm::TraceContext trace = parent && parent->sampled ? parent->context : batchd::shm::TraceContext{};
   try {
     batchd::Result result = client->client->submit(std::string_view(input, input_len),
                                                    std::chrono::milliseconds(timeout_ms),
-                                                   batchd::RequestOptions{*cls, model_name(model)});
+                                                   batchd::RequestOptions{*cls, model_name(model), 0, trace});
     const std::string& text = result.ok() ? result.output() : result.error().message;
     *output = copy_out(text, !result.ok());
     *output_len = text.size();

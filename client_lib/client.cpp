@@ -141,7 +141,8 @@ std::optional<Error> ClientImpl::write_locked(std::string_view input, std::strin
   if (request.request_id == 0) request.request_id = next_request_id();
   const std::uint32_t generation =
       seg.write_request(slot, input.data(), static_cast<std::uint32_t>(input.size()), request.deadline_ns,
-                        request.priority, use, request.request_id, request.model, request.cache_scope);
+                        request.priority, use, request.request_id, request.model, request.cache_scope,
+                        request.trace);
   if (!seg.stage(slot)) {
     // Cannot happen while slots == ring capacity, but a full ring must never lose a request.
     seg.slots[slot].use = Use::kFree;
@@ -187,6 +188,7 @@ Result ClientImpl::submit(std::string_view input, std::chrono::milliseconds time
   request.deadline_ns = deadline_after(timeout);
   request.priority = wire_priority(options.priority);
   request.cache_scope = options.cache_scope;
+  request.trace = options.trace;
   {
     std::lock_guard lock(mu_);
     std::string cached;
@@ -215,6 +217,7 @@ std::vector<Result> ClientImpl::submit_many(std::span<const std::string_view> in
       requests[i].deadline_ns = deadline_ns;
       requests[i].priority = wire_priority(options.priority);
       requests[i].cache_scope = options.cache_scope;
+      requests[i].trace = options.trace;
       std::string cached;
       if (auto bad = write_locked(inputs[i], options.model, Use::kSync, requests[i], &cached)) {
         refused[i] = Result::failure(bad->code, std::move(bad->message));

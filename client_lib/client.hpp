@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "shm/trace_context.hpp"
 #include "status/daemon_status.hpp"
 
 namespace batchd {
@@ -70,6 +71,10 @@ struct RequestOptions {
   // (docs/CACHE.md): an answer stored for one scope is never given to another. A front-end serving
   // callers of different credentials gives each its own; 0 (the default): the client's own.
   std::uint32_t cache_scope = 0;
+  // Trace it in the daemon (docs/TRACING.md): a span of the request, its wait and its run, and of
+  // the batch that ran it, in this trace, under this span (the caller's). None (the default): the
+  // daemon's own sampling decides.
+  shm::TraceContext trace{};
 };
 
 // The answer to one request, or why there is none.
@@ -204,6 +209,7 @@ class Client {
     Priority priority = Priority::kNormal;
     std::string_view model;
     std::uint32_t cache_scope = 0;  // as RequestOptions::cache_scope
+    shm::TraceContext trace{};      // as RequestOptions::trace
     std::uint64_t id = 0;           // out: for cancel(), when admitted
     std::optional<Error> refused;   // out: why it was refused at once; `done` is then never called
   };

@@ -24,6 +24,7 @@ std::optional<Error> ClientImpl::submit_async(std::string_view input,
   request.deadline_ns = deadline_after(timeout);
   request.priority = wire_priority(options.priority);
   request.cache_scope = options.cache_scope;
+  request.trace = options.trace;
   request.done = std::move(done);
   std::shared_ptr<Segment> seg;
   {
@@ -95,6 +96,7 @@ std::size_t ClientImpl::submit_async_batch(std::span<Client::AsyncSubmission> su
     request.deadline_ns = deadline_ns;
     request.priority = wire_priority(s.priority);
     request.cache_scope = s.cache_scope;
+    request.trace = s.trace;
     std::string cached;
     if ((s.refused = write_locked(s.input, s.model, Use::kAsync, request, &cached))) continue;
     request.done = std::move(s.done);

@@ -146,7 +146,7 @@ void ClientImpl::move_one_locked(Request& request, Use use, const std::shared_pt
   const std::uint32_t generation = fresh->write_request(slot, old.view.request_input(request.at.slot), bytes,
                                                        request.deadline_ns, request.priority, use,
                                                        request.request_id, request.model,
-                                                       request.cache_scope);
+                                                       request.cache_scope, request.trace);
   if (use == Use::kSync) fresh->slots[slot].waiter = &request;
   // The fresh ring is empty and as large as its slot table, so this cannot fail.
   (void)fresh->stage(slot);

@@ -70,7 +70,7 @@ std::uint64_t next_request_id() noexcept {
 std::uint32_t Segment::write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
                                      std::int64_t deadline_ns, shm::WirePriority priority, Use use,
                                      std::uint64_t request_id, std::uint32_t model,
-                                     std::uint32_t cache_scope) noexcept {
+                                     std::uint32_t cache_scope, const shm::TraceContext& trace) noexcept {
   SlotState& state = slots[slot];
   state.generation = state.generation % shm::kGenerationMask + 1;
   state.use = use;
@@ -84,6 +84,8 @@ std::uint32_t Segment::write_request(std::uint32_t slot, const void* input, std:
   header.request_id = request_id;
   header.model = model;
   header.cache_scope = cache_scope;
+  std::memcpy(header.trace_id, trace.trace_id.data(), sizeof header.trace_id);
+  std::memcpy(&header.trace_parent, trace.span_id.data(), sizeof header.trace_parent);
   // A withdrawal mark left by an earlier generation of this slot would otherwise match again
   // once the 24-bit generation wraps, and withdraw this request.
   header.cancel_generation.store(0, std::memory_order_relaxed);

@@ -92,7 +92,7 @@ struct Segment {
   std::uint32_t write_request(std::uint32_t slot, const void* input, std::uint32_t bytes,
                               std::int64_t deadline_ns, shm::WirePriority priority, Use use,
                               std::uint64_t request_id = 0, std::uint32_t model = 0,
-                              std::uint32_t cache_scope = 0) noexcept;
+                              std::uint32_t cache_scope = 0, const shm::TraceContext& trace = {}) noexcept;
   // Queues a written slot for the daemon, unless the daemon is gone: then the request waits in
   // its slot for the reattach to move it. False only when the ring is full. Nothing is visible to
   // the daemon until publish(). Guarded by ClientImpl::mu_.
@@ -125,6 +125,7 @@ struct Request {
   std::uint64_t request_id = 0;
   std::uint32_t model = 0;  // its model's id in its segment's daemon (shm::RequestSlotHeader)
   std::uint32_t cache_scope = 0;  // RequestOptions::cache_scope, kept for a move to a new daemon
+  shm::TraceContext trace{};      // RequestOptions::trace, likewise
   // Its model's name, by the client's index (ClientImpl::model_names_; 0: the default model):
   // a move to a restarted daemon looks the id up again there.
   std::uint16_t model_name = 0;

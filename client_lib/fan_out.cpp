@@ -38,6 +38,7 @@ std::vector<Client::AsyncSubmission> FanOut::prepare(std::span<const std::string
     submissions[i].priority = options.priority;
     submissions[i].model = options.model;
     submissions[i].cache_scope = options.cache_scope;
+    submissions[i].trace = options.trace;
     // A raw `this`: the capture fits std::function's inline storage, and self_ keeps it alive.
     submissions[i].done = [this, i](Result&& result) { on_answer(i, std::move(result)); };
   }

@@ -15,6 +15,7 @@
 #include "daemon/arena_vector.hpp"
 #include "daemon/client_session.hpp"
 #include "daemon/input_arena.hpp"
+#include "shm/trace_context.hpp"
 
 namespace batchd {
 
@@ -42,6 +43,9 @@ struct RequestRef {
   // entry's token there, and where that is.
   std::uint64_t lead = 0;
   Coalescer* coalescer = nullptr;
+  // Traced when its trace id is set (daemon/request_tracer.hpp): the span id is its parent's, the
+  // caller's (zero: a root, the daemon's own sample).
+  shm::TraceContext trace{};
 };
 
 // When a batched request's run may be given up for want of anyone waiting: its own deadline, or,
@@ -86,6 +90,9 @@ struct Batch {
   // batch of it is released (Router::warm_up).
   static constexpr std::uint32_t kNoWarmup = ~0U;
   std::uint32_t warms_device = kNoWarmup;
+  // Its last run: when it started, and where (daemon/request_tracer.hpp).
+  std::int64_t run_started_ns = 0;
+  std::uint32_t run_device = 0;
   std::atomic<std::uint64_t> run_state{0};
   // While a run is abandoned: the watchdog copying it and the lane returning from it each hold it;
   // the last to let go returns it to the pool (Router::let_go_of_abandoned).
@@ -125,6 +132,8 @@ struct Batch {
     device_faults = 0;
     shadow = false;
     warms_device = kNoWarmup;
+    run_started_ns = 0;
+    run_device = 0;
   }
 
   // Moves the requests whose deadline has passed by now_ns into `other` (empty); both keep their

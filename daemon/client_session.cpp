@@ -167,6 +167,11 @@ TakeResult ClientSession::take(TakenRequest& out, std::string& why) noexcept {
   out.request_id = shm::load_once(header.request_id);
   out.model = shm::load_once(header.model);
   out.cache_scope = shm::load_once(header.cache_scope);
+  const std::uint64_t trace_words[3] = {shm::load_once(header.trace_id[0]), shm::load_once(header.trace_id[1]),
+                                        shm::load_once(header.trace_parent)};
+  std::memcpy(out.trace.trace_id.data(), trace_words, sizeof out.trace.trace_id);
+  std::memcpy(out.trace.span_id.data(), trace_words + 2, sizeof out.trace.span_id);
+  if (!out.trace.valid()) out.trace = {};
   return TakeResult::kTaken;
 }
 

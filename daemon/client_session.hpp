@@ -22,6 +22,7 @@
 #include "shm/layout.hpp"
 #include "shm/ring.hpp"
 #include "shm/segment_view.hpp"
+#include "shm/trace_context.hpp"
 
 namespace batchd {
 
@@ -37,6 +38,7 @@ struct TakenRequest {
   std::uint64_t request_id = 0;  // the client's; any value is harmless (shm::RequestSlotHeader)
   std::uint32_t model = 0;       // as the client wrote it: checked at admission
   std::uint32_t cache_scope = 0;  // the client's; any value is harmless (shm::RequestSlotHeader)
+  shm::TraceContext trace{};      // the caller's, to trace it under; none when not valid
   bool downgraded = false;  // claimed a class above its client's grant, and runs at the grant
 };
 

@@ -79,6 +79,7 @@ void Completer::complete_one(const RequestRef& request, shm::WireStatus status,
     r.session->publish_finished(std::span(&entry, 1));
     r.session->signal_events();
   });
+  if (tracer_ != nullptr) tracer_->answered_unrun(request, status, payload);
 }
 
 namespace {
@@ -128,6 +129,9 @@ void Completer::complete_batch_with(Batch& batch, shm::WireStatus status,
     answer(request, status, message, [&](const RequestRef& r) { note_finished(scratch, r); });
   }
   tell_clients(scratch);
+  if (tracer_ != nullptr) {
+    for (const RequestRef& request : batch.requests) tracer_->answered_unrun(request, status, message);
+  }
 }
 
 void Completer::complete_batch(Batch& batch, const BackendStatus& status) noexcept {
@@ -146,6 +150,7 @@ void Completer::complete_batch(Batch& batch, const BackendStatus& status) noexce
   if (!error.empty()) {
     for (const RequestRef& request : batch.requests) answer(request, shm::WireStatus::kBackendError, error, notify);
     tell_clients(scratch);
+    if (tracer_ != nullptr) tracer_->batch_ran(batch, error);
     return;
   }
   std::int64_t store_start_ns = 0;
@@ -162,6 +167,7 @@ void Completer::complete_batch(Batch& batch, const BackendStatus& status) noexce
     answer_followers(request, shm::WireStatus::kOk, output, notify);
   }
   tell_clients(scratch);
+  if (tracer_ != nullptr) tracer_->batch_ran(batch, {});
   // A miss's time is its lookup's and its answer's store (Triton's miss duration).
   if (store_start_ns != 0 && batch.requests.front().model < stats_.by_model.size()) {
     const auto took_ns = static_cast<std::uint64_t>(shm::monotonic_ns() - store_start_ns);

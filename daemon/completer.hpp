@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "daemon/batch.hpp"
+#include "daemon/request_tracer.hpp"
 #include "daemon/response_caches.hpp"
 #include "daemon/stats.hpp"
 #include "shm/layout.hpp"
@@ -17,6 +18,9 @@ namespace batchd {
 class Completer {
  public:
   Completer(DaemonStats& stats, ResponseCaches& caches) noexcept : stats_(stats), caches_(caches) {}
+
+  // Before any batch: where traced requests' spans are made (none: nothing is traced).
+  void set_tracer(RequestTracer* tracer) noexcept { tracer_ = tracer; }
 
   // Where answers are kept (the pipelines look there before a request runs).
   [[nodiscard]] ResponseCaches& caches() const noexcept { return caches_; }
@@ -55,6 +59,7 @@ class Completer {
 
   DaemonStats& stats_;
   ResponseCaches& caches_;
+  RequestTracer* tracer_ = nullptr;
 };
 
 }  // namespace batchd

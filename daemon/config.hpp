@@ -15,6 +15,7 @@
 #include "daemon/sim_backend.hpp"
 #include "shm/layout.hpp"
 #include "shm/status_page.hpp"
+#include "tracing/trace_options.hpp"
 
 namespace batchd {
 
@@ -107,6 +108,7 @@ struct DaemonConfig : ModelSettings {
   std::uint64_t cache_bytes = 320ULL << 20;
   unsigned cache_users = 4;
   bool cache_test_one_bucket = false;  // tests: every key hashes alike (shm::CacheHash::kOneValue)
+  tracing::TraceOptions tracing;  // OpenTelemetry traces of requests (docs/TRACING.md)
   // The models served besides batchstring (model id 0), in id order from 1.
   std::vector<ModelConfig> models;
 };

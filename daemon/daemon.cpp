@@ -93,6 +93,7 @@ void Daemon::start() {
   handshake_ = std::make_unique<AttachHandshake>(AttachHandshake::Parts{
       config_, *control_, events_, reaper_, parked_, log_limit_, stats_, sessions_, workers_, models_, changes_,
       caches_, status_, *dead_letters_, stop_requested_});
+  start_tracing();
   for (auto& model : models_) model->prepare(hooks_for(*model));
   status_.publish_model_names();
   for (const auto& model : models_) status_.publish_policy(*model);
@@ -144,7 +145,22 @@ ModelPipeline::Hooks Daemon::hooks_for(ModelPipeline& model) {
   };
   hooks.dead_letters = dead_letters_.get();
   hooks.device_groups = &device_groups_;
+  hooks.tracer = tracer_.get();
   return hooks;
+}
+
+void Daemon::start_tracing() {
+  const tracing::TraceOptions& options = config_.tracing;
+  if (!options.enabled) return;
+  std::string why;
+  std::unique_ptr<tracing::SpanSink> sink = tracing::open_span_sink(options, "batchd", why);
+  if (!sink) throw std::runtime_error("cannot trace: " + why);
+  tracer_ = std::make_unique<RequestTracer>(options, std::move(sink));
+  completer_.set_tracer(tracer_.get());
+  spdlog::info("tracing: spans to {} over OTLP {}; {} of the requests without a sampled context{}",
+               options.endpoint, options.protocol,
+               options.rate == 0 ? std::string("none") : fmt::format("1 in {}", options.rate),
+               options.count < 0 ? std::string() : fmt::format(", {} at most", options.count));
 }
 
 

@@ -153,6 +153,8 @@ class Daemon : private ModelChanges::Host {
   void finish_lost();
   void ping_watchdog_if_due(std::int64_t now_ns);
 
+  // Tracing on: the span sink and the tracer (start-up: throws why it cannot be made).
+  void start_tracing();
   // --metrics-listen: binds and starts the listener (start-up: throws the address's trouble).
   void start_metrics_listener();
 
@@ -164,6 +166,9 @@ class Daemon : private ModelChanges::Host {
   DaemonStats stats_;
   // Before the completer, which keeps answers there, and the sessions, which hold its segments.
   ResponseCaches caches_{config_};
+  // Before the completer and the models, which hand it requests until they stop: made by start()
+  // where tracing is on.
+  std::unique_ptr<RequestTracer> tracer_;
   Completer completer_{stats_, caches_};
   // Before models_: their lanes record into it until they stop.
   std::unique_ptr<DeadLetterLog> dead_letters_;

@@ -23,6 +23,13 @@ constexpr std::int64_t kPoolPollNs = 1'000'000;
 void ModelPipeline::reject(const PendingRequest& request, shm::WireStatus status, const char* why) {
   RequestRef ref{request.session, request.taken.slot, request.taken.generation, request.taken.deadline_mono_ns};
   ref.model = id_;
+  ref.arrival_ns = request.arrival_ns;
+  ref.request_id = request.taken.request_id;
+  // Only a caller's own trace follows a refusal: the sampler picks among requests that run.
+  if (hooks_.tracer != nullptr && request.taken.trace.valid()) {
+    ref.trace = request.taken.trace;
+    hooks_.tracer->decide(ref.trace);
+  }
   completer_.reject(ref, status, why);
 }
 
@@ -103,6 +110,10 @@ bool ModelPipeline::move_into_batch(PendingRequest& request, std::int64_t now_ns
   }
   RequestRef ref{request.session, taken.slot, taken.generation, taken.deadline_mono_ns, taken.request_id,
                  request.arrival_ns, taken.priority, id_, taken.cache_scope};
+  if (hooks_.tracer != nullptr) {
+    ref.trace = taken.trace;
+    hooks_.tracer->decide(ref.trace);
+  }
   if (answered_without_running(ref, std::string_view(to, taken.input_bytes))) {
     batch.input_bytes.truncate(batch.input_bytes.size() - taken.input_bytes);
     return false;

@@ -25,6 +25,7 @@
 #include "daemon/config.hpp"
 #include "daemon/input_arena.hpp"
 #include "daemon/pending_queue.hpp"
+#include "daemon/request_tracer.hpp"
 #include "daemon/router.hpp"
 #include "daemon/stats.hpp"
 #include "daemon/worker_backend.hpp"
@@ -40,6 +41,7 @@ class ModelPipeline {
     std::function<void()> on_tick;         // the router's watchdog pass (its thread)
     DeadLetterLog* dead_letters = nullptr;
     DeviceGroups* device_groups = nullptr;  // where a backend's shared devices are taken turns on
+    RequestTracer* tracer = nullptr;        // none: nothing is traced
   };
 
   // `id`: the model id requests name it by (0: the default model). The batching limits are fitted

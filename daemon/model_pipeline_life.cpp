@@ -166,6 +166,7 @@ void ModelPipeline::prepare(Hooks hooks) {
                  config_.name, backend_->devices(), group);
   }
   router_->set_dead_letters(hooks_.dead_letters, config_.name);
+  if (hooks_.tracer != nullptr) hooks_.tracer->set_model(id_, config_.name, declared_.version);
   router_->set_latency(&stats_.latency, &stats_.by_model[id_], id_ == 0);
   completer_.caches().start_model(id_, config_.settings);
 }

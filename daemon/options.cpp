@@ -11,6 +11,7 @@
 #include "daemon/config_file.hpp"
 #include "shm/worker_region.hpp"
 #include "text/listen_address.hpp"
+#include "tracing/trace_options.hpp"
 
 namespace batchd {
 namespace {
@@ -181,6 +182,7 @@ void define_options(CLI::App& app, DaemonOptions& o, RawOptions& raw) {
   define_dead_letter_options(app, c, raw);
   define_worker_options(app, c, raw);
   define_warmup_options(app, c, raw);
+  tracing::add_trace_flags(app, c.tracing);
   app.add_option("--policy", raw.policy,
                  "adaptive: batch sizes and waits follow the measured batch cost and arrival rate, "
                  "within --max-batch and --max-wait-ms (docs/POLICY.md); fixed: flush at "
@@ -289,7 +291,8 @@ bool daemon_wide(std::string_view flag) {
       "--max-clients", "--max-clients-per-uid", "--attach-timeout-ms", "--allow-uid", "--allow-gid",
       "--high-priority-uid", "--high-priority-gid", "--metrics-listen", "--drain-spin-us", "--dead-letter",
       "--dead-letter-max-mib", "--dead-letter-inputs", "--model", "--cache-mib", "--cache-users",
-      "--cache-test-one-bucket"};
+      "--cache-test-one-bucket", "--trace-endpoint", "--trace-protocol", "--trace-rate", "--trace-count",
+      "--trace-resource"};
   return std::find(std::begin(kFlags), std::end(kFlags), flag) != std::end(kFlags);
 }
 
@@ -373,6 +376,11 @@ void finish(DaemonOptions& o, const RawOptions& raw) {
   c.cache_scope = raw.cache_scope == "all" ? ModelSettings::CacheScope::kAll : ModelSettings::CacheScope::kUser;
   if (raw.coalesce != "auto") c.coalesce = raw.coalesce == "on";
   c.cache_bytes = static_cast<std::uint64_t>(raw.cache_mib * 1024 * 1024);
+  try {
+    tracing::finish_trace_options(c.tracing);
+  } catch (const std::invalid_argument& e) {
+    throw CLI::ValidationError("tracing", e.what());
+  }
   WarmupOptions& warmup = c.routing.warmup;
   warmup.inputs = raw.warmup_inputs;
   if (warmup.inputs.empty() && !warmup.batch_sizes.empty()) {

@@ -291,6 +291,8 @@ void Router::run_or_dispatch(Batch* batch) noexcept {
     return;
   }
   probe_laggards(*batch, started_ns);
+  batch->run_started_ns = started_ns;
+  batch->run_device = lane->id.device;
   BackendStatus status = run_guarded(lane->id, batch->input(), batch->output);
   if (!status.ok) {
     on_failure(*lane, batch, std::move(status.message));
@@ -325,7 +327,9 @@ void Router::worker(Lane& lane) noexcept {
     lane.predicted_ns.store(static_cast<std::int64_t>(predict_run_ns(lane.id.device, static_cast<double>(batch->size()),
                                                                      static_cast<double>(batch->input_bytes.size()))),
                             std::memory_order_relaxed);
-    lane.started_ns.store(shm::monotonic_ns(), std::memory_order_relaxed);
+    batch->run_started_ns = shm::monotonic_ns();
+    batch->run_device = lane.id.device;
+    lane.started_ns.store(batch->run_started_ns, std::memory_order_relaxed);
     lane.running_token.store(token, std::memory_order_relaxed);
     lane.running.store(batch, std::memory_order_release);
     const std::uint64_t incarnation = health_[lane.id.device]->incarnation();

@@ -25,6 +25,7 @@
 #include "frontend/options.hpp"
 #include "frontend/priority_grants.hpp"
 #include "frontend/v2_api.hpp"
+#include "tracing/door_tracer.hpp"
 
 namespace batchd::http {
 
@@ -43,6 +44,7 @@ struct LoopContext {
   JobsService* jobs = nullptr;      // the asynchronous jobs' store and mailboxes, shared by the loops
   const grants::GrantPolicy* grants = nullptr;  // who may use which priority class
   ModelControlQueue* model_control = nullptr;   // --model-control: loads and unloads; else none
+  tracing::DoorTracer* tracer = nullptr;         // tracing on: the server spans' tracer; else none
 };
 
 class EventLoop final : private ApiContext {
@@ -106,7 +108,13 @@ class EventLoop final : private ApiContext {
   void poll_daemon();
   // Open Inference Protocol inferences (loop_v2.cpp)
   void on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, const grants::Resolved& granted);
-  void on_v2_answer(const Caller& caller, const V2Reply& reply, std::int64_t strings, FanOut::Outcome&& outcome);
+  void on_v2_answer(const Caller& caller, const V2Reply& reply, std::int64_t strings, const tracing::ServerSpan& span,
+                    FanOut::Outcome&& outcome);
+  // Tracing (loop_tracing.cpp): a request's server span, from its traceparent header (none while
+  // tracing is off, or when it is not traced), and its end with its answer's status.
+  [[nodiscard]] tracing::ServerSpan begin_trace(const Request& request) noexcept;
+  void end_trace(const tracing::ServerSpan& span, std::string_view route, std::string_view model,
+                 unsigned status) noexcept;
   // POST /v2/repository/models/NAME/load|unload: on the model-control queue, answered through
   // this loop's inbox.
   void control_model(const Caller& caller, V2ModelControl&& control);

@@ -22,6 +22,8 @@ struct EventLoop::Answer {
   std::uint64_t seq;
   std::int64_t started_ns;
   BodyFormat format;
+  tracing::ServerSpan span;  // traced: its server span, ended with the answer
+  std::string_view route;    // for the span's name: a literal
 };
 
 void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
@@ -52,13 +54,17 @@ void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
            now_ns_);
     return;
   }
-  const Answer target{this, conn.index, conn.generation, seq, now_ns_, submit.format};
+  const std::string_view route = submit.model.empty() ? "/v1/batchstring" : "/v1/models/{model_name}";
+  const Answer target{this, conn.index, conn.generation, seq, now_ns_, submit.format, begin_trace(request), route};
   std::uint64_t id = 0;
   std::optional<Error> refused = client->submit_async(
-      submit.input, submit.timeout, RequestOptions{admit(submit.priority, granted.max), submit.model, granted.cache_scope},
+      submit.input, submit.timeout,
+      RequestOptions{admit(submit.priority, granted.max), submit.model, granted.cache_scope, target.span.for_daemon()},
       [target](Result&& result) { target.loop->on_answer(target, std::move(result)); }, &id);
   if (refused) {
-    answer(conn, seq, response_for_error(*refused, options_.overload_status), now_ns_);
+    const Response response = response_for_error(*refused, options_.overload_status);
+    end_trace(target.span, route, submit.model, response.status);
+    answer(conn, seq, response, now_ns_);
     return;
   }
   conn.owed.emplace_back(seq, id);
@@ -80,12 +86,14 @@ void EventLoop::on_answer(const Answer& target, Result&& result) {
   --answers_owed_;
   metrics_.add_in_flight(-1);
   Conn* conn = lookup(target.index, target.generation);
+  const Response response = response_for_result(std::move(result), target.format, options_.overload_status);
+  end_trace(target.span, target.route, {}, response.status);
   if (conn == nullptr || conn->state == Conn::State::kClosing) {
     metrics_.answer_dropped();  // the caller left; its request was withdrawn if still unclaimed
     return;
   }
   std::erase_if(conn->owed, [&](const auto& owed) { return owed.first == target.seq; });
-  answer(*conn, target.seq, response_for_result(std::move(result), target.format, options_.overload_status), target.started_ns);
+  answer(*conn, target.seq, response, target.started_ns);
 }
 
 void EventLoop::withdraw_owed(Conn& conn) {

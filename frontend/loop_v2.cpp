@@ -41,11 +41,14 @@ void EventLoop::on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, 
   ++answers_owed_;
   metrics_.add_in_flight(strings);
   auto reply = std::make_shared<V2Reply>(std::move(infer.reply));
+  const tracing::ServerSpan span = begin_trace(request);
   // The description lives in `reply` (held below) while start reads its name.
   std::shared_ptr<FanOut> fan = FanOut::start(
       *client, infer.inputs, infer.timeout,
-      RequestOptions{admit(infer.priority, granted.max), reply->model->name, granted.cache_scope},
-      [this, caller, reply, strings](FanOut::Outcome&& outcome) { on_v2_answer(caller, *reply, strings, std::move(outcome)); });
+      RequestOptions{admit(infer.priority, granted.max), reply->model->name, granted.cache_scope, span.for_daemon()},
+      [this, caller, reply, strings, span](FanOut::Outcome&& outcome) {
+        on_v2_answer(caller, *reply, strings, span, std::move(outcome));
+      });
   // Kept with the connection until answered, so a caller that goes withdraws its strings. (A
   // refusal was answered inside start; other answers come from this thread's poll, later.)
   if (!fan->answered()) conn.fans.emplace_back(seq, std::move(fan));
@@ -73,13 +76,14 @@ void EventLoop::control_model(const Caller& caller, V2ModelControl&& control) {
 }
 
 void EventLoop::on_v2_answer(const Caller& caller, const V2Reply& reply, std::int64_t strings,
-                             FanOut::Outcome&& outcome) {
+                             const tracing::ServerSpan& span, FanOut::Outcome&& outcome) {
   --answers_owed_;
   metrics_.add_in_flight(-strings);
   const Response response =
       outcome.error ? v2_response_for_error(*outcome.error, options_.overload_status) : v2_infer_response(reply, outcome.results);
   metrics_.record_inference(reply.model->id, response.status == 200, now_ns_ - caller.started_ns,
                             static_cast<std::size_t>(strings));
+  end_trace(span, "/v2/models/{model_name}/infer", reply.model->name, response.status);
   Conn* conn = lookup(caller.index, caller.generation);
   if (conn == nullptr || conn->state == Conn::State::kClosing) {
     metrics_.answer_dropped();  // the caller left; its strings were withdrawn if still unclaimed

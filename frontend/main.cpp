@@ -14,6 +14,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -65,6 +66,7 @@ void add_flags(CLI::App& app, FrontendOptions& o, std::string& io_mode, std::str
   app.add_option("--ready-max-queue", o.ready_max_queue, "/readyz fails while the daemon's queue is this deep")
       ->capture_default_str();
   batchd::oip::add_overload_status_flag(app, o.overload_status);
+  batchd::tracing::add_trace_flags(app, o.tracing);
   app.add_option("--drain-timeout-ms", o.drain_timeout_ms,
                  "on SIGTERM, wait at most this long for answers owed (0: --max-timeout-ms + 1 s)")
       ->capture_default_str();
@@ -151,13 +153,19 @@ int run_workers(const FrontendOptions& options, const batchd::http::UringFeature
     client.socket_path = options.socket_path;
     model_control = std::make_unique<batchd::ModelControlQueue>(client, std::chrono::milliseconds(options.max_timeout_ms));
   }
+  // Before the loops, which hand it spans until they end; it flushes what is queued last.
+  const std::unique_ptr<batchd::tracing::DoorTracer> tracer = batchd::tracing::open_door_tracer(options.tracing, "batchd-http");
+  if (tracer) {
+    spdlog::info("batchd-http: tracing: spans to {} over OTLP {}; 1 in {} of the requests without a sampled context",
+                 options.tracing.endpoint, options.tracing.protocol, options.tracing.rate);
+  }
   std::vector<std::thread> threads;
   for (unsigned i = 0; i < options.workers; ++i) {
     threads.emplace_back([&, i] {
       try {
         batchd::http::EventLoop loop(
             {i, listeners[i], wake_fds[i], &stop, &leaving, &options, &features, &metrics, jobs.get(), &grants,
-             model_control.get()});
+             model_control.get(), tracer.get()});
         loop.run();
       } catch (const std::exception& e) {
         spdlog::critical("batchd-http: worker {}: {}", i, e.what());
@@ -204,6 +212,12 @@ int main(int argc, char** argv) {
   add_flags(app, options, io_mode, log_level);
   batchd::grants::add_grant_flags(app, grant_flags, batchd::grants::kGrantHeader);
   CLI11_PARSE(app, argc, argv);
+  try {
+    batchd::tracing::finish_trace_options(options.tracing);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "batchd-http: %s\n", e.what());
+    return 2;
+  }
   options.io_mode = io_mode == "basic" ? batchd::http::IoMode::kBasic : batchd::http::IoMode::kAuto;
   // Diagnostics go to stderr, as batchd's do (journald reads both; a failed start is looked for there).
   spdlog::set_default_logger(

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "oip/errors.hpp"
+#include "tracing/trace_options.hpp"
 
 namespace batchd::http {
 
@@ -52,6 +53,7 @@ struct FrontendOptions {
   std::uint32_t jobs_inputs_in_flight = 1024;  // this node's consumer's ceiling
   std::vector<std::string> jobs_results_streams;  // models publishing their answers ("*": all)
   std::uint64_t jobs_results_max = 100000;        // entries a results stream keeps, about
+  tracing::TraceOptions tracing;                  // --trace-*: server spans (docs/TRACING.md)
 };
 
 }  // namespace batchd::http

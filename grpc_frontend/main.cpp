@@ -16,8 +16,10 @@
 #include <spdlog/spdlog.h>
 
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "daemon/metrics_listener.hpp"
 #include "frontend/grant_flags.hpp"
@@ -74,6 +76,7 @@ void add_flags(CLI::App& app, GrpcOptions& o, std::string& log_level) {
   app.add_option("--ready-max-queue", o.ready_max_queue, "ServerReady fails while the daemon's queue is this deep")
       ->capture_default_str();
   batchd::oip::add_overload_status_flag(app, o.overload_status);
+  batchd::tracing::add_trace_flags(app, o.tracing);
   app.add_option("--drain-timeout-ms", o.drain_timeout_ms,
                  "on SIGTERM, wait at most this long for RPCs in flight (0: --max-timeout-ms + 1 s)")
       ->capture_default_str();
@@ -126,6 +129,9 @@ int serve(const GrpcOptions& options, batchd::grants::GrantPolicy grants, const 
   context.max_stream_queued_bytes = options.max_stream_queued_bytes;
   context.max_calls = options.max_calls;
   context.overload = options.overload_status;
+  // Made before the server, which hands it spans until it stops; it flushes what is queued last.
+  const std::unique_ptr<batchd::tracing::DoorTracer> tracer = batchd::tracing::open_door_tracer(options.tracing, "batchd-grpc");
+  context.tracer = tracer.get();
   context.ready_max_queue = options.ready_max_queue;
   context.pool = &pool;
   context.grants = std::move(grants);
@@ -182,6 +188,12 @@ int main(int argc, char** argv) {
   add_flags(app, options, log_level);
   batchd::grants::add_grant_flags(app, grant_flags, "x-batchd-priority-grant");
   CLI11_PARSE(app, argc, argv);
+  try {
+    batchd::tracing::finish_trace_options(options.tracing);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "batchd-grpc: %s\n", e.what());
+    return 2;
+  }
   spdlog::set_default_logger(
       std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   spdlog::set_level(spdlog::level::from_str(log_level));

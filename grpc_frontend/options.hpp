@@ -5,6 +5,7 @@
 #include <string>
 
 #include "oip/errors.hpp"
+#include "tracing/trace_options.hpp"
 
 namespace batchd::grpcfront {
 
@@ -32,6 +33,7 @@ struct GrpcOptions {
   std::uint64_t ready_max_queue = 65536;   // ServerReady fails while the daemon's queue is this deep
   std::int64_t drain_timeout_ms = 0;       // SIGTERM: longest wait for RPCs; 0: max_timeout_ms + 1 s
   std::string metrics_listen;              // ADDR:PORT for GET /metrics; empty: none
+  tracing::TraceOptions tracing;           // --trace-*: server spans (docs/TRACING.md)
 };
 
 }  // namespace batchd::grpcfront

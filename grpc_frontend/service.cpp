@@ -6,6 +6,7 @@
 
 #include "client_lib/fan_out.hpp"
 #include "grpc_frontend/call_grant.hpp"
+#include "grpc_frontend/call_tracing.hpp"
 #include "oip/model.hpp"
 #include "oip/served_models.hpp"
 #include "shm/clock.hpp"
@@ -78,9 +79,10 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
     }
     reply_ = std::move(prepared.parsed.reply);
     strings_ = prepared.parsed.inputs.size();
+    span_ = prepared.span;
     std::shared_ptr<FanOut> fan =
         FanOut::start(*prepared.client, prepared.parsed.inputs, prepared.timeout,
-                      RequestOptions{prepared.priority, reply_.model->name, prepared.cache_scope},
+                      RequestOptions{prepared.priority, reply_.model->name, prepared.cache_scope, span_.for_daemon()},
                       [this](FanOut::Outcome&& outcome) { on_answer(std::move(outcome)); });
     std::lock_guard lock(mu_);
     fan_ = std::move(fan);
@@ -94,6 +96,7 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
       fill_infer_response(reply_, outcome.results, *response_);
     }
     context_.counters.record(reply_.model->id, status.ok(), shm::monotonic_ns() - started_ns_, strings_);
+    end_call_trace(context_.tracer, span_, "ModelInfer", reply_.model->name, status);
     Finish(status);
   }
 
@@ -105,6 +108,7 @@ class UnaryInfer final : public grpc::ServerUnaryReactor {
   ServiceContext& context_;
   std::int64_t started_ns_;
   InferReply reply_;
+  tracing::ServerSpan span_;
   std::size_t strings_ = 0;
   std::atomic<int> refs_{2};  // gRPC's (until OnDone) and the constructor's
   std::mutex mu_;
@@ -158,6 +162,7 @@ grpc::Status prepare_infer(const grpc::CallbackServerContext& call, const infere
   if (capped.downgraded) context.grant_counters.downgraded(out.parsed.priority, capped.priority);
   out.priority = capped.priority;
   out.cache_scope = granted.cache_scope;
+  out.span = begin_call_trace(context.tracer, call);
   return grpc::Status::OK;
 }
 

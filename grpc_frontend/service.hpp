@@ -18,6 +18,7 @@
 #include "grpc_frontend/infer_request.hpp"
 #include "grpc_frontend/options.hpp"
 #include "grpc_frontend/stream_watchdog.hpp"
+#include "tracing/door_tracer.hpp"
 #include "oip/grpc_service.grpc.pb.h"
 #include "oip/infer_counters.hpp"
 #include "oip/model.hpp"
@@ -31,6 +32,7 @@ struct ServiceContext {
   std::size_t max_stream_queued_bytes = 16U << 20;  // a stream's answers waiting to be written
   std::uint32_t max_calls = 4096;                   // inference calls and streams open at once
   oip::OverloadStatus overload = oip::OverloadStatus::k503;  // how a call shed for want of room ends
+  tracing::DoorTracer* tracer = nullptr;  // tracing on: the server spans' tracer; else none
   std::uint64_t ready_max_queue = 65536;
   DaemonPool* pool = nullptr;
   StreamWatchdog* watchdog = nullptr;
@@ -58,6 +60,7 @@ struct PreparedInfer {
   std::chrono::milliseconds timeout{};  // what the daemon is given: see prepare_infer
   Priority priority = Priority::kNormal;  // the claim, capped at the caller's grant
   std::uint32_t cache_scope = 0;          // the caller's (grants::Resolved::cache_scope)
+  tracing::ServerSpan span;               // traced: its server span (call_tracing.hpp)
 };
 
 // Checks `request` (parse_infer_request) and picks a daemon client. The timeout is the request's

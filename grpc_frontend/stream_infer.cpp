@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "client_lib/fan_out.hpp"
+#include "grpc_frontend/call_tracing.hpp"
 #include "grpc_frontend/service.hpp"
 #include "oip/model.hpp"
 #include "shm/clock.hpp"
@@ -130,11 +131,12 @@ class StreamInfer final : public grpc::ServerBidiReactor<inference::ModelInferRe
     }
     auto reply = std::make_shared<InferReply>(std::move(prepared.parsed.reply));
     const std::size_t strings = prepared.parsed.inputs.size();
+    const tracing::ServerSpan span = prepared.span;
     std::shared_ptr<FanOut> fan = FanOut::start(
         *prepared.client, prepared.parsed.inputs, prepared.timeout,
-        RequestOptions{prepared.priority, reply->model->name, prepared.cache_scope},
-        [this, serial, reply, strings, started_ns](FanOut::Outcome&& outcome) {
-          on_answer(serial, *reply, strings, started_ns, std::move(outcome));
+        RequestOptions{prepared.priority, reply->model->name, prepared.cache_scope, span.for_daemon()},
+        [this, serial, reply, strings, started_ns, span](FanOut::Outcome&& outcome) {
+          on_answer(serial, *reply, strings, started_ns, span, std::move(outcome));
         });
     bool cancel = false;
     {
@@ -149,14 +151,16 @@ class StreamInfer final : public grpc::ServerBidiReactor<inference::ModelInferRe
   }
 
   void on_answer(std::uint64_t serial, const InferReply& reply, std::size_t strings, std::int64_t started_ns,
-                 FanOut::Outcome&& outcome) {
+                 const tracing::ServerSpan& span, FanOut::Outcome&& outcome) {
     std::unique_ptr<Response> response;
+    const grpc::Status status = outcome.error ? status_for_error(*outcome.error, context_.overload) : grpc::Status::OK;
     if (outcome.error) {
-      response = error_response(reply.id, status_for_error(*outcome.error, context_.overload));
+      response = error_response(reply.id, status);
     } else {
       response = std::make_unique<Response>();
       fill_infer_response(reply, outcome.results, *response->mutable_infer_response());
     }
+    end_call_trace(context_.tracer, span, "ModelStreamInfer", reply.model->name, status);
     context_.counters.record(reply.model->id, !outcome.error, shm::monotonic_ns() - started_ns, strings);
     std::unique_lock lock(mu_);
     in_flight_.erase(serial);

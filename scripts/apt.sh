@@ -11,6 +11,15 @@ apt_get() {  # apt-get command and arguments
   $apt_sudo env DEBIAN_FRONTEND=noninteractive apt-get "$@" -y -qq --no-install-recommends >/dev/null
 }
 
+# Debian's bookworm-backports suite, where opentelemetry-cpp-dev comes from (tracing: its stable
+# suite has none). Added once; apt_install_missing's update then reads it.
+apt_add_backports() {
+  local list=/etc/apt/sources.list.d/bookworm-backports.sources
+  if [ -e "$list" ] || grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d; then return; fi
+  printf '%s\n' "Types: deb" "URIs: http://deb.debian.org/debian" "Suites: bookworm-backports" "Components: main" \
+    "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" | $apt_sudo tee "$list" >/dev/null
+}
+
 apt_install_missing() {  # who asks (for the message), packages...
   local who=$1 p
   shift

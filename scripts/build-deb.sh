@@ -18,6 +18,7 @@ out=$(realpath -m "${1:-build-deb}")
 
 # shellcheck source=scripts/apt.sh
 . scripts/apt.sh
+apt_add_backports  # opentelemetry-cpp-dev, a Build-Depends
 apt_install_missing build-deb dpkg-dev debhelper lintian fakeroot
 
 # The changelog's version is the package's: it must be meson's project version.

@@ -11,6 +11,7 @@ packages=(
   libcli11-dev libfmt-dev libspdlog-dev libsimdjson-dev libxxhash-dev libtomlplusplus-dev libsystemd-dev
   libhiredis-dev redis-server
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # batchd-grpc
+  opentelemetry-cpp-dev  # tracing (from bookworm-backports: apt_add_backports)
   libasan8 libubsan1 libtsan2
   curl clang libclang-rt-14-dev systemd
   haproxy prometheus libncurses-dev tmux
@@ -21,6 +22,7 @@ packages=(
 
 # shellcheck source=scripts/apt.sh
 . scripts/apt.sh
+apt_add_backports
 apt_install_missing setup "${packages[@]}"
 
 # The project's Python environment; scripts/test.sh runs it by itself (SETUP_SKIP_VENV=1 here),

@@ -225,7 +225,9 @@ if [ "$quick" = 0 ]; then
     -Dcuda=disabled -Dtest_scale=0.25 -Dunity=on -Dunity_size=100 "${debug_info[@]}" || exit 1
   # No gRPC in TSan's: its tests run none (Debian's gRPC is not built for TSan), and compiling the
   # generated protobuf code under TSan for batchd-stress's --grpc alone cost its compile minutes.
-  configure build-tsan -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false -Dgrpc=disabled \
+  # Nor the OpenTelemetry SDK, built on the same gRPC and absl: tracing's own code (the tracer, the
+  # sampler, the door) is tested there against a sink of the test's.
+  configure build-tsan -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false -Dgrpc=disabled -Dtracing=disabled \
     -Dcuda=disabled -Dtest_scale=0.2 -Dunity=on -Dunity_size=100 "${debug_info[@]}" || exit 1
   builds+=(build-asan build-tsan)
   phase "configure the sanitizer builds" "$started"

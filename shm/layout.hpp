@@ -141,6 +141,12 @@ struct alignas(kCacheLine) RequestSlotHeader {
   // which never wrote this padding, asks for). Untrusted: a client may name any scope of its own
   // user's segment, all of which it can read anyway.
   std::uint32_t cache_scope;
+  // The request's trace context (shm/trace_context.hpp) when the daemon is to trace it, as words
+  // of its bytes: the trace id, then the parent span's id. All zero: not traced (what an older
+  // client, which never wrote this padding, asks for). Untrusted: it names only the spans the
+  // daemon exports for this request, and an invalid one (an id of zeroes) is none.
+  std::uint64_t trace_id[2];
+  std::uint64_t trace_parent;
 };
 
 // Per-request result the daemon writes; the output bytes (or an error message) follow.
@@ -174,6 +180,8 @@ static_assert(offsetof(RequestSlotHeader, deadline_mono_ns) == 16);
 static_assert(offsetof(RequestSlotHeader, request_id) == 24, "in what was padding: no layout version bump");
 static_assert(offsetof(RequestSlotHeader, model) == 32, "in what was padding: no layout version bump");
 static_assert(offsetof(RequestSlotHeader, cache_scope) == 36, "in what was padding");
+static_assert(offsetof(RequestSlotHeader, trace_id) == 40 && offsetof(RequestSlotHeader, trace_parent) == 56,
+              "in what was padding");
 static_assert(std::is_standard_layout_v<CompletionSlotHeader> && sizeof(CompletionSlotHeader) == kCacheLine);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free && std::atomic<std::uint64_t>::is_always_lock_free,
               "atomics in shared memory must not hide a lock");

@@ -50,3 +50,17 @@ int c_api_priority_round(const char* socket_path, batchd_priority priority, size
   batchd_client_close(client);
   return (int)status;
 }
+
+/* batchd_submit_traced as a C caller writes it: one request under `traceparent` (NULL: none).
+ * Returns its status; the answer is freed unread. */
+int c_api_traced(const char* socket_path, const char* traceparent) {
+  batchd_status status = BATCHD_OK;
+  batchd_client* client = batchd_client_connect(socket_path, 2000, &status);
+  if (client == NULL) return (int)status;
+  char* output = NULL;
+  size_t len = 0;
+  status = batchd_submit_traced(client, NULL, "traced", 6, 5000, &output, &len, BATCHD_PRIORITY_NORMAL, traceparent);
+  batchd_free(output);
+  batchd_client_close(client);
+  return (int)status;
+}

@@ -243,3 +243,21 @@ TEST_CASE("the C ABI: batchd_submit_with_priority and batchd_submit_many_with_pr
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // two status publications
   CHECK(watcher->daemon_status().requests_taken_by_class == expected);
 }
+
+extern "C" int c_api_traced(const char* socket_path, const char* traceparent);
+
+TEST_CASE("the C ABI: batchd_submit_traced takes a W3C traceparent, and refuses what is not one") {
+  const std::string path = batchd::test::temp_socket_path();
+  batchd::test::DaemonProcess daemon(path, {"--backend", "cpu", "--max-wait-ms", "1"});
+  auto watcher = batchd::test::connect(path);
+  CHECK(c_api_traced(path.c_str(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01") == BATCHD_OK);
+  CHECK(c_api_traced(path.c_str(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00") == BATCHD_OK);
+  CHECK(c_api_traced(path.c_str(), nullptr) == BATCHD_OK);
+  CHECK(c_api_traced(path.c_str(), "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01") ==
+        BATCHD_INVALID_ARGUMENT);
+  CHECK(c_api_traced(path.c_str(), "not a traceparent") == BATCHD_INVALID_ARGUMENT);
+  // The refused ones were never sent (the page is published every few tens of milliseconds).
+  CHECK(batchd::test::eventually([&] { return watcher->daemon_status().requests_taken == 3; }, std::chrono::seconds(5)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(watcher->daemon_status().requests_taken == 3);
+}

@@ -146,3 +146,50 @@ def start_http(socket_dir: str) -> Iterator[Callable[..., str]]:
         process.send_signal(signal.SIGTERM)
     for process in fronts:
         assert process.wait(timeout=30) == 0, f"batchd-http exited with {process.returncode} on SIGTERM"
+
+
+def grpc_ready(address: str) -> bool:
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+    with grpc.insecure_channel(address) as channel:
+        try:
+            return service_pb2_grpc.GRPCInferenceServiceStub(channel).ServerReady(
+                service_pb2.ServerReadyRequest(), timeout=2).ready
+        except grpc.RpcError:  # not listening yet
+            return False
+
+
+@pytest.fixture
+def start_grpc(socket_dir: str, start_daemon: Callable[..., str]) -> Iterator[Callable[..., str]]:
+    """start_grpc(daemon_socket, *flags, wait_ready=True) starts batchd-grpc on a free port and
+    returns "127.0.0.1:PORT" once it listens (and, with wait_ready, once ServerReady says true);
+    each is stopped after the test and must exit cleanly. It asks for start_daemon so that the
+    front-ends stop before the daemons do."""
+    fronts: list[subprocess.Popen[bytes]] = []
+
+    def start(daemon_socket: str, *flags: str, wait_ready: bool = True) -> str:
+        binary = os.environ.get("BATCHD_GRPC_BIN")
+        if not binary:
+            pytest.fail("BATCHD_GRPC_BIN is not set (run the tests through meson test)")
+        port_file = os.path.join(socket_dir, f"grpc{len(fronts)}.port")
+        process = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--port-file", port_file,
+                                    "--socket", daemon_socket, "--log-level", "warn", *flags])
+        fronts.append(process)
+        deadline = time.monotonic() + 20
+        address = None
+        while True:
+            assert process.poll() is None, f"batchd-grpc exited with {process.returncode} at start"
+            assert time.monotonic() < deadline, "batchd-grpc did not become ready within 20 s"
+            if address is None and os.path.exists(port_file):
+                # Renamed into place whole, so a file that is there holds the whole number.
+                with open(port_file) as f:
+                    address = f"127.0.0.1:{int(f.read().strip())}"
+            if address is not None and (not wait_ready or grpc_ready(address)):
+                return address
+            time.sleep(0.02)
+
+    yield start
+    for process in fronts:
+        process.send_signal(signal.SIGTERM)
+    for process in fronts:
+        assert process.wait(timeout=30) == 0, f"batchd-grpc exited with {process.returncode} on SIGTERM"

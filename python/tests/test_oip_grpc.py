@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import queue
 import re
-import signal
 import struct
 import subprocess
 import time
@@ -17,7 +16,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
-from conftest import run_perf_analyzer, sha256_hex, sim_answer
+from conftest import grpc_ready, run_perf_analyzer, sha256_hex, sim_answer
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -35,51 +34,6 @@ CALL_TIMEOUT_S = 30
 def _strings(count: int, tag: str = "") -> list[str]:
     """`count` distinct strings of varied lengths, some of them not ASCII."""
     return [f"{tag}{i}:" + ODD_STRINGS[i % len(ODD_STRINGS)] + "é" * (i % 37) for i in range(count)]
-
-
-def _ready(address: str) -> bool:
-    with grpc.insecure_channel(address) as channel:
-        try:
-            return service_pb2_grpc.GRPCInferenceServiceStub(channel).ServerReady(
-                service_pb2.ServerReadyRequest(), timeout=2).ready
-        except grpc.RpcError:  # not listening yet
-            return False
-
-
-@pytest.fixture
-def start_grpc(socket_dir: str, start_daemon: Callable[..., str]) -> Iterator[Callable[..., str]]:
-    """start_grpc(daemon_socket, *flags, wait_ready=True) starts batchd-grpc on a free port and
-    returns "127.0.0.1:PORT" once it listens (and, with wait_ready, once ServerReady says true);
-    each is stopped after the test and must exit cleanly. It asks for start_daemon so that the
-    front-ends stop before the daemons do."""
-    fronts: list[subprocess.Popen[bytes]] = []
-
-    def start(daemon_socket: str, *flags: str, wait_ready: bool = True) -> str:
-        binary = os.environ.get("BATCHD_GRPC_BIN")
-        if not binary:
-            pytest.fail("BATCHD_GRPC_BIN is not set (run the tests through meson test)")
-        port_file = os.path.join(socket_dir, f"grpc{len(fronts)}.port")
-        process = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--port-file", port_file,
-                                    "--socket", daemon_socket, "--log-level", "warn", *flags])
-        fronts.append(process)
-        deadline = time.monotonic() + 20
-        address = None
-        while True:
-            assert process.poll() is None, f"batchd-grpc exited with {process.returncode} at start"
-            assert time.monotonic() < deadline, "batchd-grpc did not become ready within 20 s"
-            if address is None and os.path.exists(port_file):
-                # Renamed into place whole, so a file that is there holds the whole number.
-                with open(port_file) as f:
-                    address = f"127.0.0.1:{int(f.read().strip())}"
-            if address is not None and (not wait_ready or _ready(address)):
-                return address
-            time.sleep(0.02)
-
-    yield start
-    for process in fronts:
-        process.send_signal(signal.SIGTERM)
-    for process in fronts:
-        assert process.wait(timeout=30) == 0, f"batchd-grpc exited with {process.returncode} on SIGTERM"
 
 
 @pytest.fixture
@@ -421,7 +375,7 @@ def test_tls_serves_tls_only(socket_dir: str, start_daemon: Callable[..., str],
     result = secure.infer(MODEL, [_input(texts)])
     assert [v.decode() for v in result.as_numpy("OUTPUT").reshape(-1)] == [sha256_hex(t) for t in texts]
     secure.close()
-    assert not _ready(address)  # plain text gets no answer
+    assert not grpc_ready(address)  # plain text gets no answer
 
 
 def test_no_daemon_is_unavailable(socket_dir: str, start_grpc: Callable[..., str]) -> None:

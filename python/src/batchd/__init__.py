@@ -63,21 +63,24 @@ class Client(_batchd.NativeClient):
 
     @overload
     def submit_many(self, texts: Sequence[Text], timeout: float = ..., priority: Priority | None = ...,
-                    return_exceptions: Literal[False] = ..., model: str | None = ...) -> list[str]: ...
+                    return_exceptions: Literal[False] = ..., model: str | None = ...,
+                    traceparent: str | None = ...) -> list[str]: ...
 
     @overload
     def submit_many(self, texts: Sequence[Text], timeout: float = ..., priority: Priority | None = ...,
-                    *, return_exceptions: Literal[True], model: str | None = ...) -> list[str | Error]: ...
+                    *, return_exceptions: Literal[True], model: str | None = ...,
+                    traceparent: str | None = ...) -> list[str | Error]: ...
 
     def submit_many(self, texts: Sequence[Text], timeout: float = DEFAULT_TIMEOUT,
                     priority: Priority | None = None, return_exceptions: bool = False,
-                    model: str | None = None) -> Any:
+                    model: str | None = None, traceparent: str | None = None) -> Any:
         """Sends the texts as one submission and waits for every answer, in order.
 
         With return_exceptions, a failed request's Error stands in its place; without, the first
         failure (by position) is raised once all are settled.
         """
-        return _settled(self._submit_many(_sequence(texts), timeout, priority, model), return_exceptions)
+        return _settled(self._submit_many(_sequence(texts), timeout, priority, model, traceparent),
+                        return_exceptions)
 
     def submit_async(self, text: Text, timeout: float = DEFAULT_TIMEOUT,
                      priority: Priority | None = None, model: str | None = None) -> asyncio.Future[str]:

@@ -8,12 +8,14 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "client_lib/client.hpp"
+#include "client_lib/traceparent.hpp"
 #include "python/src/batchd/_worker.hpp"
 
 namespace nb = nanobind;
@@ -39,6 +41,16 @@ std::string to_model(nb::handle name) {
   if (name.is_none()) return {};
   if (!nb::isinstance<nb::str>(name)) throw nb::type_error("model must be a str or None");
   return nb::borrow<nb::str>(name).c_str();
+}
+
+// A W3C traceparent (docs/TRACING.md): a sampled one is traced in the daemon under its span; an
+// unsampled one is left to the daemon's sampler, as no context at all.
+batchd::shm::TraceContext to_trace(nb::handle traceparent) {
+  if (traceparent.is_none()) return {};
+  if (!nb::isinstance<nb::str>(traceparent)) throw nb::type_error("traceparent must be a str or None");
+  const std::optional<batchd::TraceParent> parsed = batchd::parse_traceparent(nb::borrow<nb::str>(traceparent).c_str());
+  if (!parsed) throw nb::value_error("traceparent is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)");
+  return parsed->sampled ? parsed->context : batchd::shm::TraceContext{};
 }
 
 batchd::Priority to_priority(nb::handle name) {
@@ -241,16 +253,17 @@ class NativeClient {
     if (!client_) raise(make_error(error.code, error.message));
   }
 
-  nb::object submit(nb::handle text, double timeout_s, nb::handle priority, nb::handle model) {
+  nb::object submit(nb::handle text, double timeout_s, nb::handle priority, nb::handle model, nb::handle traceparent) {
     const std::string input = to_input(text);
     const auto timeout = to_timeout(timeout_s);
     const batchd::Priority cls = to_priority(priority);
     const std::string name = to_model(model);
+    const batchd::shm::TraceContext trace = to_trace(traceparent);
     const std::shared_ptr<batchd::Client> client = get();
     batchd::Result result = batchd::Result::failure(batchd::ErrorCode::kProtocolError, "");
     {
       nb::gil_scoped_release unlocked;
-      result = client->submit(input, timeout, batchd::RequestOptions{cls, name});
+      result = client->submit(input, timeout, batchd::RequestOptions{cls, name, 0, trace});
     }
     nb::object answer = to_python(result);
     if (!result.ok() || !nb::isinstance<nb::str>(answer)) raise(answer);
@@ -258,17 +271,19 @@ class NativeClient {
   }
 
   // Each answer as a str, or an Error instance in its place.
-  nb::list submit_many(nb::handle texts, double timeout_s, nb::handle priority, nb::handle model) {
+  nb::list submit_many(nb::handle texts, double timeout_s, nb::handle priority, nb::handle model,
+                       nb::handle traceparent) {
     const std::vector<std::string> inputs = to_inputs(texts);
     const std::vector<std::string_view> views(inputs.begin(), inputs.end());
     const auto timeout = to_timeout(timeout_s);
     const batchd::Priority cls = to_priority(priority);
     const std::string name = to_model(model);
+    const batchd::shm::TraceContext trace = to_trace(traceparent);
     const std::shared_ptr<batchd::Client> client = get();
     std::vector<batchd::Result> results;
     {
       nb::gil_scoped_release unlocked;
-      results = client->submit_many(views, timeout, batchd::RequestOptions{cls, name});
+      results = client->submit_many(views, timeout, batchd::RequestOptions{cls, name, 0, trace});
     }
     nb::list out;
     for (const batchd::Result& result : results) out.append(to_python(result));
@@ -382,9 +397,11 @@ NB_MODULE(_batchd, m) {
   nb::class_<NativeClient>(m, "NativeClient")
       .def(nb::init<nb::handle, double>(), nb::arg("socket").none(), nb::arg("connect_timeout"))
       .def("submit", &NativeClient::submit, nb::arg("text"), nb::arg("timeout") = kDefaultTimeoutS,
-           nb::arg("priority").none() = nb::none(), nb::arg("model").none() = nb::none())
+           nb::arg("priority").none() = nb::none(), nb::arg("model").none() = nb::none(),
+           nb::arg("traceparent").none() = nb::none())
       .def("_submit_many", &NativeClient::submit_many, nb::arg("texts"), nb::arg("timeout"),
-           nb::arg("priority").none(), nb::arg("model").none() = nb::none())
+           nb::arg("priority").none(), nb::arg("model").none() = nb::none(),
+           nb::arg("traceparent").none() = nb::none())
       .def("_submit_async", &NativeClient::submit_async, nb::arg("text"), nb::arg("timeout"),
            nb::arg("priority").none(), nb::arg("token"), nb::arg("model").none() = nb::none())
       .def("_submit_many_async", &NativeClient::submit_many_async, nb::arg("texts"), nb::arg("timeout"),
