@@ -18,6 +18,7 @@ from model import CostModel, predict  # noqa: E402
 from report_adaptive import adaptive_parts  # noqa: E402
 from report_cache import cache_section  # noqa: E402
 from report_shapes import shapes_section  # noqa: E402
+from report_tracing import tracing_section  # noqa: E402
 from report_jobs import jobs_queue_section  # noqa: E402
 from report_scale import scale_out_section  # noqa: E402
 from report_fairness import fairness_section, grants_section  # noqa: E402
@@ -406,14 +407,14 @@ def main():
             p["model"] = model_entry(predict(cost, p["max_batch"], p["max_wait_ms"], p["rate"], spares(p)))
     service, openloop = load("service.json"), load("openloop.json")
     adaptive, closed, step = load("sweep-adaptive.json"), load("closed-loop.json"), load("load-step.json")
-    shapes, cache = load("shapes.json"), load("cache.json")
+    shapes, cache, tracing = load("shapes.json"), load("cache.json"), load("tracing.json")
     scale, python_client = load("scale-out.json"), load("python_client.json")
     hostile, workers, oip = load("hostile.json"), load("workers.json"), load("oip.json")
     grants, fairness = load("grants.json"), load("fairness.json")
     models, fastpath = load("models.json"), load("fastpath_ab.json")
     jobs_queue, jobs_fastpath = load("jobs_queue.json"), load("jobs_fastpath_ab.json")
     sections = [("1", ipc), ("1b", openloop), ("2", gain), ("3", sweep), ("3b", adaptive), ("3c", closed),
-                ("3d", step), ("3e", shapes), ("3f", cache), ("4", http), ("4b", scale), ("4c", python_client), ("4d", oip), ("4e", jobs_queue), ("5", service),
+                ("3d", step), ("3e", shapes), ("3f", cache), ("3g", tracing), ("4", http), ("4b", scale), ("4c", python_client), ("4d", oip), ("4e", jobs_queue), ("5", service),
                 ("5b", hostile), ("5c", workers), ("5d", grants), ("5e", fairness), ("5f", models)]
     parts = {"MACHINE": machine_line(sections), "IPC": ipc_section(ipc), "GAIN": gain_section(gain),
              "HTTP": http_section(http), "SERVICE": service_section(service), "HOSTILE": hostile_section(hostile), "SCALE_OUT": scale_out_section(scale),
@@ -421,7 +422,8 @@ def main():
              "OIP": oip_section(oip, PLOTS), "GRANTS": grants_section(grants), "FAIRNESS": fairness_section(fairness),
              "MODELS": models_section(models, fastpath), "JOBS_QUEUE": jobs_queue_section(jobs_queue, jobs_fastpath),
              "OPENLOOP": openloop_section(openloop), **sweep_parts(sweep),
-             "SHAPES": shapes_section(shapes, PLOTS), "CACHE": cache_section(cache, load("cache_fastpath_ab.json")), **adaptive_parts(adaptive, closed, step, PLOTS)}
+             "SHAPES": shapes_section(shapes, PLOTS), "CACHE": cache_section(cache, load("cache_fastpath_ab.json")),
+             "TRACING": tracing_section(tracing), **adaptive_parts(adaptive, closed, step, PLOTS)}
     if sweep:
         parts["SWEEP_SETUP"] = (f"{len(sweep['batches'])} max-batch values x {len(sweep['waits_ms'])} max-wait values x "
                                 f"{len(sweep['loads'])} loads, {sweep['point_s']} s per point, deadline "
