@@ -308,8 +308,12 @@ class Router {
   // its lanes could be picked; send_warmup then queues them on its open lanes in turn. Warm-up
   // batches are probes: a failure, a hang or a redirect drops them, and the last one released
   // lets the device take requests.
-  std::vector<Batch*> make_warmup(unsigned device);
+  std::vector<Batch*> make_warmup(unsigned device) noexcept;
   void send_warmup(unsigned device, const std::vector<Batch*>& batches) noexcept;
+  // A warm-up batch is done with (run, dropped, or abandoned as hung): its device's count drops.
+  void finish_warmup(Batch& batch) noexcept;
+  // Warm-up batches a device runs at most, whatever the config asks: they are made at once.
+  static constexpr std::size_t kMaxWarmupBatches = 64;
   // Wakes the watchdog for a pass now (a device arrived or left).
   void kick_watchdog() noexcept;
   // A batch ran successfully on `device` in run_ns: health and the cost fit learn of it.

@@ -24,26 +24,34 @@ void Router::open_device(unsigned device, unsigned streams) noexcept {
   kick_watchdog();  // batches waiting for a device go now, not at the next tick
 }
 
-std::vector<Batch*> Router::make_warmup(unsigned device) {
+std::vector<Batch*> Router::make_warmup(unsigned device) noexcept {
   const WarmupOptions& plan = options_.warmup;
   std::vector<Batch*> batches;
   if (!plan.enabled()) return batches;
-  std::size_t next = 0;  // the inputs are cycled through every batch
-  for (unsigned round = 0; round < plan.rounds; ++round) {
-    for (const std::uint32_t size : plan.batch_sizes) {
-      Batch* batch = acquire_extra();
-      batch->shadow = true;
-      batch->warms_device = device;
-      batch->opened_ns = shm::monotonic_ns();
-      for (std::uint32_t i = 0; i < size; ++i) {
-        const std::string& input = plan.inputs[next % plan.inputs.size()];
-        if (i > 0 && batch->input_bytes.size() + input.size() > plan.max_batch_bytes) break;
-        batch->append(input, RequestRef{});
-        ++next;
+  try {
+    batches.reserve(kMaxWarmupBatches);
+    std::size_t next = 0;  // the inputs are cycled through every batch
+    for (unsigned round = 0; round < plan.rounds && batches.size() < kMaxWarmupBatches; ++round) {
+      for (const std::uint32_t size : plan.batch_sizes) {
+        if (batches.size() == kMaxWarmupBatches) break;
+        Batch* batch = acquire_extra();
+        batches.push_back(batch);
+        batch->shadow = true;
+        batch->opened_ns = shm::monotonic_ns();
+        for (std::uint32_t i = 0; i < size; ++i) {
+          const std::string& input = plan.inputs[next % plan.inputs.size()];
+          if (i > 0 && batch->input_bytes.size() + input.size() > plan.max_batch_bytes) break;
+          batch->append(input, RequestRef{});
+          ++next;
+        }
       }
-      batches.push_back(batch);
     }
+  } catch (const std::exception& e) {  // out of memory: the device goes cold rather than the daemon down
+    spdlog::warn("{} device {}: no warm-up: {}", backend_.name(), device, e.what());
+    for (Batch* batch : batches) release(batch);
+    return {};
   }
+  for (Batch* batch : batches) batch->warms_device = device;
   speed_[device]->warming.fetch_add(static_cast<std::uint32_t>(batches.size()), std::memory_order_acq_rel);
   return batches;
 }

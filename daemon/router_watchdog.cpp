@@ -56,6 +56,9 @@ void Router::check_lane_timeout(Lane& lane, std::int64_t now_ns) noexcept {
                backend_.name(), lane.id.device, lane.id.stream, batch->size(),
                options_.device_timeout.count());
   if (batch->shadow) {  // a hung probe: the device is marked, and nobody waits for its answer
+    // A hung warm-up ends its device's warm-up now: its health decides from here, and a run that
+    // may never return must not keep the model warming.
+    finish_warmup(*batch);
     let_go_of_abandoned(batch);
     backend_.device_hung(lane.id.device);
     return;
@@ -86,7 +89,11 @@ void Router::requeue_from_unavailable(std::int64_t now_ns) noexcept {
     const DeviceHealth& h = *health_[lane->id.device];
     const bool unavailable = h.state() == DeviceState::kUnhealthy || h.state() == DeviceState::kLost ||
                              !h.present() || !lane->open.load(std::memory_order_acquire);
-    if (!unavailable && !lane->stuck.load(std::memory_order_acquire) && !(others_run && stalled(*lane, now_ns))) {
+    // A warming device's queue holds its warm-up alone, and an unmeasured first run looks
+    // stalled at once: what it is there to pay.
+    const bool warming = speed_[lane->id.device]->warming.load(std::memory_order_acquire) != 0;
+    if (!unavailable && !lane->stuck.load(std::memory_order_acquire) &&
+        !(others_run && !warming && stalled(*lane, now_ns))) {
       continue;
     }
     Batch* batch = nullptr;

@@ -149,6 +149,24 @@ TEST_CASE("a cold model is warming until its devices ran their warm-up; then its
   }
 }
 
+TEST_CASE("a device that warms up beside one already warm runs its whole warm-up") {
+  // Device 1 runs three times slower: device 0 is warm and taking requests first. A warming
+  // device's unmeasured runs look stalled at once, and its queued warm-up must not be moved off
+  // it (dropped, as probes are) because another device runs.
+  const std::string socket = test::temp_socket_path();
+  test::DaemonProcess daemon(socket, cold_sim({"--sim-slow", "1:3", "--warmup-batch-sizes", "1,8", "--warmup-rounds",
+                                               "3"}));
+  std::unique_ptr<Client> client = test::connect(socket);
+  REQUIRE(state_is(*client, "batchstring", "ready"));
+  DaemonStatus status;
+  // 6 batches a device: 2 cold, 4 counted as probes (and no request, so no laggard's probe).
+  const bool whole = test::eventually([&] {
+    status = client->daemon_status();
+    return status.devices.size() == 2 && status.devices[0].probes == 4 && status.devices[1].probes == 4;
+  }, test::grace(10s));
+  CHECK_MESSAGE(whole, "probes: ", status.devices.at(0).probes, " and ", status.devices.at(1).probes);
+}
+
 TEST_CASE("requests that come while every device warms up wait for it and are answered") {
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, cold_sim({"--warmup-batch-sizes", "4", "--warmup-rounds", "3"}));
