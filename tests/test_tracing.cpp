@@ -156,9 +156,18 @@ TEST_CASE("OTEL_* variables turn tracing on where no flag did, as any SDK reads 
   {
     const Env off("OTEL_TRACES_EXPORTER", "none");
     const Env endpoint("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://collector:4318/v1/traces");
+    const Env protocol("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
     tracing::TraceOptions o;
     tracing::finish_trace_options(o);
     CHECK_FALSE(o.enabled);
+    // Flags beat the variables: an endpoint and a protocol given on the command line hold.
+    tracing::TraceOptions flagged;
+    flagged.endpoint = "http://mine:4318/v1/traces";
+    flagged.protocol = "http/protobuf";
+    tracing::finish_trace_options(flagged);
+    CHECK(flagged.enabled);
+    CHECK(flagged.endpoint == "http://mine:4318/v1/traces");
+    CHECK(flagged.protocol == "http/protobuf");
   }
   {
     const Env bad("OTEL_TRACES_EXPORTER", "zipkin");

@@ -53,18 +53,19 @@ void add_trace_flags(CLI::App& app, TraceOptions& options) {
 
 void finish_trace_options(TraceOptions& options) {
   const std::string exporter = environment("OTEL_TRACES_EXPORTER");
+  const bool endpoint_flag = !options.endpoint.empty();  // a flag beats every variable
   if (options.endpoint.empty()) {
     options.endpoint = environment("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
   }
   const std::string protocol_env = !environment("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").empty()
                                        ? environment("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
                                        : environment("OTEL_EXPORTER_OTLP_PROTOCOL");
-  if (!protocol_env.empty() && options.protocol == "http/protobuf") {
-    if (protocol_env != "http/protobuf" && protocol_env != "grpc") {
+  if (options.protocol.empty()) {
+    if (!protocol_env.empty() && protocol_env != "http/protobuf" && protocol_env != "grpc") {
       throw std::invalid_argument("OTEL_EXPORTER_OTLP_PROTOCOL '" + protocol_env +
                                   "' is not one batchd takes (http/protobuf or grpc)");
     }
-    options.protocol = protocol_env;
+    options.protocol = protocol_env.empty() ? "http/protobuf" : protocol_env;
   }
   const bool grpc = options.protocol == "grpc";
   if (options.endpoint.empty() && !environment("OTEL_EXPORTER_OTLP_ENDPOINT").empty()) {
@@ -73,11 +74,11 @@ void finish_trace_options(TraceOptions& options) {
     while (!grpc && !base.empty() && base.back() == '/') base.pop_back();
     options.endpoint = grpc ? base : base + "/v1/traces";
   }
-  if (exporter == "none") {
+  if (exporter == "none" && !endpoint_flag) {
     options.enabled = false;
   } else {
     options.enabled = !options.endpoint.empty() || exporter == "otlp";
-    if (!exporter.empty() && exporter != "otlp") {
+    if (!exporter.empty() && exporter != "otlp" && exporter != "none") {
       throw std::invalid_argument("OTEL_TRACES_EXPORTER '" + exporter + "' is not one batchd takes (otlp or none)");
     }
   }

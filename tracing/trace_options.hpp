@@ -16,7 +16,7 @@ namespace batchd::tracing {
 struct TraceOptions {
   bool enabled = false;   // spans are exported at all: --trace-endpoint, or OTEL_TRACES_EXPORTER=otlp
   std::string endpoint;   // OTLP: http(s)://HOST:PORT/v1/traces, or HOST:PORT for gRPC
-  std::string protocol = "http/protobuf";  // or "grpc"
+  std::string protocol;   // "http/protobuf" (the default) or "grpc"
   // Of the requests that come without a sampled trace context, one in `rate` is traced (0: none;
   // 1: all); a request whose caller samples it is traced whatever the rate.
   static constexpr std::uint64_t kRateUnset = ~std::uint64_t{0};

@@ -12,10 +12,10 @@ from kustomize_render import ROOT, Failure
 GPU = 'nvidia.com/gpu'
 # Where each binary's flags are defined (CLI11's add_option and add_flag).
 FLAG_SOURCES = {
-    'batchd': ['daemon/*.cpp'],
-    'batchd-http': ['frontend/*.cpp', 'frontend/*.hpp', 'oip/*.hpp', 'oip/*.cpp'],
+    'batchd': ['daemon/*.cpp', 'tracing/trace_options.cpp'],
+    'batchd-http': ['frontend/*.cpp', 'frontend/*.hpp', 'oip/*.hpp', 'oip/*.cpp', 'tracing/trace_options.cpp'],
     'batchd-grpc': ['grpc_frontend/*.cpp', 'grpc_frontend/*.hpp', 'frontend/grant_flags.cpp', 'oip/*.hpp',
-                    'oip/*.cpp'],
+                    'oip/*.cpp', 'tracing/trace_options.cpp'],
     'batchd-worker': ['tools/worker*.cpp'],
     'batchctl': ['tools/batchctl*.cpp'],
 }
