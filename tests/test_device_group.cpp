@@ -73,12 +73,14 @@ TEST_CASE("the model with the least run time goes first, whoever asked first") {
   DeviceGroup::Ticket t = group.acquire(a, 0, 0, kNoStale, no_cancel);
   std::this_thread::sleep_for(30ms);
   group.release(a, t);
-  // While c holds the device, a asks, then b.
+  // While c holds the device, a asks, then b. Each asker's thread is given 200 ms to be waiting
+  // before the next step: 20 ms was not enough for b's in an ASan run beside two compiles (a got
+  // the turn, b not yet asking).
   const DeviceGroup::Ticket c_turn = group.acquire(c, 0, 0, kNoStale, no_cancel);
   PendingTurn a_turn(group, a, 0, no_cancel);
-  std::this_thread::sleep_for(20ms);
+  std::this_thread::sleep_for(200ms);
   PendingTurn b_turn(group, b, 0, no_cancel);
-  std::this_thread::sleep_for(20ms);
+  std::this_thread::sleep_for(200ms);
   group.release(c, c_turn);
   REQUIRE(test::eventually([&] { return a_turn.taken() || b_turn.taken(); }, 5s));
   CHECK(b_turn.taken());
