@@ -76,26 +76,24 @@ void RequestTracer::emit_request(const RequestRef& request, const tracing::SpanI
   sink_->emit(span);
   if (batch == nullptr) return;
   // Its wait for a run, and the run: children of its span.
-  SpanData wait;
-  wait.name = "batchd queue";
-  wait.trace_id = request.trace.trace_id;
-  wait.span_id = tracing::random_span_id();
-  wait.parent_id = span_id;
-  wait.start_ns = request.arrival_ns;
-  wait.end_ns = std::max(request.arrival_ns, batch->run_started_ns);
+  const auto child = [&](std::string_view name, std::int64_t start_ns, std::int64_t child_end_ns) {
+    SpanData c;
+    c.name = name;
+    c.trace_id = request.trace.trace_id;
+    c.span_id = tracing::random_span_id();
+    c.parent_id = span_id;
+    c.start_ns = start_ns;
+    c.end_ns = std::max(start_ns, child_end_ns);
+    return c;
+  };
+  const SpanData wait = child("batchd queue", request.arrival_ns, batch->run_started_ns);
   sink_->emit(wait);
   const std::array<shm::TraceContext, 1> back{*batch_span};
   const std::array<Attribute, 2> run_attributes{{
       {"batchd.device", std::int64_t{batch->run_device}},
       {"batchd.batch.size", static_cast<std::int64_t>(batch->size())},
   }};
-  SpanData run;
-  run.name = "batchd run";
-  run.trace_id = request.trace.trace_id;
-  run.span_id = tracing::random_span_id();
-  run.parent_id = span_id;
-  run.start_ns = wait.end_ns;
-  run.end_ns = std::max(run.start_ns, end_ns);
+  SpanData run = child("batchd run", wait.end_ns, end_ns);
   run.attributes = run_attributes;
   run.links = back;
   run.error = error;

@@ -120,16 +120,6 @@ Batch* Router::acquire_extra() {
   return batches_.back().get();
 }
 
-void Router::finish_warmup(Batch& batch) noexcept {
-  if (batch.warms_device == Batch::kNoWarmup) return;
-  const unsigned device = batch.warms_device;
-  batch.warms_device = Batch::kNoWarmup;
-  if (speed_[device]->warming.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    spdlog::info("{} device {}: warm-up over; it takes requests now", backend_.name(), device);
-    kick_watchdog();  // batches held for it go now
-  }
-}
-
 void Router::release(Batch* batch) noexcept {
   finish_warmup(*batch);
   batch->clear();

@@ -56,6 +56,16 @@ std::vector<Batch*> Router::make_warmup(unsigned device) noexcept {
   return batches;
 }
 
+void Router::finish_warmup(Batch& batch) noexcept {
+  if (batch.warms_device == Batch::kNoWarmup) return;
+  const unsigned device = batch.warms_device;
+  batch.warms_device = Batch::kNoWarmup;
+  if (speed_[device]->warming.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    spdlog::info("{} device {}: warm-up over; it takes requests now", backend_.name(), device);
+    kick_watchdog();  // batches held for it go now
+  }
+}
+
 void Router::send_warmup(unsigned device, const std::vector<Batch*>& batches) noexcept {
   if (batches.empty()) return;
   std::vector<Lane*> open;
