@@ -66,7 +66,8 @@ EventLoop::EventLoop(const LoopContext& context)
   jobs_api_ = std::make_unique<JobsApi>(api_limits, jobs_.options().max_inputs, jobs_.options().max_deadline,
                                         static_cast<ApiContext&>(*this));
   v2_api_ = std::make_unique<V2Api>(V2Limits{api_limits, options_.max_infer_strings, context.model_control != nullptr},
-                                    static_cast<ApiContext&>(*this));
+                                    static_cast<ApiContext&>(*this),
+                                    context.tracer != nullptr ? &context.tracer->settings() : nullptr);
   now_ns_ = shm::monotonic_ns();
   last_sweep_ns_ = now_ns_;
   date_second_ = static_cast<std::int64_t>(::time(nullptr));

@@ -112,7 +112,7 @@ class EventLoop final : private ApiContext {
                     FanOut::Outcome&& outcome);
   // Tracing (loop_tracing.cpp): a request's server span, from its traceparent header (none while
   // tracing is off, or when it is not traced), and its end with its answer's status.
-  [[nodiscard]] tracing::ServerSpan begin_trace(const Request& request) noexcept;
+  [[nodiscard]] tracing::ServerSpan begin_trace(const Request& request, std::string_view model) noexcept;
   void end_trace(const tracing::ServerSpan& span, std::string_view route, std::string_view model,
                  unsigned status) noexcept;
   // POST /v2/repository/models/NAME/load|unload: on the model-control queue, answered through

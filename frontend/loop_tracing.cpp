@@ -11,7 +11,7 @@
 
 namespace batchd::http {
 
-tracing::ServerSpan EventLoop::begin_trace(const Request& request) noexcept {
+tracing::ServerSpan EventLoop::begin_trace(const Request& request, std::string_view model) noexcept {
   if (context_.tracer == nullptr) return {};
   const auto header = request.find("traceparent");
   std::optional<TraceParent> caller;
@@ -19,7 +19,7 @@ tracing::ServerSpan EventLoop::begin_trace(const Request& request) noexcept {
   if (header != request.end() && request.count("traceparent") == 1) {
     caller = parse_traceparent(std::string_view(header->value().data(), header->value().size()));
   }
-  return context_.tracer->begin(caller ? &caller->context : nullptr, caller && caller->sampled, now_ns_);
+  return context_.tracer->begin(caller ? &caller->context : nullptr, caller && caller->sampled, model, now_ns_);
 }
 
 void EventLoop::end_trace(const tracing::ServerSpan& span, std::string_view route, std::string_view model,

@@ -41,7 +41,7 @@ void EventLoop::on_v2_request(Conn& conn, std::uint64_t seq, Request&& request, 
   ++answers_owed_;
   metrics_.add_in_flight(strings);
   auto reply = std::make_shared<V2Reply>(std::move(infer.reply));
-  const tracing::ServerSpan span = begin_trace(request);
+  const tracing::ServerSpan span = begin_trace(request, reply->model->name);
   // The description lives in `reply` (held below) while start reads its name.
   std::shared_ptr<FanOut> fan = FanOut::start(
       *client, infer.inputs, infer.timeout,

@@ -1,4 +1,5 @@
 #include "frontend/v2_api.hpp"
+#include "frontend/v2_trace_setting.hpp"
 
 #include <fmt/format.h>
 
@@ -19,7 +20,8 @@ namespace {
 constexpr std::string_view kModelsPrefix = "/v2/models/";
 // What GET /v2 lists: the protocol extensions these routes implement.
 constexpr std::string_view kExtensions =
-    R"("binary_tensor_data","model_configuration","model_repository","statistics")";
+    R"("binary_tensor_data","model_configuration","model_repository","statistics","trace")";
+constexpr std::string_view kTraceSetting = "/v2/trace/setting";
 constexpr std::string_view kRepositoryIndex = "/v2/repository/index";
 constexpr std::string_view kRepositoryModels = "/v2/repository/models/";
 
@@ -50,8 +52,11 @@ bool is_v2_target(std::string_view target) noexcept {
   return path == "/v2" || path.starts_with("/v2/");
 }
 
-V2Api::V2Api(const V2Limits& limits, ApiContext& context)
-    : limits_(limits), context_(context), json_(std::max<std::size_t>(limits.api.max_body_bytes, 64)) {}
+V2Api::V2Api(const V2Limits& limits, ApiContext& context, tracing::TraceSettings* trace_settings)
+    : limits_(limits),
+      context_(context),
+      trace_settings_(trace_settings),
+      json_(std::max<std::size_t>(limits.api.max_body_bytes, 64)) {}
 
 V2Action V2Api::route(const Request& request) {
   const std::string_view path = path_of(std::string_view(request.target().data(), request.target().size()));
@@ -61,6 +66,7 @@ V2Action V2Api::route(const Request& request) {
     return repository_index(request);
   }
   if (path.starts_with(kRepositoryModels)) return repository_control(request, path.substr(kRepositoryModels.size()));
+  if (path == kTraceSetting) return v2_trace_setting(request, {}, trace_settings_, json_);
   if (path != "/v2" && path != "/v2/health/live" && path != "/v2/health/ready") return not_found(path);
   if (!is_get_or_head(request)) return v2_method_not_allowed("GET, HEAD");
   if (path == "/v2") return v2_ok(oip::server_metadata_json(kExtensions));
@@ -68,7 +74,8 @@ V2Action V2Api::route(const Request& request) {
   return ready();
 }
 
-// Below /v2/models/: NAME[/versions/V][/ready|/config|/stats|/infer], and "stats" for all models.
+// Below /v2/models/: NAME[/versions/V][/ready|/config|/stats|/infer], NAME/trace/setting, and "stats"
+// for all models.
 V2Action V2Api::model_route(const Request& request, std::string_view rest) {
   const std::string_view full = path_of(std::string_view(request.target().data(), request.target().size()));
   if (rest == "stats") {
@@ -78,6 +85,11 @@ V2Action V2Api::model_route(const Request& request, std::string_view rest) {
   const std::size_t name_end = rest.find('/');
   const std::string_view name = rest.substr(0, name_end);
   rest = name_end == std::string_view::npos ? std::string_view() : rest.substr(name_end + 1);
+  if (rest == "trace/setting") {
+    oip::ModelCatalog::Lookup found = context_.models().find(name, {});
+    if (!found.model) return v2_error(404, found.error);
+    return v2_trace_setting(request, found.model->name, trace_settings_, json_);
+  }
   std::string_view version;
   if (rest.starts_with("versions/")) {
     rest.remove_prefix(std::string_view("versions/").size());

@@ -21,6 +21,7 @@
 #include "frontend/http_api.hpp"
 #include "oip/errors.hpp"
 #include "oip/model.hpp"
+#include "tracing/trace_settings.hpp"
 
 namespace batchd::http {
 
@@ -62,7 +63,9 @@ struct V2Limits {
 // One per event loop: it owns a JSON parser whose buffers are reused between requests.
 class V2Api {
  public:
-  V2Api(const V2Limits& limits, ApiContext& context);
+  // `trace_settings`: this process's (its door tracer's), served by the trace extension's routes;
+  // null while tracing is off.
+  V2Api(const V2Limits& limits, ApiContext& context, tracing::TraceSettings* trace_settings = nullptr);
 
   // Precondition: is_v2_target(request.target()).
   V2Action route(const Request& request);
@@ -89,6 +92,7 @@ class V2Api {
 
   V2Limits limits_;
   ApiContext& context_;  // borrowed; outlives the V2Api
+  tracing::TraceSettings* trace_settings_;  // borrowed, or null
   simdjson::dom::parser json_;
 };
 

@@ -9,7 +9,8 @@
 
 namespace batchd::grpcfront {
 
-tracing::ServerSpan begin_call_trace(tracing::DoorTracer* tracer, const grpc::CallbackServerContext& call) {
+tracing::ServerSpan begin_call_trace(tracing::DoorTracer* tracer, const grpc::CallbackServerContext& call,
+                                     std::string_view model) {
   if (tracer == nullptr) return {};
   const auto& metadata = call.client_metadata();
   std::optional<TraceParent> caller;
@@ -18,7 +19,7 @@ tracing::ServerSpan begin_call_trace(tracing::DoorTracer* tracer, const grpc::Ca
     const grpc::string_ref value = metadata.find("traceparent")->second;
     caller = parse_traceparent(std::string_view(value.data(), value.size()));
   }
-  return tracer->begin(caller ? &caller->context : nullptr, caller && caller->sampled, shm::monotonic_ns());
+  return tracer->begin(caller ? &caller->context : nullptr, caller && caller->sampled, model, shm::monotonic_ns());
 }
 
 void end_call_trace(tracing::DoorTracer* tracer, const tracing::ServerSpan& span, std::string_view method,

@@ -13,7 +13,8 @@
 namespace batchd::grpcfront {
 
 // None while tracing is off (tracer null), or when the call is not traced.
-[[nodiscard]] tracing::ServerSpan begin_call_trace(tracing::DoorTracer* tracer, const grpc::CallbackServerContext& call);
+[[nodiscard]] tracing::ServerSpan begin_call_trace(tracing::DoorTracer* tracer, const grpc::CallbackServerContext& call,
+                                                   std::string_view model);
 // `method`: ModelInfer or ModelStreamInfer (one span per inference on a stream).
 void end_call_trace(tracing::DoorTracer* tracer, const tracing::ServerSpan& span, std::string_view method,
                     std::string_view model, const grpc::Status& status);

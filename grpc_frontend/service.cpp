@@ -16,7 +16,7 @@ namespace batchd::grpcfront {
 namespace {
 
 // What GetServerMetadata lists: the protocol extensions this service implements.
-constexpr std::string_view kExtensions[] = {"model_configuration", "statistics"};
+constexpr std::string_view kExtensions[] = {"model_configuration", "statistics", "trace"};
 
 grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* call, const grpc::Status& status) {
   grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
@@ -162,7 +162,7 @@ grpc::Status prepare_infer(const grpc::CallbackServerContext& call, const infere
   if (capped.downgraded) context.grant_counters.downgraded(out.parsed.priority, capped.priority);
   out.priority = capped.priority;
   out.cache_scope = granted.cache_scope;
-  out.span = begin_call_trace(context.tracer, call);
+  out.span = begin_call_trace(context.tracer, call, out.parsed.reply.model->name);
   return grpc::Status::OK;
 }
 

@@ -108,6 +108,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* call,
                                                   const inference::RepositoryModelUnloadRequest* request,
                                                   inference::RepositoryModelUnloadResponse* response) override;
+  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* call,
+                                         const inference::TraceSettingRequest* request,
+                                         inference::TraceSettingResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* call, const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client_lib/traceparent.hpp"
@@ -17,6 +18,7 @@
 #include "tracing/door_tracer.hpp"
 #include "tracing/trace_options.hpp"
 #include "tracing/trace_sampler.hpp"
+#include "tracing/trace_settings.hpp"
 
 using namespace batchd;
 
@@ -123,6 +125,151 @@ TEST_CASE("the sampler traces exactly 1 in N, and no more than its count") {
   CHECK(picked == 2);
 }
 
+// The settings as Triton's extension reads them: name to its values.
+std::map<std::string, std::vector<std::string>> as_map(const std::vector<tracing::TraceSetting>& settings) {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const tracing::TraceSetting& s : settings) out[s.name] = s.value.value();
+  return out;
+}
+
+std::vector<tracing::TraceSetting> change(std::string name, std::optional<std::vector<std::string>> value) {
+  return {tracing::TraceSetting{std::move(name), std::move(value)}};
+}
+
+int traced_of(tracing::TraceSettings& settings, std::string_view model, int requests, bool caller_sampled = false) {
+  int traced = 0;
+  for (int i = 0; i < requests; ++i) traced += settings.decide(model, caller_sampled) ? 1 : 0;
+  return traced;
+}
+
+TEST_CASE("trace settings: global ones change at run time, and a clear goes back to the start") {
+  tracing::TraceSettings settings(true, 10, -1);
+  using V = std::vector<std::string>;
+  CHECK(as_map(settings.get("")) == std::map<std::string, V>{{"trace_level", {"TIMESTAMPS"}},
+                                                             {"trace_rate", {"10"}},
+                                                             {"trace_count", {"-1"}},
+                                                             {"trace_mode", {"opentelemetry"}}});
+  CHECK(traced_of(settings, "m", 1000) == 100);
+  settings.update("", change("trace_rate", V{"1"}));
+  CHECK(traced_of(settings, "m", 50) == 50);
+  CHECK(as_map(settings.update("", change("trace_count", V{"5"})))["trace_count"] == V{"5"});
+  CHECK(traced_of(settings, "m", 50) == 5);
+  CHECK(as_map(settings.get(""))["trace_count"] == V{"0"});  // what is left, as Triton reports it
+  settings.update("", change("trace_count", std::nullopt));   // back to the start: no limit
+  CHECK(traced_of(settings, "m", 20) == 20);
+  settings.update("", change("trace_level", V{"OFF"}));
+  CHECK(traced_of(settings, "m", 20) == 0);
+  CHECK(traced_of(settings, "m", 20, true) == 0);  // OFF is off, whatever the caller says
+  settings.update("", change("trace_level", std::nullopt));
+  CHECK(traced_of(settings, "m", 20, true) == 20);
+  settings.update("", change("trace_rate", std::nullopt));
+  CHECK(as_map(settings.get(""))["trace_rate"] == V{"10"});
+}
+
+TEST_CASE("trace settings: a model's own replace the global ones for it alone, and the rest follow them") {
+  tracing::TraceSettings settings(true, 0, -1);
+  using V = std::vector<std::string>;
+  const auto own = settings.update("langid", change("trace_rate", V{"2"}));
+  CHECK(as_map(own)["trace_rate"] == V{"2"});
+  CHECK(traced_of(settings, "langid", 100) == 50);
+  CHECK(traced_of(settings, "other", 100) == 0);  // the global rate, 0
+  CHECK(traced_of(settings, "", 100) == 0);
+  // The model's level and count follow the global ones until it sets its own.
+  settings.update("", change("trace_count", V{"10"}));
+  CHECK(traced_of(settings, "langid", 100) == 10);
+  CHECK(as_map(settings.get("langid"))["trace_count"] == V{"0"});
+  settings.update("langid", change("trace_count", V{"-1"}));
+  CHECK(traced_of(settings, "langid", 100) == 50);
+  settings.update("", change("trace_level", V{"OFF"}));
+  CHECK(traced_of(settings, "langid", 100) == 0);
+  settings.update("langid", change("trace_level", V{"TIMESTAMPS"}));
+  CHECK(traced_of(settings, "langid", 100) == 50);
+  CHECK(as_map(settings.get(""))["trace_level"] == V{"OFF"});
+  // A model's update naming nothing drops its own settings: it follows the global ones again.
+  CHECK(as_map(settings.update("langid", {}))["trace_level"] == V{"OFF"});
+  CHECK(traced_of(settings, "langid", 100) == 0);
+  // Clearing its one setting does the same. (The global count of 10 is spent: no limit again.)
+  settings.update("", change("trace_count", std::nullopt));
+  settings.update("", change("trace_level", V{"TIMESTAMPS"}));
+  settings.update("langid", change("trace_rate", V{"1"}));
+  CHECK(traced_of(settings, "langid", 10) == 10);
+  settings.update("langid", change("trace_rate", std::nullopt));
+  CHECK(as_map(settings.get("langid"))["trace_rate"] == V{"0"});
+  CHECK(traced_of(settings, "langid", 10) == 0);
+}
+
+TEST_CASE("trace settings: what cannot be served is refused, saying why, and nothing changes") {
+  tracing::TraceSettings settings(true, 7, -1);
+  using V = std::vector<std::string>;
+  const std::vector<std::pair<std::vector<tracing::TraceSetting>, std::string>> refused{
+      {change("trace_rate", V{"-1"}), "trace_rate must be an integer of at least 0"},
+      {change("trace_rate", V{"12x"}), "trace_rate must be an integer"},
+      {change("trace_rate", V{""}), "trace_rate must be an integer"},
+      {change("trace_rate", V{"1", "2"}), "trace_rate takes one value"},
+      {change("trace_count", V{"-2"}), "trace_count must be an integer of at least -1"},
+      {change("trace_level", V{"TENSORS"}), "batchd's spans carry no tensors"},
+      {change("trace_level", V{"OFF", "TIMESTAMPS"}), "one of OFF and TIMESTAMPS"},
+      {change("trace_level", V{}), "one of OFF and TIMESTAMPS"},
+      {change("trace_level", V{"LOUD"}), "takes OFF or TIMESTAMPS"},
+      {change("trace_file", V{"/tmp/x"}), "writes no trace file"},
+      {change("log_frequency", V{"5"}), "over OTLP"},
+      {change("trace_mode", V{"triton"}), "trace_mode is opentelemetry"},
+      {change("trace_colour", V{"red"}), "no trace setting is named \"trace_colour\""},
+  };
+  for (const auto& [changes, why] : refused) {
+    CAPTURE(why);
+    try {
+      // The good change before the bad one is not applied either.
+      std::vector<tracing::TraceSetting> both = change("trace_rate", V{"1"});
+      both.insert(both.end(), changes.begin(), changes.end());
+      settings.update("m", both);
+      FAIL("accepted");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()).find(why) != std::string::npos);
+    }
+  }
+  CHECK(as_map(settings.get("m"))["trace_rate"] == V{"7"});
+  CHECK(as_map(settings.update("", change("trace_mode", V{"opentelemetry"})))["trace_rate"] == V{"7"});
+  // A caller cannot grow the table of models without bound.
+  for (std::size_t i = 0; i < tracing::TraceSettings::kMaxModels; ++i) {
+    settings.update("model" + std::to_string(i), change("trace_rate", V{"1"}));
+  }
+  CHECK_THROWS_WITH_AS(settings.update("one more", change("trace_rate", V{"1"})),
+                       doctest::Contains("clear one first"), std::invalid_argument);
+  settings.update("model0", change("trace_rate", std::nullopt));  // cleared, its place is free
+  settings.update("one more", change("trace_rate", V{"1"}));
+  CHECK(as_map(settings.get("one more"))["trace_rate"] == V{"1"});
+}
+
+TEST_CASE("trace settings: counts hold exactly while threads decide and another changes settings") {
+  tracing::TraceSettings settings(true, 1, 1000);
+  using V = std::vector<std::string>;
+  settings.update("m", change("trace_count", V{"500"}));
+  std::atomic<int> global{0}, own{0};
+  std::atomic<bool> deciding{true};
+  std::thread changer([&] {
+    // Another model's settings come and go: the table changes under the deciders.
+    for (int i = 0; deciding.load(); ++i) {
+      settings.update("x", change("trace_rate", i % 2 == 0 ? std::optional<V>(V{"3"}) : std::nullopt));
+      (void)settings.get("m");
+    }
+  });
+  std::vector<std::thread> deciders;
+  for (int t = 0; t < 4; ++t) {
+    deciders.emplace_back([&, t] {
+      for (int i = 0; i < 5000; ++i) {
+        if (settings.decide(t % 2 == 0 ? "" : "other", false)) ++global;
+        if (settings.decide("m", false)) ++own;
+      }
+    });
+  }
+  for (std::thread& d : deciders) d.join();
+  deciding = false;
+  changer.join();
+  CHECK(global == 1000);
+  CHECK(own == 500);
+}
+
 TEST_CASE("OTEL_* variables turn tracing on where no flag did, as any SDK reads them") {
   {
     tracing::TraceOptions o;
@@ -187,14 +334,14 @@ TEST_CASE("a door traces what its caller sampled, under the caller's span, and s
   CatchingSink& caught = *sink;
   tracing::DoorTracer door(options_with(0), std::move(sink));
   const shm::TraceContext caller = context_of(0xAB, 0xCD);
-  const tracing::ServerSpan traced = door.begin(&caller, true, 100);
+  const tracing::ServerSpan traced = door.begin(&caller, true, "", 100);
   REQUIRE(traced.traced());
   CHECK(traced.trace_id == caller.trace_id);
   CHECK(traced.parent_id == caller.span_id);
   CHECK(traced.for_daemon().span_id == traced.span_id);  // the daemon's parent is this span
-  CHECK_FALSE(door.begin(&caller, false, 100).traced());  // unsampled, and the rate is 0
-  CHECK_FALSE(door.begin(nullptr, false, 100).traced());
-  CHECK(door.begin(nullptr, false, 100).for_daemon() == shm::TraceContext{});
+  CHECK_FALSE(door.begin(&caller, false, "", 100).traced());  // unsampled, and the rate is 0
+  CHECK_FALSE(door.begin(nullptr, false, "", 100).traced());
+  CHECK(door.begin(nullptr, false, "", 100).for_daemon() == shm::TraceContext{});
   const std::array<tracing::Attribute, 1> attributes{{{"http.response.status_code", std::int64_t{503}}}};
   door.end(traced, "POST /v1/batchstring", attributes, "503", 250);
   REQUIRE(caught.spans.size() == 1);
@@ -205,7 +352,7 @@ TEST_CASE("a door traces what its caller sampled, under the caller's span, and s
   CHECK(span.attributes.at("http.response.status_code") == "503");
 
   tracing::DoorTracer all(options_with(1), std::make_unique<CatchingSink>());
-  const tracing::ServerSpan root = all.begin(nullptr, false, 0);
+  const tracing::ServerSpan root = all.begin(nullptr, false, "", 0);
   CHECK(root.traced());
   CHECK(root.parent_id == tracing::SpanId{});
 }

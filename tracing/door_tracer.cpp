@@ -6,12 +6,12 @@
 namespace batchd::tracing {
 
 DoorTracer::DoorTracer(const TraceOptions& options, std::unique_ptr<SpanSink> sink)
-    : sampler_(options.rate, options.count), sink_(std::move(sink)) {}
+    : settings_(true, options.rate, options.count), sink_(std::move(sink)) {}
 
-ServerSpan DoorTracer::begin(const shm::TraceContext* caller, bool caller_sampled, std::int64_t now_ns) noexcept {
+ServerSpan DoorTracer::begin(const shm::TraceContext* caller, bool caller_sampled, std::string_view model,
+                             std::int64_t now_ns) noexcept {
   ServerSpan span;
-  const bool by_caller = caller != nullptr && caller_sampled;
-  if (by_caller ? !sampler_.take() : !sampler_.sample()) return span;
+  if (!settings_.decide(model, caller != nullptr && caller_sampled)) return span;
   // A caller's context that it does not sample still names the trace this request belongs to.
   if (caller != nullptr) {
     span.trace_id = caller->trace_id;

@@ -1,7 +1,8 @@
 // Tracing at a door (batchd-http, batchd-grpc): a traced request gets a server span, a child of
 // its caller's span (W3C traceparent) or a root, and the daemon gets that span as the request's
-// parent in its slot. Whether a request is traced: its caller sampled it, or the sampler picks it
-// (docs/TRACING.md). Thread-safe.
+// parent in its slot. Whether a request is traced: its caller sampled it, or the sampler picks it,
+// as the trace settings (global or the model's, changeable at run time) say (docs/TRACING.md).
+// Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@
 #include "shm/trace_context.hpp"
 #include "tracing/span_sink.hpp"
 #include "tracing/trace_options.hpp"
-#include "tracing/trace_sampler.hpp"
+#include "tracing/trace_settings.hpp"
 
 namespace batchd::tracing {
 
@@ -34,17 +35,19 @@ class DoorTracer {
  public:
   DoorTracer(const TraceOptions& options, std::unique_ptr<SpanSink> sink);
 
-  // A request comes in at now_ns with the caller's context, if it sent a valid one.
-  [[nodiscard]] ServerSpan begin(const shm::TraceContext* caller, bool caller_sampled, std::int64_t now_ns) noexcept;
+  // A request for `model` (empty: one not named, or not known yet) comes in at now_ns with the
+  // caller's context, if it sent a valid one.
+  [[nodiscard]] ServerSpan begin(const shm::TraceContext* caller, bool caller_sampled, std::string_view model,
+                                 std::int64_t now_ns) noexcept;
   // It is answered: its span goes out, named `name`, with `attributes`, an error when `error` is set.
   void end(const ServerSpan& span, std::string_view name, std::span<const Attribute> attributes,
            std::string_view error, std::int64_t now_ns) noexcept;
 
-  [[nodiscard]] TraceSampler& sampler() noexcept { return sampler_; }
+  [[nodiscard]] TraceSettings& settings() noexcept { return settings_; }
   [[nodiscard]] SinkCounts counts() const noexcept { return sink_->counts(); }
 
  private:
-  TraceSampler sampler_;
+  TraceSettings settings_;
   std::unique_ptr<SpanSink> sink_;
 };
 

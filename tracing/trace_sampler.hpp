@@ -13,18 +13,20 @@ class TraceSampler {
   TraceSampler(std::uint64_t rate, std::int64_t count) noexcept : rate_(rate), left_(count) {}
 
   void set(std::uint64_t rate, std::int64_t count) noexcept {
-    rate_.store(rate, std::memory_order_relaxed);
-    left_.store(count, std::memory_order_relaxed);
+    set_rate(rate);
+    set_count(count);
   }
+  void set_rate(std::uint64_t rate) noexcept { rate_.store(rate, std::memory_order_relaxed); }
+  void set_count(std::int64_t count) noexcept { left_.store(count, std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t rate() const noexcept { return rate_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::int64_t count_left() const noexcept { return left_.load(std::memory_order_relaxed); }
 
   // A request that comes without a sampled context: whether to trace it.
-  [[nodiscard]] bool sample() noexcept {
+  [[nodiscard]] bool sample() noexcept { return pick() && take(); }
+  // The rate's part alone: whether this request is the one in `rate`.
+  [[nodiscard]] bool pick() noexcept {
     const std::uint64_t rate = rate_.load(std::memory_order_relaxed);
-    if (rate == 0) return false;
-    if (seen_.fetch_add(1, std::memory_order_relaxed) % rate != 0) return false;
-    return take();
+    return rate != 0 && seen_.fetch_add(1, std::memory_order_relaxed) % rate == 0;
   }
   // A trace starts (sampled here, or by its caller): false once the count is spent.
   [[nodiscard]] bool take() noexcept {

@@ -2,7 +2,9 @@
 decodes what batchd and batchd-http export with the protocol's own messages (opentelemetry-proto).
 A request with a traceparent gets the caller's trace id on the front-end's and the daemon's spans,
 each under the right parent, and a batch span linked to every request of its batch; the same from
-the Python client over shared memory; a collector that is down costs no request; 1-in-N sampling."""
+the Python client over shared memory; a collector that is down costs no request; 1-in-N sampling;
+Triton's trace extension changing rate, count and level at run time, globally and per model, from
+tritonclient over HTTP and gRPC."""
 
 from __future__ import annotations
 
@@ -291,3 +293,102 @@ def test_one_in_n_sampling(start_daemon: Callable[..., str], collector: Collecto
         traced = sum(s.name == "batchd request" for s in collector.spans)
     assert want * 0.8 <= traced <= want * 1.2, (traced, want)
     assert all(s.parent_id == "" for s in spans if s.name == "batchd request")  # the daemon's own: roots
+
+
+def front_spans(collector: Collector, service: str) -> list[Span]:
+    with collector.lock:
+        return [s for s in collector.spans if s.service == service]
+
+
+def test_trace_settings_change_at_run_time_over_http(start_daemon: Callable[..., str],
+                                                     start_http: Callable[..., str], collector: Collector) -> None:
+    import tritonclient.http as triton
+    from tritonclient.utils import InferenceServerException
+
+    trace_flags = ("--trace-endpoint", collector.endpoint, "--trace-rate", "0")
+    socket = start_daemon("--backend", "cpu", "--max-wait-ms", "1", *trace_flags)
+    http = start_http(socket, "--workers", "1", *trace_flags)
+    with triton.InferenceServerClient(http) as client:
+        assert "trace" in client.get_server_metadata()["extensions"]
+        assert client.get_trace_settings() == {"trace_level": ["TIMESTAMPS"], "trace_rate": "0",
+                                               "trace_count": "-1", "trace_mode": "opentelemetry"}
+        for i in range(3):
+            assert post(http, f"rate 0 {i}", None)[0] == 200  # not traced
+        settings = client.update_trace_settings(settings={"trace_rate": "1", "trace_count": "4"})
+        assert (settings["trace_rate"], settings["trace_count"]) == ("1", "4")
+        for i in range(6):
+            assert post(http, f"rate 1 {i}", None)[0] == 200  # the first 4 traced
+        assert client.get_trace_settings()["trace_count"] == "0"
+        client.update_trace_settings(settings={"trace_count": None})  # back to no limit
+        # The model's own level: off for it, whatever its callers sample.
+        own = client.update_trace_settings(model_name="batchstring", settings={"trace_level": ["OFF"]})
+        assert own["trace_level"] == ["OFF"] and own["trace_rate"] == "1"
+        assert client.get_trace_settings()["trace_level"] == ["TIMESTAMPS"]
+        off = [traceparent() for _ in range(3)]
+        for header, _, _ in off:
+            assert post(http, "model off", header)[0] == 200
+        # An update naming nothing drops the model's own: it follows the global settings again.
+        assert client.update_trace_settings(model_name="batchstring", settings={})["trace_level"] == ["TIMESTAMPS"]
+        on = [traceparent() for _ in range(2)]
+        for header, _, _ in on:
+            assert post(http, "model on", header)[0] == 200
+        with pytest.raises(InferenceServerException, match="no trace file"):
+            client.update_trace_settings(settings={"trace_file": "/tmp/trace.json"})
+        with pytest.raises(InferenceServerException, match="unknown model"):
+            client.get_trace_settings(model_name="no-such-model")
+    want = {trace_id for _, trace_id, _ in on}
+    collector.wait_for(lambda spans: want <= {s.trace_id for s in spans if s.service == "batchd-http"})
+    time.sleep(0.5)  # anything else still on its way
+    traced = front_spans(collector, "batchd-http")
+    assert not {trace_id for _, trace_id, _ in off} & {s.trace_id for s in traced}
+    assert len(traced) == 4 + len(on), [s.trace_id for s in traced]
+
+
+def test_trace_settings_change_at_run_time_over_grpc(start_daemon: Callable[..., str],
+                                                     start_grpc: Callable[..., str], collector: Collector) -> None:
+    if not os.environ.get("BATCHD_GRPC_BIN"):
+        pytest.skip("this build has no batchd-grpc (meson -Dgrpc=disabled)")
+    import numpy as np
+    import tritonclient.grpc as triton
+    from tritonclient.utils import InferenceServerException
+
+    trace_flags = ("--trace-endpoint", collector.endpoint, "--trace-rate", "0")
+    socket = start_daemon("--backend", "cpu", "--max-wait-ms", "1", *trace_flags)
+    address = start_grpc(socket, *trace_flags)
+
+    def infer(client: triton.InferenceServerClient, text: str, header: str | None = None) -> None:
+        tensor = triton.InferInput("INPUT", [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[text.encode()]], dtype=np.object_))
+        client.infer("batchstring", [tensor], headers={"traceparent": header} if header else None)
+
+    def values(settings: dict) -> dict[str, list[str]]:
+        return {k: v.get("value", []) for k, v in settings["settings"].items()}
+
+    with triton.InferenceServerClient(address) as client:
+        assert "trace" in client.get_server_metadata(as_json=True)["extensions"]
+        assert values(client.get_trace_settings(as_json=True)) == {
+            "trace_level": ["TIMESTAMPS"], "trace_rate": ["0"], "trace_count": ["-1"], "trace_mode": ["opentelemetry"]}
+        infer(client, "rate 0")  # not traced
+        own = client.update_trace_settings(model_name="batchstring", settings={"trace_rate": "1"}, as_json=True)
+        assert values(own)["trace_rate"] == ["1"]
+        assert values(client.get_trace_settings(as_json=True))["trace_rate"] == ["0"]  # the global one stays
+        for i in range(3):
+            infer(client, f"model rate 1 {i}")  # traced: the model's own rate
+        client.update_trace_settings(model_name="batchstring", settings={"trace_level": ["OFF"]})
+        off_header, off_trace, _ = traceparent()
+        infer(client, "model off", off_header)
+        # A setting named with no value clears it (tritonclient sends None so).
+        cleared = client.update_trace_settings(model_name="batchstring",
+                                               settings={"trace_level": None, "trace_rate": None}, as_json=True)
+        assert values(cleared)["trace_rate"] == ["0"] and values(cleared)["trace_level"] == ["TIMESTAMPS"]
+        on_header, on_trace, _ = traceparent()
+        infer(client, "model on", on_header)
+        with pytest.raises(InferenceServerException, match="TENSORS is not served"):
+            client.update_trace_settings(settings={"trace_level": ["TENSORS"]})
+        with pytest.raises(InferenceServerException, match="unknown model"):
+            client.update_trace_settings(model_name="no-such-model", settings={"trace_rate": "1"})
+    collector.wait_for(lambda spans: any(s.trace_id == on_trace and s.service == "batchd-grpc" for s in spans))
+    time.sleep(0.5)
+    traced = front_spans(collector, "batchd-grpc")
+    assert off_trace not in {s.trace_id for s in traced}
+    assert len(traced) == 3 + 1, [s.trace_id for s in traced]

@@ -55,7 +55,8 @@ case $target in
   v2)
     # V2Api reads X-Timeout-Ms and X-Priority with http_api's helpers, which bring the router along.
     require_openapi
-    sources=("$src/tests/fuzz/fuzz_v2.cpp" "$src/frontend/v2_api.cpp" "$src/frontend/v2_infer.cpp" "$src/frontend/http_api.cpp"
+    sources=("$src/tests/fuzz/fuzz_v2.cpp" "$src/frontend/v2_api.cpp" "$src/frontend/v2_infer.cpp"
+             "$src/frontend/v2_trace_setting.cpp" "$src/tracing/trace_settings.cpp" "$src/frontend/http_api.cpp"
              "$src/frontend/http_response.cpp" "$src/text/json_escape.cpp" "$src/client_lib/priority.cpp"
              "$src/oip/bytes_tensor.cpp" "$src/oip/model.cpp" "$openapi_cpp")
     headers=("$src"/frontend/*.hpp "$src"/text/*.hpp "$src"/oip/*.hpp "$src/client_lib/client.hpp"

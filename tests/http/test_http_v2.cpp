@@ -88,7 +88,8 @@ std::string binary_header(std::string_view shape, std::uint64_t binary_size) {
 // One V2Api over a fake context; each request is kept alive as long as the fixture, so the views
 // a V2Infer holds into its body stay valid.
 struct V2 {
-  explicit V2(bool model_control = false) : api(V2Limits{ApiLimits{}, kMaxElements, model_control}, context) {}
+  explicit V2(bool model_control = false, tracing::TraceSettings* trace_settings = nullptr)
+      : api(V2Limits{ApiLimits{}, kMaxElements, model_control}, context, trace_settings) {}
 
   V2Action route(verb method, std::string_view target, std::string body = {}, const Headers& headers = {}) {
     Request& request = requests.emplace_back(method, target, 11);
@@ -298,6 +299,49 @@ TEST_CASE("v2 routing: every model of the catalog by name, each with its own ten
   CHECK(one.str("/model_stats/0/name") == "langid");
   CHECK(one.num("/model_stats/0/execution_count") == 3);
   CHECK_FALSE(one.has("/model_stats/1"));
+}
+
+TEST_CASE("v2 trace extension: settings read and changed, globally and per model, as Triton's clients send them") {
+  tracing::TraceSettings settings(true, 1000, -1);
+  V2 v2(false, &settings);
+  v2.context.catalog = oip::ModelCatalog({oip::default_model(), {"langid", "2", "TEXT", "LANGUAGE", 1}});
+  CHECK(Json(v2.answer(verb::get, "/v2").body).str("/extensions/4") == "trace");
+  Json global(v2.answer(verb::get, "/v2/trace/setting").body);
+  CHECK(global.str("/trace_level/0") == "TIMESTAMPS");
+  CHECK(global.str("/trace_rate") == "1000");
+  CHECK(global.str("/trace_count") == "-1");
+  CHECK(global.str("/trace_mode") == "opentelemetry");
+  // tritonclient's update_trace_settings: strings, a list for the level, null to clear.
+  Json changed(v2.answer(verb::post, "/v2/trace/setting", R"({"trace_rate":"1","trace_count":3})").body);
+  CHECK(changed.str("/trace_rate") == "1");
+  CHECK(changed.str("/trace_count") == "3");
+  Json model(v2.answer(verb::post, "/v2/models/langid/trace/setting", R"({"trace_level":["OFF"]})").body);
+  CHECK(model.str("/trace_level/0") == "OFF");
+  CHECK(model.str("/trace_rate") == "1");  // the global one, followed
+  CHECK(Json(v2.answer(verb::get, "/v2/models/batchstring/trace/setting").body).str("/trace_level/0") == "TIMESTAMPS");
+  CHECK_FALSE(settings.decide("langid", true));
+  CHECK(settings.decide("batchstring", false));
+  CHECK(Json(v2.answer(verb::post, "/v2/models/langid/trace/setting", "").body).str("/trace_level/0") == "TIMESTAMPS");
+  CHECK(Json(v2.answer(verb::post, "/v2/trace/setting", R"({"trace_rate":null})").body).str("/trace_rate") == "1000");
+
+  check_error(v2.answer(verb::post, "/v2/trace/setting", R"({"trace_rate":"fast"})"), 400,
+              "trace_rate must be an integer of at least 0");
+  check_error(v2.answer(verb::post, "/v2/trace/setting", R"({"trace_rate":1.5})"), 400,
+              "must be a string, a list of strings or null");
+  check_error(v2.answer(verb::post, "/v2/trace/setting", R"({"trace_level":["OFF",2]})"), 400,
+              "must be a string, a list of strings or null");
+  check_error(v2.answer(verb::post, "/v2/trace/setting", R"({"trace_file":"/tmp/t.json"})"), 400, "no trace file");
+  check_error(v2.answer(verb::post, "/v2/trace/setting", "[1]"), 400, "must be a JSON object");
+  check_error(v2.answer(verb::post, "/v2/trace/setting", "{"), 400, "must be a JSON object");
+  check_error(v2.answer(verb::get, "/v2/models/embedder/trace/setting"), 404, "unknown model 'embedder'");
+  const Response wrong = v2.answer(verb::put, "/v2/trace/setting");
+  check_error(wrong, 405, "GET, HEAD, POST");
+  CHECK(wrong.allow == "GET, HEAD, POST");
+  CHECK(Json(v2.answer(verb::get, "/v2/trace/setting").body).str("/trace_rate") == "1000");  // none applied
+
+  V2 off;  // a process without an exporter: reads say OFF, changes are refused saying how to trace
+  CHECK(Json(off.answer(verb::get, "/v2/trace/setting").body).str("/trace_level/0") == "OFF");
+  check_error(off.answer(verb::post, "/v2/trace/setting", R"({"trace_rate":"1"})"), 403, "--trace-endpoint");
 }
 
 TEST_CASE("v2 routing: unknown resources are 404, wrong methods 405 with Allow") {
