@@ -7,6 +7,7 @@
 #include "client_lib/fan_out.hpp"
 #include "grpc_frontend/call_grant.hpp"
 #include "grpc_frontend/call_tracing.hpp"
+#include "grpc_frontend/unary_finish.hpp"
 #include "oip/model.hpp"
 #include "oip/served_models.hpp"
 #include "shm/clock.hpp"
@@ -17,12 +18,6 @@ namespace {
 
 // What GetServerMetadata lists: the protocol extensions this service implements.
 constexpr std::string_view kExtensions[] = {"model_configuration", "statistics", "trace"};
-
-grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* call, const grpc::Status& status) {
-  grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
-}
 
 // The model a call names, or NOT_FOUND saying why there is none.
 grpc::Status find_model(ServiceContext& context, const std::string& name, const std::string& version,

@@ -5,18 +5,13 @@
 #include <vector>
 
 #include "grpc_frontend/service.hpp"
+#include "grpc_frontend/unary_finish.hpp"
 
 namespace batchd::grpcfront {
 
 namespace {
 
-grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* call, const grpc::Status& status) {
-  grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
-}
-
-void fill(const std::vector<tracing::TraceSetting>& settings, inference::TraceSettingResponse& response) {
+void fill_settings(const std::vector<tracing::TraceSetting>& settings, inference::TraceSettingResponse& response) {
   for (const tracing::TraceSetting& setting : settings) {
     auto& values = *(*response.mutable_settings())[setting.name].mutable_value();
     values.Assign(setting.value->begin(), setting.value->end());
@@ -40,14 +35,14 @@ grpc::ServerUnaryReactor* InferenceService::TraceSetting(grpc::CallbackServerCon
                                        "tracing is off in this batchd-grpc: start it with --trace-endpoint, or with "
                                        "OTEL_TRACES_EXPORTER=otlp (docs/TRACING.md)"));
     }
-    fill(tracing::trace_settings_off(), *response);
+    fill_settings(tracing::trace_settings_off(), *response);
     return finish(call, grpc::Status::OK);
   }
   tracing::TraceSettings& settings = context_.tracer->settings();
   // No settings: a read (tritonclient's get_trace_settings sends none). To clear a model's own
   // settings over gRPC, name each with no value.
   if (request->settings().empty()) {
-    fill(settings.get(model), *response);
+    fill_settings(settings.get(model), *response);
     return finish(call, grpc::Status::OK);
   }
   std::vector<tracing::TraceSetting> changes;
@@ -58,7 +53,7 @@ grpc::ServerUnaryReactor* InferenceService::TraceSetting(grpc::CallbackServerCon
     if (value.value_size() != 0) change.value.emplace(value.value().begin(), value.value().end());
   }
   try {
-    fill(settings.update(model, changes), *response);
+    fill_settings(settings.update(model, changes), *response);
   } catch (const std::invalid_argument& refused) {
     return finish(call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, refused.what()));
   }
