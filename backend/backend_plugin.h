@@ -69,7 +69,8 @@ struct batchd_plugin {
 
   /* Required. Computes one output per input, passed to out->append in input order.
    * Input i is input_bytes[input_offsets[i] .. input_offsets[i + 1]); input_offsets has count + 1
-   * entries and input_offsets[0] == 0; the bytes are valid UTF-8, not NUL-terminated. count >= 1.
+   * entries and input_offsets[0] == 0; the bytes are valid UTF-8, not NUL-terminated, and
+   * input_bytes is never NULL (every input empty or not). count >= 1.
    * All of it is borrowed for this call only. device < devices, stream < streams_per_device.
    * Returns 0 on success; non-zero fails the whole batch, with a message in `error` (the daemon
    * then retries smaller parts of the batch to find the input that fails). */

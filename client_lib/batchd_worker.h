@@ -40,7 +40,8 @@ typedef struct batchd_worker batchd_worker;
 typedef struct batchd_worker_batch batchd_worker_batch;
 
 /* A batch, valid during the handler's call only. Input i is
- * input_bytes[input_offsets[i] .. input_offsets[i + 1]); input_offsets has size + 1 entries. */
+ * input_bytes[input_offsets[i] .. input_offsets[i + 1]); input_offsets has size + 1 entries, and
+ * input_bytes is never NULL. */
 size_t batchd_worker_batch_size(const batchd_worker_batch* batch);
 const char* batchd_worker_batch_input_bytes(const batchd_worker_batch* batch);
 const uint32_t* batchd_worker_batch_input_offsets(const batchd_worker_batch* batch);

@@ -18,9 +18,19 @@ struct batchd_client {
 
 namespace {
 
-// The class a C caller named, or nothing for a value outside the enum (C lets any int through).
+// What a C caller passed for a C enum: any int, which C lets through. Read by its bytes: loading a
+// value outside the enum's range as the enum is undefined in C++ (clang's UBSan reports it).
+template <typename Enum>
+int c_value(const Enum& value) noexcept {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int out = 0;
+  std::memcpy(&out, &value, sizeof out);
+  return out;
+}
+
+// The class a C caller named, or nothing for a value outside the enum.
 std::optional<batchd::Priority> from_c(batchd_priority priority) noexcept {
-  switch (priority) {
+  switch (c_value(priority)) {
     case BATCHD_PRIORITY_NORMAL: return batchd::Priority::kNormal;
     case BATCHD_PRIORITY_HIGH: return batchd::Priority::kHigh;
     case BATCHD_PRIORITY_LOW: return batchd::Priority::kLow;
@@ -157,7 +167,7 @@ batchd_status batchd_submit_many_to_model(batchd_client* client, const char* mod
 void batchd_free(void* buffer) { std::free(buffer); }
 
 const char* batchd_status_name(batchd_status status) {
-  switch (status) {
+  switch (c_value(status)) {
     case BATCHD_OK: return "ok";
     case BATCHD_INVALID_ARGUMENT: return "invalid_argument";
     case BATCHD_TIMEOUT: return batchd::error_code_name(batchd::ErrorCode::kTimeout);

@@ -45,7 +45,9 @@ void batchd_worker_options_init(batchd_worker_options* options) {
 size_t batchd_worker_batch_size(const batchd_worker_batch* batch) { return batch->batch->size(); }
 
 const char* batchd_worker_batch_input_bytes(const batchd_worker_batch* batch) {
-  return batch->batch->input_bytes().data();
+  // Never NULL, even when every input is empty: a caller may add an offset to it.
+  const char* bytes = batch->batch->input_bytes().data();
+  return bytes != nullptr ? bytes : "";
 }
 
 const uint32_t* batchd_worker_batch_input_offsets(const batchd_worker_batch* batch) {

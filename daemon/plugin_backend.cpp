@@ -105,8 +105,12 @@ BackendStatus PluginBackend::run(LaneId lane, const BatchInput& in, BatchOutput&
   OutputSink sink{&out, count};
   const batchd_plugin_output output{&sink, &append_output};
   char error[kErrorBytes] = {};
-  const int rc = plugin_.run(state_, lane.device, lane.stream, static_cast<std::uint32_t>(count),
-                             in.bytes.data(), in.offsets.data(), &output, error, sizeof error);
+  // Never a null input pointer, even when every input is empty: a plug-in may add an offset to it,
+  // which on a null pointer is undefined (clang's UBSan caught the example plug-in so).
+  static constexpr char kNoBytes[1] = {};
+  const char* bytes = in.bytes.empty() ? kNoBytes : in.bytes.data();
+  const int rc = plugin_.run(state_, lane.device, lane.stream, static_cast<std::uint32_t>(count), bytes,
+                             in.offsets.data(), &output, error, sizeof error);
   if (sink.refusal != nullptr) return fail(out, sink.refusal);
   if (rc == 0) return BackendStatus::success();
   std::string message = printable_message(error, sizeof error);

@@ -64,3 +64,7 @@ int c_api_traced(const char* socket_path, const char* traceparent) {
   batchd_client_close(client);
   return (int)status;
 }
+
+/* batchd_status_name of any int, as a C caller may pass one: in C a value outside the enum is
+ * just an int (in C++ it would be undefined to make one). */
+const char* c_api_status_name(int status) { return batchd_status_name((batchd_status)status); }
