@@ -74,7 +74,12 @@ int main(int argc, char** argv) {
 }
 EOF
 san_flags=()
-if [ "$sanitize" != none ]; then san_flags=("-fsanitize=$sanitize"); fi
+if [ "$sanitize" != none ]; then
+  san_flags=("-fsanitize=$sanitize")
+  # The library is C++ built with UBSan's C++ checks: clang links their runtime (which needs the
+  # C++ ABI library) into a C program only when asked; g++'s libubsan is one library.
+  if $cc --version 2>/dev/null | grep -q clang; then san_flags+=(-fsanitize-link-c++-runtime -lstdc++); fi
+fi
 # No -I into the source tree: only what pkg-config says. ($cc may be a command with arguments.)
 # shellcheck disable=SC2086
 $cc "${san_flags[@]}" -o "$work/prog" "$work/prog.c" $flags

@@ -216,7 +216,9 @@ TEST_CASE("trace settings: what cannot be served is refused, saying why, and not
       {change("trace_mode", V{"triton"}), "trace_mode is opentelemetry"},
       {change("trace_colour", V{"red"}), "no trace setting is named \"trace_colour\""},
   };
-  for (const auto& [changes, why] : refused) {
+  for (const auto& refusal : refused) {
+    const std::vector<tracing::TraceSetting>& changes = refusal.first;
+    const std::string& why = refusal.second;
     CAPTURE(why);
     try {
       // The good change before the bad one is not applied either.
