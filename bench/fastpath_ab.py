@@ -34,8 +34,11 @@ wrk.body = '{"input":"hello"}'
 """
 
 
+WRK_SECONDS = 10
+
+
 def wrk_rps(port: int, script: Path) -> float:
-    out = subprocess.run(["wrk", "-t2", "-c64", "-d10s", "--timeout", "5s", "-s", str(script),
+    out = subprocess.run(["wrk", "-t2", "-c64", f"-d{WRK_SECONDS}s", "--timeout", "5s", "-s", str(script),
                           f"http://127.0.0.1:{port}/v1/batchstring"], capture_output=True, text=True, timeout=60).stdout
     match = re.search(r"Requests/sec:\s+([\d.]+)", out)
     if not match:
