@@ -55,8 +55,8 @@ void EventLoop::on_request(Conn& conn, std::uint64_t seq, Request&& request) {
     return;
   }
   const std::string_view route = submit.model.empty() ? "/v1/batchstring" : "/v1/models/{model_name}";
-  const std::string_view model = submit.model.empty() ? std::string_view(oip::default_model().name) : submit.model;
-  const Answer target{this, conn.index, conn.generation, seq, now_ns_, submit.format, begin_trace(request, model), route};
+  const Answer target{this, conn.index, conn.generation, seq, now_ns_, submit.format, begin_trace(request, submit.model),
+                      route};
   std::uint64_t id = 0;
   std::optional<Error> refused = client->submit_async(
       submit.input, submit.timeout,

@@ -8,6 +8,7 @@
 
 #include "client_lib/traceparent.hpp"
 #include "frontend/loop_internal.hpp"
+#include "oip/model.hpp"
 
 namespace batchd::http {
 
@@ -19,6 +20,8 @@ tracing::ServerSpan EventLoop::begin_trace(const Request& request, std::string_v
   if (header != request.end() && request.count("traceparent") == 1) {
     caller = parse_traceparent(std::string_view(header->value().data(), header->value().size()));
   }
+  // /v1/batchstring names no model: its settings are the default model's.
+  if (model.empty()) model = oip::default_model().name;
   return context_.tracer->begin(caller ? &caller->context : nullptr, caller && caller->sampled, model, now_ns_);
 }
 

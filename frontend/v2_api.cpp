@@ -1,5 +1,4 @@
 #include "frontend/v2_api.hpp"
-#include "frontend/v2_trace_setting.hpp"
 
 #include <fmt/format.h>
 
@@ -35,12 +34,6 @@ Response v2_ok(std::string body) {
   return response;
 }
 
-Response v2_method_not_allowed(std::string_view allow) {
-  Response response = v2_error(405, "this resource allows only " + std::string(allow));
-  response.allow = allow;
-  return response;
-}
-
 Response not_found(std::string_view path) {
   return v2_error(404, "no such resource: " + std::string(path.substr(0, 256)));
 }
@@ -66,7 +59,7 @@ V2Action V2Api::route(const Request& request) {
     return repository_index(request);
   }
   if (path.starts_with(kRepositoryModels)) return repository_control(request, path.substr(kRepositoryModels.size()));
-  if (path == kTraceSetting) return v2_trace_setting(request, {}, trace_settings_, json_);
+  if (path == kTraceSetting) return trace_setting(request, {});
   if (path != "/v2" && path != "/v2/health/live" && path != "/v2/health/ready") return not_found(path);
   if (!is_get_or_head(request)) return v2_method_not_allowed("GET, HEAD");
   if (path == "/v2") return v2_ok(oip::server_metadata_json(kExtensions));
@@ -88,7 +81,7 @@ V2Action V2Api::model_route(const Request& request, std::string_view rest) {
   if (rest == "trace/setting") {
     oip::ModelCatalog::Lookup found = context_.models().find(name, {});
     if (!found.model) return v2_error(404, found.error);
-    return v2_trace_setting(request, found.model->name, trace_settings_, json_);
+    return trace_setting(request, found.model->name);
   }
   std::string_view version;
   if (rest.starts_with("versions/")) {
@@ -234,6 +227,12 @@ Response V2Api::statistics(std::span<const oip::ModelCatalog::Model> models) {
   return v2_ok(std::move(body));
 }
 
+
+Response v2_method_not_allowed(std::string_view allow) {
+  Response response = v2_error(405, "this resource allows only " + std::string(allow));
+  response.allow = allow;
+  return response;
+}
 
 Response v2_error(unsigned status, std::string_view message, unsigned retry_after_s) {
   Response response;

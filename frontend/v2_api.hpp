@@ -89,6 +89,9 @@ class V2Api {
   // POST /v2/repository/models/NAME/load|unload (the same extension's model control).
   V2Action repository_control(const Request& request, std::string_view rest);
   Response statistics(std::span<const oip::ModelCatalog::Model> models);
+  // GET or POST /v2[/models/NAME]/trace/setting (Triton's trace extension; v2_trace_setting.cpp):
+  // `model` empty for the global settings.
+  Response trace_setting(const Request& request, std::string_view model);
 
   V2Limits limits_;
   ApiContext& context_;  // borrowed; outlives the V2Api
@@ -98,6 +101,9 @@ class V2Api {
 
 // {"error": message} with the given status.
 Response v2_error(unsigned status, std::string_view message, unsigned retry_after_s = 0);
+
+// 405 naming the methods the resource allows, in the message and in Allow.
+Response v2_method_not_allowed(std::string_view allow);
 
 // The protocol's mapping of a client-library error: overloaded `overload` (503 or 429), deadline
 // 504, too large or not UTF-8 400, and so on.

@@ -1,5 +1,7 @@
-#include "frontend/v2_trace_setting.hpp"
-
+// Triton's trace extension over HTTP: GET or POST /v2/trace/setting (the global settings) and
+// /v2/models/NAME/trace/setting (a model's), each setting a JSON string (trace_level a list of
+// them), null in a POST clearing one.
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -57,16 +59,11 @@ std::optional<std::vector<std::string>> value_of(simdjson::dom::element value, s
 
 }  // namespace
 
-Response v2_trace_setting(const Request& request, std::string_view model, tracing::TraceSettings* settings,
-                          simdjson::dom::parser& json) {
+Response V2Api::trace_setting(const Request& request, std::string_view model) {
   const bool read = request.method() == beast_http::verb::get || request.method() == beast_http::verb::head;
-  if (!read && request.method() != beast_http::verb::post) {
-    Response response = v2_error(405, "this resource allows only GET, HEAD, POST");
-    response.allow = "GET, HEAD, POST";
-    return response;
-  }
+  if (!read && request.method() != beast_http::verb::post) return v2_method_not_allowed("GET, HEAD, POST");
   Response response;
-  if (settings == nullptr) {
+  if (trace_settings_ == nullptr) {  // tracing off: reads say OFF; changes are refused, saying how
     if (!read) {
       return v2_error(403, "tracing is off in this batchd-http: start it with --trace-endpoint, or with "
                            "OTEL_TRACES_EXPORTER=otlp (docs/TRACING.md)");
@@ -75,19 +72,14 @@ Response v2_trace_setting(const Request& request, std::string_view model, tracin
     return response;
   }
   if (read) {
-    response.body = settings_json(settings->get(model));
+    response.body = settings_json(trace_settings_->get(model));
     return response;
   }
   std::vector<tracing::TraceSetting> changes;
-  const std::string& body = request.body();
-  if (body.find_first_not_of(" \t\r\n") != std::string::npos) {
-    simdjson::dom::element root;
-    simdjson::dom::object object;
-    if (json.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS ||
-        root.get_object().get(object) != simdjson::SUCCESS) {
-      return v2_error(400, "a trace setting request must be a JSON object");
-    }
-    for (const auto field : object) {
+  std::optional<simdjson::dom::object> body;
+  if (auto refused = read_optional_object(request, "a trace setting request", body)) return *refused;
+  if (body) {
+    for (const auto field : *body) {
       tracing::TraceSetting& change = changes.emplace_back();
       change.name = std::string(field.key);
       if (field.value.is_null()) continue;
@@ -97,7 +89,7 @@ Response v2_trace_setting(const Request& request, std::string_view model, tracin
     }
   }
   try {
-    response.body = settings_json(settings->update(model, changes));
+    response.body = settings_json(trace_settings_->update(model, changes));
   } catch (const std::invalid_argument& refused) {
     return v2_error(400, refused.what());
   }
