@@ -31,8 +31,11 @@ constexpr unsigned kMaxAttachingPerUid = 8;
 
 void AttachHandshake::begin_pass() {
   limiter_.new_pass();
-  if (listen_deferred_) accept_clients();
+  // Hellos already accepted come first: a backlog a storm keeps full would otherwise spend every
+  // pass's steps on accepts, and a deferred hello would wait past its deadline. They are bounded
+  // by the handshake table, and each read retires one, so accepts still get steps.
   read_due_hellos();
+  if (listen_deferred_) accept_clients();
 }
 
 void AttachHandshake::stop_listening() {

@@ -12,11 +12,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "shm/attach_protocol.hpp"
 #include "shm/clock.hpp"
+#include "shm/fd.hpp"
 
 namespace batchd::test {
 
@@ -169,18 +172,28 @@ void stop_lingering(int fd) {
 }
 
 NewClientProber::NewClientProber(std::string socket, std::chrono::milliseconds period,
-                                 std::chrono::milliseconds bound) {
-  thread_ = std::thread([this, socket = std::move(socket), period, bound] {
+                                 std::chrono::milliseconds bound, std::chrono::milliseconds hello_delay) {
+  thread_ = std::thread([this, socket = std::move(socket), period, bound, hello_delay] {
     while (!stop_.load()) {
-      ClientOptions options;
-      options.socket_path = socket;
-      options.connect_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(bound * 3);
+      const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(bound * 3);
       const std::int64_t start_ns = shm::monotonic_ns();
-      Error error;
-      auto client = Client::connect(options, &error);
+      std::string failure;
+      if (hello_delay.count() > 0) {
+        failure = attach_slowly(socket, hello_delay, timeout);
+      } else {
+        ClientOptions options;
+        options.socket_path = socket;
+        options.connect_timeout = timeout;
+        Error error;
+        if (!Client::connect(options, &error)) failure = error.message;
+      }
       const std::int64_t took_us = (shm::monotonic_ns() - start_ns) / 1000;
       tried_.fetch_add(1);
-      if (client && took_us <= bound.count() * 1000) in_time_.fetch_add(1);
+      if (failure.empty() && took_us <= bound.count() * 1000) in_time_.fetch_add(1);
+      if (!failure.empty()) {
+        const std::lock_guard lock(failure_mutex_);
+        last_failure_ = failure;
+      }
       if (took_us > slowest_us_.load()) slowest_us_.store(took_us);
       for (auto waited = std::chrono::milliseconds(0); waited < period && !stop_.load();
            waited += std::chrono::milliseconds(10)) {
@@ -188,6 +201,32 @@ NewClientProber::NewClientProber(std::string socket, std::chrono::milliseconds p
       }
     }
   });
+}
+
+std::string NewClientProber::attach_slowly(const std::string& socket, std::chrono::milliseconds hello_delay,
+                                           std::chrono::milliseconds timeout) {
+  const UnixAddress address(socket);
+  const shm::UniqueFd conn(address.connect());
+  if (!conn.valid()) return std::string("connect: ") + std::strerror(errno);
+  std::this_thread::sleep_for(hello_delay);
+  const shm::Hello hello{shm::kAttachMagic, shm::kProtocolVersion, 0, 0};
+  if (!shm::send_with_fds(conn.get(), std::as_bytes(std::span(&hello, 1)), {})) return "the hello was not sent";
+  pollfd pfd{conn.get(), POLLIN, 0};
+  if (::poll(&pfd, 1, static_cast<int>(timeout.count())) != 1) return "no attach reply";
+  shm::AttachReply reply{};
+  std::vector<shm::UniqueFd> fds;  // the session's: closed with the connection
+  const auto n = shm::recv_with_fds(conn.get(), std::as_writable_bytes(std::span(&reply, 1)), fds);
+  if (!n || *n != sizeof(reply)) return "no attach reply";
+  if (reply.status != shm::AttachStatus::kOk) {
+    reply.message[sizeof(reply.message) - 1] = '\0';
+    return std::string("refused: ") + reply.message;
+  }
+  return {};
+}
+
+std::string NewClientProber::last_failure() const {
+  const std::lock_guard lock(failure_mutex_);
+  return last_failure_;
 }
 
 void NewClientProber::stop() {

@@ -138,20 +138,31 @@ class BackgroundRun {
 };
 
 // Attaches a new client every `period` while running; counts those that attached within
-// `bound` (each attach is timed from its start to its client being ready).
+// `bound` (each attach is timed from its start to its client being ready). With a
+// `hello_delay`, each attach is made by hand and sends its hello that long after connecting: the
+// daemon has accepted it by then and must come back to read it.
 class NewClientProber {
  public:
-  NewClientProber(std::string socket, std::chrono::milliseconds period, std::chrono::milliseconds bound);
+  NewClientProber(std::string socket, std::chrono::milliseconds period, std::chrono::milliseconds bound,
+                  std::chrono::milliseconds hello_delay = std::chrono::milliseconds(0));
   ~NewClientProber() { stop(); }
   void stop();
   [[nodiscard]] unsigned tried() const { return tried_.load(); }
   [[nodiscard]] unsigned in_time() const { return in_time_.load(); }
   [[nodiscard]] double slowest_ms() const { return slowest_us_.load() / 1e3; }
+  // Why the last attach that failed did (empty: none failed).
+  [[nodiscard]] std::string last_failure() const;
 
  private:
+  // One attach, by hand, its hello sent `hello_delay` after the connect: empty if it attached.
+  static std::string attach_slowly(const std::string& socket, std::chrono::milliseconds hello_delay,
+                                   std::chrono::milliseconds timeout);
+
   std::atomic<bool> stop_{false};
   std::atomic<unsigned> tried_{0}, in_time_{0};
   std::atomic<std::int64_t> slowest_us_{0};
+  mutable std::mutex failure_mutex_;
+  std::string last_failure_;
   std::thread thread_;
 };
 
