@@ -12,7 +12,7 @@ void Admission::look(const Router::DelayView& delays, const ArrivalRates& arriva
     const auto priority = static_cast<shm::WirePriority>(c);
     const double per_ns = arrivals.per_second(priority, now_ns) / 1e9;
     // Classes served before rank r pass a request of rank r.
-    for (std::size_t r = rank_of(priority) + 1; r < PendingQueue::kClasses; ++r) passing_per_ns_[r] += per_ns;
+    for (std::size_t r = shm::rank_of(priority) + 1; r < PendingQueue::kClasses; ++r) passing_per_ns_[r] += per_ns;
   }
   looked_ = true;
 }

@@ -16,7 +16,7 @@ std::uint64_t token_of(std::uint32_t index, std::uint32_t generation) noexcept {
 }  // namespace
 
 bool Coalescer::follow_or_lead(std::uint64_t hash, std::string_view input, RequestRef& request) {
-  const std::size_t rank = rank_of(request.priority);
+  const std::size_t rank = shm::rank_of(request.priority);
   std::lock_guard lock(mu_);
   if (!table_.empty()) {
     for (std::size_t p = home(hash);; p = (p + 1) & (table_.size() - 1)) {

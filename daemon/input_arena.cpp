@@ -4,16 +4,14 @@
 
 #include <cstdint>
 
+#include "shm/align.hpp"
 #include "shm/memfd_region.hpp"
 
 namespace batchd {
 namespace {
 
-constexpr std::uint64_t kPage = 4096;
 // The whole arena's size, virtual: past it the daemon refuses to start rather than map terabytes.
 constexpr std::uint64_t kMaxArenaBytes = std::uint64_t{1} << 40;
-
-constexpr std::uint64_t round_to_page(std::uint64_t n) noexcept { return (n + kPage - 1) / kPage * kPage; }
 
 }  // namespace
 
@@ -21,8 +19,8 @@ Expected<InputArena> InputArena::create(std::size_t slots, std::uint32_t max_inp
   InputArena arena;
   arena.slots_ = slots;
   arena.offsets_capacity_ = std::size_t{max_inputs} + 1;
-  arena.bytes_at_ = round_to_page(arena.offsets_capacity_ * sizeof(std::uint32_t));
-  arena.slot_stride_ = arena.bytes_at_ + round_to_page(bytes_per_slot);
+  arena.bytes_at_ = shm::round_up_to_page(arena.offsets_capacity_ * sizeof(std::uint32_t));
+  arena.slot_stride_ = arena.bytes_at_ + shm::round_up_to_page(bytes_per_slot);
   if (slots == 0 || bytes_per_slot == 0 || arena.slot_stride_ > kMaxArenaBytes / slots) {
     return make_failure(std::errc::invalid_argument,
                         fmt::format("an input arena of {} slots of {} inputs and {} bytes is out of range", slots,

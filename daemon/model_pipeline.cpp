@@ -90,7 +90,7 @@ bool ModelPipeline::would_miss_deadline(const TakenRequest& taken, std::int64_t 
   Admission::Backlog backlog;
   for (std::size_t r = 0; r < PendingQueue::kClasses; ++r) backlog.waiting_by_rank[r] = pending_.size_of_rank(r);
   backlog.in_open_batch = batcher_.count();
-  return admission_.would_miss_deadline(rank_of(taken.priority), taken.deadline_mono_ns, now_ns, backlog,
+  return admission_.would_miss_deadline(shm::rank_of(taken.priority), taken.deadline_mono_ns, now_ns, backlog,
                                         config_.settings);
 }
 
@@ -120,7 +120,7 @@ bool ModelPipeline::move_into_batch(PendingRequest& request, std::int64_t now_ns
   }
   if (batch.requests.empty()) batch.opened_ns = request.arrival_ns;
   batch.input_offsets.push_back(static_cast<std::uint32_t>(batch.input_bytes.size()));
-  shares_.add(request.session->uid(), rank_of(taken.priority), taken.input_bytes);
+  shares_.add(request.session->uid(), shm::rank_of(taken.priority), taken.input_bytes);
   batch.requests.push_back(std::move(ref));
   batcher_.add(taken.input_bytes, WaitOrFullBatcher::at_ns(request.arrival_ns), taken.deadline_mono_ns);
   return true;
@@ -156,7 +156,7 @@ bool ModelPipeline::answered_without_running(RequestRef& ref, std::string_view i
 
 bool ModelPipeline::cut_for_fairness(const PendingRequest& request, std::int64_t now_ns) noexcept {
   const uid_t tenant = request.session->uid();
-  const std::size_t cls = rank_of(request.taken.priority);
+  const std::size_t cls = shm::rank_of(request.taken.priority);
   const std::uint32_t slice_us = config_.settings.fair_slice_us;
   if (slice_us == 0 || !shares_.holds_other_than(tenant, cls)) return false;
   const CostFit& cost = pass_lanes(now_ns).cost;

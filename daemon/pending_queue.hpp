@@ -72,16 +72,6 @@ class ClassQueue {
   DeficitRound<uid_t, DeficitRound<std::uint64_t, ClientFifo, SessionOf>, TenantOf> tenants_;
 };
 
-// The order classes are served in: 0 first.
-constexpr std::size_t rank_of(shm::WirePriority priority) noexcept {
-  switch (priority) {
-    case shm::WirePriority::kHigh: return 0;
-    case shm::WirePriority::kNormal: return 1;
-    case shm::WirePriority::kLow: return 2;
-  }
-  return 1;
-}
-
 // The classes together: high is batched first, then normal, then low; but no class takes
 // everything. A lower class with waiting work keeps a floor share of what is served (its floor,
 // by cost): each request served from another class credits it floor x that request's cost, and
@@ -131,7 +121,7 @@ class PendingQueue {
   }
 
   void push_back(PendingRequest request) {
-    classes_[rank_of(request.taken.priority)].push_back(std::move(request));
+    classes_[shm::rank_of(request.taken.priority)].push_back(std::move(request));
   }
 
   // Forgets a client that has gone (see ClassQueue::forget). Returns how many were dropped.

@@ -5,12 +5,13 @@
 #include <stdexcept>
 
 #include "daemon/client_session.hpp"
+#include "shm/align.hpp"
 
 namespace batchd {
 
 ResponseCaches::ResponseCaches(const DaemonConfig& config) : config_(config) {
   // An even share each, whole pages; too small a share is no cache.
-  const std::uint64_t share = config.cache_bytes / (std::uint64_t{config.cache_users} + 1) / 4096 * 4096;
+  const std::uint64_t share = shm::round_down_to_page(config.cache_bytes / (std::uint64_t{config.cache_users} + 1));
   if (share >= shm::kCacheMinBytes) {
     segment_bytes_ = share;
   } else if (config.cache_bytes != 0) {

@@ -293,11 +293,8 @@ void Router::run_or_dispatch(Batch* batch) noexcept {
     return;
   }
   const std::int64_t now_ns = shm::monotonic_ns();
-  record_success(lane->id.device, *batch, now_ns - started_ns, now_ns);
   health_[lane->id.device]->record_inline();
-  remember_canary(*batch);
-  completer_.complete_batch(*batch, status);
-  release(batch);
+  complete_success(lane->id.device, batch, status, now_ns - started_ns, now_ns);
 }
 
 void Router::worker(Lane& lane) noexcept {
@@ -370,17 +367,22 @@ void Router::finish(Lane& lane, Batch* batch, BackendStatus status) noexcept {
       release(batch);  // the original was answered elsewhere
       return;
     }
-    record_success(device, *batch, run_ns, now_ns);
-    // Devices that failed this same batch are proven at fault: it runs fine here.
-    for (unsigned d = 0; d < health_.size(); ++d) {
-      if ((batch->failed_devices & device_bit(d)) != 0) health_[d]->mark_unhealthy(now_ns);
-    }
-    remember_canary(*batch);
-    completer_.complete_batch(*batch, status);
-    release(batch);
+    complete_success(device, batch, status, run_ns, now_ns);
     return;
   }
   on_failure(lane, batch, std::move(status.message));
+}
+
+void Router::complete_success(unsigned device, Batch* batch, const BackendStatus& status, std::int64_t run_ns,
+                              std::int64_t now_ns) noexcept {
+  record_success(device, *batch, run_ns, now_ns);
+  // Devices that failed this same batch are proven at fault: it runs fine here.
+  for (unsigned d = 0; d < health_.size(); ++d) {
+    if ((batch->failed_devices & device_bit(d)) != 0) health_[d]->mark_unhealthy(now_ns);
+  }
+  remember_canary(*batch);
+  completer_.complete_batch(*batch, status);
+  release(batch);
 }
 
 void Router::remember_canary(const Batch& batch) noexcept {

@@ -244,6 +244,10 @@ class Router {
   // when the watchdog abandoned that run meanwhile (a copy runs elsewhere).
   bool settle(Lane& lane, Batch* batch) noexcept;
   void finish(Lane& lane, Batch* batch, BackendStatus status) noexcept;
+  // A batch that ran on `device` (inline or on a lane): the device's record, and its callers
+  // answered.
+  void complete_success(unsigned device, Batch* batch, const BackendStatus& status, std::int64_t run_ns,
+                        std::int64_t now_ns) noexcept;
   void on_failure(Lane& lane, Batch* batch, std::string message) noexcept;
   // Runs the canary on this lane: tells a poison input from a broken device.
   Verdict check_with_canary(Lane& lane) noexcept;

@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "frontend/openapi_spec.hpp"
+#include "oip/model.hpp"
 #include "text/ascii.hpp"
 #include "text/json_escape.hpp"
 
@@ -134,7 +135,7 @@ std::optional<Response> read_timeout(const Request& request, const ApiLimits& li
   if (ec != std::errc() || end != value.data() + value.size() || ms == 0) {
     return error_response(400, "bad_timeout", "X-Timeout-Ms must be a positive whole number of milliseconds");
   }
-  timeout = std::min(limits.max_timeout, std::chrono::milliseconds(std::min<std::uint64_t>(ms, 1ULL << 40)));
+  timeout = oip::capped_timeout(ms, limits.max_timeout);
   return std::nullopt;
 }
 

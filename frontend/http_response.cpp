@@ -1,7 +1,5 @@
 #include "frontend/http_response.hpp"
 
-#include <simdjson.h>
-
 #include <ctime>
 
 #include "text/json_escape.hpp"
@@ -61,22 +59,6 @@ void serialize(const Response& response, const Framing& framing, std::string& ou
   if (!framing.head) out.append(response.body);
 }
 
-namespace {
-
-// Messages may quote what the caller sent (a path), which need not be UTF-8; a JSON body must be.
-// Such a message keeps its ASCII and shows every other byte as '?'.
-std::string printable_message(std::string_view message) {
-  std::string out(message);
-  if (!simdjson::validate_utf8(out.data(), out.size())) {
-    for (char& c : out) {
-      if (static_cast<unsigned char>(c) >= 0x80) c = '?';
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 Response error_response(unsigned status, std::string_view code, std::string_view message,
                         unsigned retry_after_s) {
   Response response;
@@ -86,7 +68,8 @@ Response error_response(unsigned status, std::string_view code, std::string_view
   response.body.append(R"({"error":{"code":")");
   text::append_json_escaped(code, response.body);
   response.body.append(R"(","message":")");
-  text::append_json_escaped(printable_message(message), response.body);
+  // A message may quote what the caller sent (a path), which need not be UTF-8; the body must be.
+  text::append_json_escaped_lossy(message, response.body);
   response.body.append("\"}}");
   return response;
 }

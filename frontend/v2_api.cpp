@@ -240,15 +240,7 @@ Response v2_error(unsigned status, std::string_view message, unsigned retry_afte
   response.retry_after_s = retry_after_s;
   response.body.append(R"({"error":")");
   // A message may quote what the peer sent, which need not be UTF-8; the body must be.
-  if (simdjson::validate_utf8(message.data(), message.size())) {
-    text::append_json_escaped(message, response.body);
-  } else {
-    std::string ascii(message);
-    for (char& c : ascii) {
-      if (static_cast<unsigned char>(c) >= 0x80) c = '?';
-    }
-    text::append_json_escaped(ascii, response.body);
-  }
+  text::append_json_escaped_lossy(message, response.body);
   response.body.append("\"}");
   return response;
 }

@@ -72,10 +72,13 @@ std::string echoed_id(std::string_view id) {
   return std::string(id.substr(0, cut));
 }
 
+std::chrono::milliseconds capped_timeout(std::uint64_t ms, std::chrono::milliseconds max) {
+  return std::min(max, std::chrono::milliseconds(std::min<std::uint64_t>(ms, 1ULL << 40)));
+}
+
 std::chrono::milliseconds timeout_parameter(std::uint64_t us, std::chrono::milliseconds max) {
   // Rounded up without adding first, which would wrap a claim near 2^64 to 0 ms.
-  const std::uint64_t ms = us / 1000 + (us % 1000 != 0 ? 1 : 0);
-  return std::min(max, std::chrono::milliseconds(std::min<std::uint64_t>(ms, 1ULL << 40)));
+  return capped_timeout(us / 1000 + (us % 1000 != 0 ? 1 : 0), max);
 }
 
 ShapeCheck check_input_shape(const ModelDescription& model, std::span<const std::int64_t> shape,

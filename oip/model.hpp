@@ -75,8 +75,11 @@ std::string_view server_version() noexcept;
 // copied into every answer), cut at a character boundary so the echo stays UTF-8.
 std::string echoed_id(std::string_view id);
 
+// A deadline a caller asked for, in milliseconds (X-Timeout-Ms), capped at `max`; and at 2^40 ms
+// whatever `max` is, so that nanosecond arithmetic on it cannot wrap.
+std::chrono::milliseconds capped_timeout(std::uint64_t ms, std::chrono::milliseconds max);
 // Triton's request parameter "timeout", in microseconds, as a deadline: rounded up to whole
-// milliseconds and capped at `max`.
+// milliseconds and capped as above.
 std::chrono::milliseconds timeout_parameter(std::uint64_t us, std::chrono::milliseconds max);
 
 // The elements a tensor of `shape` holds, when the shape is one the model takes ([N] or [N, 1],

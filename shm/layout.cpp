@@ -2,14 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "shm/align.hpp"
+
 namespace batchd::shm {
 namespace {
-
-constexpr std::uint64_t round_up(std::uint64_t value, std::uint64_t align) noexcept {
-  return (value + align - 1) / align * align;
-}
-
-constexpr std::uint64_t kPageBytes = 4096;
 
 Failure invalid(std::string why) {
   return make_failure(std::errc::invalid_argument, std::move(why));

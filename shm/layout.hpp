@@ -9,10 +9,10 @@
 #include <type_traits>
 
 #include "base/expected.hpp"
+#include "shm/align.hpp"
 
 namespace batchd::shm {
 
-inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x3144484354414221ULL;  // "!BATCHD1"
 // Bump on any incompatible change to the structs below; a mismatch is refused.
 // 4: CacheHitCounts after the EventWaiter.
@@ -51,6 +51,17 @@ enum class WireStatus : std::uint32_t {
 // slot whose priority nobody wrote (memfd pages start zeroed) asks for nothing special.
 enum class WirePriority : std::uint32_t { kNormal = 0, kHigh = 1, kLow = 2 };
 inline constexpr std::uint32_t kWirePriorities = 3;  // any value from here on is a protocol violation
+
+// A class's rank: the order classes are served and listed in (high 0, normal, low). A value past
+// the known ones ranks as normal.
+constexpr std::size_t rank_of(WirePriority priority) noexcept {
+  switch (priority) {
+    case WirePriority::kHigh: return 0;
+    case WirePriority::kLow: return 2;
+    case WirePriority::kNormal: break;
+  }
+  return 1;
+}
 
 // Request-slot notify bits: how the caller wants to learn of its completion.
 inline constexpr std::uint32_t kNotifyFutex = 1U << 0;

@@ -10,12 +10,13 @@
 #include <iterator>
 #include <type_traits>
 
+#include "shm/align.hpp"
 #include "shm/layout.hpp"
 
 namespace batchd::shm {
 
 inline constexpr std::uint64_t kStatusMagic = 0x5354415442415431ULL;  // "1TABTATS"
-inline constexpr std::size_t kStatusPageBytes = 4096;
+inline constexpr std::size_t kStatusPageBytes = kPageBytes;
 inline constexpr std::size_t kStatusDevices = 32;          // devices beyond this are not listed
 inline constexpr std::size_t kBatchSizeBuckets = 16;       // bucket b: sizes in [2^b, 2^(b+1))
 inline constexpr std::size_t kFlushReasons = 8;            // daemon's FlushReason values, in order
@@ -147,7 +148,7 @@ struct alignas(64) StatusLatency {
 static_assert(std::is_standard_layout_v<StatusLatency>);
 static_assert(kStatusLatencyOffset % alignof(StatusLatency) == 0);
 inline constexpr std::size_t kStatusWorkersOffset =
-    kStatusLatencyOffset + (sizeof(StatusLatency) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+    kStatusLatencyOffset + round_up_to_page(sizeof(StatusLatency));
 
 // The worker processes attached, after the histograms (read, like them, only when the file is
 // long enough and the header matches), one per place: the daemon gives each worker the lowest
@@ -178,7 +179,7 @@ struct alignas(64) StatusWorkers {
 static_assert(std::is_standard_layout_v<StatusWorkers>);
 
 inline constexpr std::size_t kStatusModelsOffset =
-    kStatusWorkersOffset + (sizeof(StatusWorkers) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+    kStatusWorkersOffset + round_up_to_page(sizeof(StatusWorkers));
 
 // The models the daemon serves, after the workers (read, like them, only when the file is long
 // enough and the header matches). A request's model id is its model's index here: a client finds
@@ -234,7 +235,7 @@ static_assert(kStatusModelsOffset % alignof(StatusModels) == 0);
 // before it reads that table as it did): flushes by reason and batch sizes, as the page's
 // daemon-wide ones, at the model's id.
 inline constexpr std::size_t kStatusModelBatchesOffset =
-    kStatusModelsOffset + (sizeof(StatusModels) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+    kStatusModelsOffset + round_up_to_page(sizeof(StatusModels));
 inline constexpr std::uint64_t kStatusModelBatchesMagic = 0x484354414257445fULL;  // "_DWBATCH"
 inline constexpr std::uint32_t kStatusModelBatchesVersion = 1;
 struct alignas(64) StatusModelBatch {
@@ -255,7 +256,7 @@ static_assert(kStatusModelBatchesOffset % alignof(StatusModelBatches) == 0);
 // every model at its id. Pages of models never declared are never touched.
 inline constexpr std::size_t kStatusModelDevicesOffset =
     kStatusModelBatchesOffset +
-    (sizeof(StatusModelBatches) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+    round_up_to_page(sizeof(StatusModelBatches));
 inline constexpr std::uint64_t kStatusModelDevicesMagic = 0x5345434956454431ULL;  // "1DEVICES"
 // 2: the tables' turns on shared devices (a page of version 1 has none: devices of its own).
 inline constexpr std::uint32_t kStatusModelDevicesVersion = 2;
@@ -291,7 +292,7 @@ static_assert(kStatusModelDevicesOffset % alignof(StatusModelDevices) == 0);
 // model's (the policy in force, its limits, the arrival rate it sees and the batch it aims at).
 inline constexpr std::size_t kStatusModelPoliciesOffset =
     kStatusModelDevicesOffset +
-    (sizeof(StatusModelDevices) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+    round_up_to_page(sizeof(StatusModelDevices));
 inline constexpr std::uint64_t kStatusModelPoliciesMagic = 0x53454943494c4f50ULL;  // "POLICIES"
 inline constexpr std::uint32_t kStatusModelPoliciesVersion = 1;
 struct alignas(64) StatusModelPolicy {
@@ -315,7 +316,7 @@ static_assert(kStatusModelPoliciesOffset % alignof(StatusModelPolicies) == 0);
 // queue_by_class (every model's together), for each model at its id, in the same buckets.
 inline constexpr std::size_t kStatusModelLatencyOffset =
     kStatusModelPoliciesOffset +
-    (sizeof(StatusModelPolicies) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+    round_up_to_page(sizeof(StatusModelPolicies));
 inline constexpr std::uint64_t kStatusModelLatencyMagic = 0x45554555515f4d31ULL;  // "1M_QUEUE"
 inline constexpr std::uint32_t kStatusModelLatencyVersion = 1;
 struct alignas(64) StatusModelQueue {
@@ -337,7 +338,7 @@ static_assert(kStatusModelLatencyOffset % alignof(StatusModelLatency) == 0);
 // requests answered with an identical one's answer; and every cache segment's entries together.
 inline constexpr std::size_t kStatusCacheOffset =
     kStatusModelLatencyOffset +
-    (sizeof(StatusModelLatency) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+    round_up_to_page(sizeof(StatusModelLatency));
 inline constexpr std::uint64_t kStatusCacheMagic = 0x5345484341435f31ULL;  // "1_CACHES"
 inline constexpr std::uint32_t kStatusCacheVersion = 1;
 struct alignas(64) StatusModelCache {
@@ -366,6 +367,6 @@ static_assert(kStatusCacheOffset % alignof(StatusCache) == 0);
 // The memfd the daemon creates: the page, the histograms, the workers, the models, their
 // batches, devices, policies, queue times and caches, each in whole pages.
 inline constexpr std::size_t kStatusFileBytes =
-    kStatusCacheOffset + (sizeof(StatusCache) + kStatusPageBytes - 1) / kStatusPageBytes * kStatusPageBytes;
+    kStatusCacheOffset + round_up_to_page(sizeof(StatusCache));
 
 }  // namespace batchd::shm

@@ -2,18 +2,14 @@
 
 #include <fmt/format.h>
 
+#include "shm/align.hpp"
+
 namespace batchd::shm {
 namespace {
 
-constexpr std::uint64_t kLine = 64;
-constexpr std::uint64_t kPage = 4096;
 // Offsets in a batch are 32-bit: no area may pass 4 GiB.
 constexpr std::uint64_t kMaxAreaBytes = std::uint64_t{1} << 31;
 constexpr std::uint32_t kMaxInputs = std::uint32_t{1} << 20;
-
-constexpr std::uint64_t align_up(std::uint64_t value, std::uint64_t align) noexcept {
-  return (value + align - 1) / align * align;
-}
 
 Failure unusable(std::string why) { return make_failure(std::errc::invalid_argument, std::move(why)); }
 
@@ -40,14 +36,14 @@ Expected<WorkerRegionHeader> worker_region_layout(const WorkerRegionParams& p) {
   h.max_input_bytes = p.max_input_bytes;
   h.output_capacity = p.output_capacity;
   h.max_output_bytes = p.max_output_bytes;
-  h.descriptors_offset = align_up(sizeof(WorkerRegionHeader), kLine);
-  h.buffer_offset = align_up(h.descriptors_offset + sizeof(WorkerDescriptor) * p.buffers, kPage);
+  h.descriptors_offset = round_up(sizeof(WorkerRegionHeader), kCacheLine);
+  h.buffer_offset = round_up(h.descriptors_offset + sizeof(WorkerDescriptor) * p.buffers, kPageBytes);
   const std::uint64_t offsets_bytes = (std::uint64_t{p.max_inputs} + 1) * sizeof(std::uint32_t);
   h.input_offsets_at = 0;
-  h.input_bytes_at = align_up(offsets_bytes, kLine);
-  h.output_offsets_at = align_up(h.input_bytes_at + p.max_input_bytes, kLine);
-  h.output_bytes_at = align_up(h.output_offsets_at + offsets_bytes, kLine);
-  h.buffer_stride = align_up(h.output_bytes_at + p.output_capacity, kPage);
+  h.input_bytes_at = round_up(offsets_bytes, kCacheLine);
+  h.output_offsets_at = round_up(h.input_bytes_at + p.max_input_bytes, kCacheLine);
+  h.output_bytes_at = round_up(h.output_offsets_at + offsets_bytes, kCacheLine);
+  h.buffer_stride = round_up(h.output_bytes_at + p.output_capacity, kPageBytes);
   h.region_bytes = h.buffer_offset + h.buffer_stride * p.buffers;
   return h;
 }

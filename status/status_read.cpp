@@ -10,15 +10,8 @@ namespace batchd {
 
 namespace {
 
-// A wire class's index in a snapshot's arrays (kStatusClasses: high, normal, low).
-std::size_t class_index(std::uint32_t wire) noexcept {
-  switch (static_cast<shm::WirePriority>(wire)) {
-    case shm::WirePriority::kHigh: return 0;
-    case shm::WirePriority::kLow: return 2;
-    case shm::WirePriority::kNormal: break;
-  }
-  return 1;
-}
+// A wire class's index in a snapshot's arrays (kStatusClasses: high, normal, low): its rank.
+std::size_t class_index(std::uint32_t wire) noexcept { return shm::rank_of(static_cast<shm::WirePriority>(wire)); }
 
 // Text the daemon wrote as NUL-padded words (shm/status_page.hpp).
 template <std::size_t N>
