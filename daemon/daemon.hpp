@@ -29,7 +29,7 @@
 #include "daemon/event_ring.hpp"
 #include "daemon/fd_reaper.hpp"
 #include "daemon/log_limiter.hpp"
-#include "daemon/metrics_listener.hpp"
+#include "status/metrics_listener.hpp"
 #include "daemon/model_changes.hpp"
 #include "daemon/model_pipeline.hpp"
 #include "daemon/model_registry.hpp"

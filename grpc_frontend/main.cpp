@@ -21,7 +21,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "daemon/metrics_listener.hpp"
+#include "status/metrics_listener.hpp"
 #include "frontend/grant_flags.hpp"
 #include "grpc_frontend/daemon_pool.hpp"
 #include "grpc_frontend/metrics.hpp"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/metrics_listener.hpp"
+#include "status/metrics_listener.hpp"
 #include "daemon/stats.hpp"
 #include "tests/helpers.hpp"
 

@@ -1,4 +1,4 @@
-#include "daemon/metrics_listener.hpp"
+#include "status/metrics_listener.hpp"
 
 #include <netinet/in.h>
 #include <poll.h>
