@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 extern char** environ;
@@ -386,6 +387,18 @@ void InProcessDaemon::stop() {
   if (!thread_.joinable()) return;
   daemon_.request_stop();
   thread_.join();
+}
+
+std::size_t open_fds(pid_t pid) {
+  const std::filesystem::directory_iterator fds("/proc/" + std::to_string(pid) + "/fd");
+  return static_cast<std::size_t>(std::distance(begin(fds), end(fds)));
+}
+
+ProcessOutput batchctl(const std::vector<std::string>& args, std::optional<RunAs> as,
+                       std::chrono::milliseconds timeout) {
+  std::vector<std::string> argv{built_binary("BATCHD_CTL_BIN")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_captured(argv, timeout, as);
 }
 
 ProcessOutput send_as(const std::string& socket, RunAs as, const std::string& input) {

@@ -92,6 +92,13 @@ struct ProcessOutput {
 ProcessOutput run_captured(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                            std::optional<RunAs> as = std::nullopt, std::string_view stdin_text = {});
 
+// Descriptors the process holds now.
+std::size_t open_fds(pid_t pid);
+
+// batchctl (BATCHD_CTL_BIN) with `args`, run as `as` if given (killed past `timeout`).
+ProcessOutput batchctl(const std::vector<std::string>& args, std::optional<RunAs> as = std::nullopt,
+                       std::chrono::milliseconds timeout = grace(std::chrono::seconds(60)));
+
 // batchd-send (BATCHD_SEND_BIN) run as `as` against the daemon at socket, with `input`; first opens
 // the tests' private socket directory (0711) so that the other user can reach the socket.
 ProcessOutput send_as(const std::string& socket, RunAs as, const std::string& input);

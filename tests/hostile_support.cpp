@@ -23,15 +23,6 @@
 
 namespace batchd::test {
 
-std::size_t open_fds(pid_t pid) {
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& entry :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
-    ++n;
-  }
-  return n;
-}
-
 void stop_within_bound(DaemonProcess& daemon, std::chrono::milliseconds bound) {
   const pid_t pid = daemon.pid();
   std::atomic<bool> stopped{false};

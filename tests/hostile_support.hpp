@@ -85,9 +85,6 @@ class NormalLoad {
   std::string first_error_;   // guarded by mu_
 };
 
-// Descriptors the process holds now.
-std::size_t open_fds(pid_t pid);
-
 // Stops the daemon with SIGTERM, failing (and killing it) if it does not exit within `bound`.
 void stop_within_bound(DaemonProcess& daemon, std::chrono::milliseconds bound = std::chrono::seconds(20));
 

@@ -35,11 +35,7 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 std::string dir_of(const std::string& socket) { return fs::path(socket).parent_path().string(); }
 
-test::ProcessOutput batchctl(const std::vector<std::string>& args, std::optional<test::RunAs> as = std::nullopt) {
-  std::vector<std::string> argv{test::built_binary("BATCHD_CTL_BIN")};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return test::run_captured(argv, 30s, as);
-}
+using test::batchctl;
 
 // The fields of one dead-letter record that the tests check.
 struct Letter {

@@ -74,11 +74,7 @@ void check_clean(const test::StressRun& run) {
   CHECK(run.field("wrong") == 0);
 }
 
-test::ProcessOutput batchctl(const std::vector<std::string>& args) {
-  std::vector<std::string> argv{test::built_binary("BATCHD_CTL_BIN")};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return test::run_captured(argv, test::grace(60s));
-}
+using test::batchctl;
 
 }  // namespace
 

@@ -79,11 +79,6 @@ bool running(pid_t pid) {
          info.si_pid == 0;
 }
 
-std::size_t open_fds(pid_t pid) {
-  const std::filesystem::directory_iterator fds("/proc/" + std::to_string(pid) + "/fd");
-  return static_cast<std::size_t>(std::distance(begin(fds), end(fds)));
-}
-
 void stop_with_requests_in_flight(int sig) {
   const std::string socket = test::temp_socket_path();
   test::DaemonProcess daemon(socket, daemon_args());
@@ -92,9 +87,9 @@ void stop_with_requests_in_flight(int sig) {
   CHECK(test::eventually([&] { return client->daemon_status().requests_taken == kRequests; }, 10s));
   REQUIRE(held.answered() == 0);  // they wait in the batch window
   // A connection the daemon accepted before the signal, whose hello comes only after it.
-  const std::size_t fds_before = open_fds(daemon.pid());
+  const std::size_t fds_before = test::open_fds(daemon.pid());
   shm::UniqueFd early = test::raw_connect(socket);
-  CHECK(test::eventually([&] { return open_fds(daemon.pid()) > fds_before; }, 10s));
+  CHECK(test::eventually([&] { return test::open_fds(daemon.pid()) > fds_before; }, 10s));
 
   daemon.signal(sig);
   // The listener goes away at once...

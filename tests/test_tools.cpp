@@ -21,11 +21,7 @@ namespace {
 constexpr unsigned kDevices = 2;
 constexpr int kAnswered = 20;
 
-test::ProcessOutput batchctl(const std::vector<std::string>& args) {
-  std::vector<std::string> argv{test::built_binary("BATCHD_CTL_BIN")};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return test::run_captured(argv, 30s);
-}
+using test::batchctl;
 
 test::ProcessOutput send(const std::vector<std::string>& args, std::string_view stdin_text = {}) {
   std::vector<std::string> argv{test::built_binary("BATCHD_SEND_BIN")};

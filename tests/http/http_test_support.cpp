@@ -264,4 +264,11 @@ std::string error_code_of(const std::string& body) {
   return std::string(code);
 }
 
+void check_error(const HttpResponse& r, unsigned status, const std::string& code) {
+  CHECK(r.status == status);
+  CHECK(r.header("content-type") == "application/json");
+  CHECK(error_code_of(r.body) == code);
+  CHECK(r.body.find(R"("message":")") != std::string::npos);
+}
+
 }  // namespace batchd::test

@@ -100,5 +100,7 @@ std::string batch_request(std::string_view input, const std::vector<std::string>
 std::string expected_json_output(std::string_view input);
 // The machine-readable code of an error body ({"error":{"code":...}}), or "" if it has none.
 std::string error_code_of(const std::string& body);
+// Checks that `r` is a /v1 error: `status`, a JSON body with this code and a message.
+void check_error(const HttpResponse& r, unsigned status, const std::string& code);
 
 }  // namespace batchd::test

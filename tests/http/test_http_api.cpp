@@ -38,13 +38,6 @@ struct Stack {
   FrontendProcess frontend;
 };
 
-void check_error(const HttpResponse& r, unsigned status, const std::string& code) {
-  CHECK(r.status == status);
-  CHECK(r.header("content-type") == "application/json");
-  CHECK(error_code_of(r.body) == code);
-  CHECK(r.body.find(R"("message":")") != std::string::npos);
-}
-
 }  // namespace
 
 TEST_CASE("200: JSON and plain-text answers, several on one keep-alive connection") {

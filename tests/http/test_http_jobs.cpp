@@ -57,12 +57,6 @@ struct Stack {
   FrontendProcess frontend;
 };
 
-void check_error(const HttpResponse& r, unsigned status, const std::string& code) {
-  CHECK(r.status == status);
-  CHECK(r.header("content-type") == "application/json");
-  CHECK(error_code_of(r.body) == code);
-}
-
 double metric(const std::string& text, const std::string& name) {
   const std::size_t at = text.find("\n" + name + " ");
   REQUIRE_MESSAGE(at != std::string::npos, name);

@@ -6,7 +6,6 @@
 // answered right; batchctl jobs lists the dead letters, requeues one (its job then done) and drops
 // another.
 #include <signal.h>
-#include <stdio.h>
 
 #include <doctest/doctest.h>
 
@@ -78,19 +77,6 @@ bool right_answer(const JobView& view, std::size_t job) {
     if (view.outputs[k] != sim_expected_output(inputs[k], 1)) return false;
   }
   return true;
-}
-
-// batchctl's standard output and exit status.
-std::pair<std::string, int> batchctl(const std::vector<std::string>& args) {
-  std::string command = built_binary("BATCHD_CTL_BIN");
-  for (const std::string& a : args) command += " '" + a + "'";  // the tests' own arguments: no quotes in them
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string out;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
-  const int status = ::pclose(pipe);
-  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
 }
 
 std::uint64_t metric(std::uint16_t port, const std::string& name) {
@@ -349,12 +335,14 @@ TEST_CASE("dead letters: a poison input, an entry delivered too often, and malfo
 
   // batchctl jobs: the overview counts them; the tired job's dead letter requeued runs it (its
   // record pending again, then done); another dropped.
-  const auto [overview, overview_rc] = batchctl({"jobs", "--redis", redis.url(), "--json"});
-  CHECK(overview_rc == 0);
+  const ProcessOutput overview_run = batchctl({"jobs", "--redis", redis.url(), "--json"});
+  CHECK(overview_run.exit_code() == 0);
+  const std::string& overview = overview_run.out;
   CHECK(overview.find("\"dead_letters\":" + std::to_string(reasons.size()) + "}") != std::string::npos);
   CHECK(overview.find(R"("model":"batchstring","priority":"normal","entries":0)") != std::string::npos);
-  const auto [listed_json, listed_json_rc] = batchctl({"jobs", "--redis", redis.url(), "--dead", "50", "--json"});
-  CHECK(listed_json_rc == 0);
+  const ProcessOutput listed_json_run = batchctl({"jobs", "--redis", redis.url(), "--dead", "50", "--json"});
+  CHECK(listed_json_run.exit_code() == 0);
+  const std::string& listed_json = listed_json_run.out;
   std::string tired_letter, other_letter;
   simdjson::dom::parser parser;
   simdjson::dom::array letters;
@@ -367,19 +355,20 @@ TEST_CASE("dead letters: a poison input, an entry delivered too often, and malfo
     (reason.starts_with("max_deliveries") ? tired_letter : other_letter) = std::string(id);
   }
   REQUIRE(!tired_letter.empty());
-  const auto [listed, listed_rc] = batchctl({"jobs", "--redis", redis.url(), "--dead", "50"});
-  CHECK(listed_rc == 0);
+  const ProcessOutput listed_run = batchctl({"jobs", "--redis", redis.url(), "--dead", "50"});
+  CHECK(listed_run.exit_code() == 0);
+  const std::string& listed = listed_run.out;
   CHECK(listed.find(tired_letter) != std::string::npos);
   CHECK(listed.find("max_deliveries: delivered 4 times") != std::string::npos);
-  CHECK(batchctl({"jobs", "--redis", redis.url(), "--requeue", tired_letter}).second == 0);
+  CHECK(batchctl({"jobs", "--redis", redis.url(), "--requeue", tired_letter}).exit_code() == 0);
   CHECK(eventually(
       [&] {
         const JobView view = parse_job(client.round_trip(poll_request(tired_id))->body);
         return view.status == "done" && view.output == sim_expected_output("tired", 1);
       },
       grace(10000ms)));
-  CHECK(batchctl({"jobs", "--redis", redis.url(), "--drop", other_letter}).second == 0);
-  CHECK(batchctl({"jobs", "--redis", redis.url(), "--drop", other_letter}).second == 1);  // gone already
+  CHECK(batchctl({"jobs", "--redis", redis.url(), "--drop", other_letter}).exit_code() == 0);
+  CHECK(batchctl({"jobs", "--redis", redis.url(), "--drop", other_letter}).exit_code() == 1);  // gone already
   CHECK(cli.run({"XLEN", "batchd:jobs:dead"}).integer == static_cast<long long>(reasons.size()) - 2);
 }
 
