@@ -101,7 +101,7 @@ struct DaemonConfig : ModelSettings {
   bool refuse_passed_fds = true;
   std::uint32_t drain_spin_us = 20;   // busy-poll this long before the drain loop sleeps
   DeadLetterOptions dead_letters;     // requests whose input fails alone: where they are recorded
-  std::string metrics_listen;         // ADDR:PORT for GET /metrics (metrics_listener.hpp); empty: none
+  std::string metrics_listen;         // ADDR:PORT for GET /metrics (status/metrics_listener.hpp); empty: none
   std::string default_model_version = "1";  // batchstring's version
   // The response caches' memory in all, split evenly between the all-users segment and up to
   // cache_users per-user ones (pages are used only as answers are stored). 0: no cache anywhere.

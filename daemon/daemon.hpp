@@ -29,7 +29,6 @@
 #include "daemon/event_ring.hpp"
 #include "daemon/fd_reaper.hpp"
 #include "daemon/log_limiter.hpp"
-#include "status/metrics_listener.hpp"
 #include "daemon/model_changes.hpp"
 #include "daemon/model_pipeline.hpp"
 #include "daemon/model_registry.hpp"
@@ -43,6 +42,7 @@
 #include "shm/clock.hpp"
 #include "shm/spin_advisor.hpp"
 #include "shm/worker_region.hpp"
+#include "status/metrics_listener.hpp"
 
 namespace batchd {
 

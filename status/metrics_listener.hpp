@@ -1,6 +1,7 @@
 // The daemon's own Prometheus endpoint (--metrics-listen ADDR:PORT), for deployments that reach
-// the daemon over shared memory only, without batchd-http. GET /metrics answers what the status
-// page holds, in the same text as batchd-http's /metrics (status/status_metrics.hpp).
+// the daemon over shared memory only, without batchd-http; batchd-grpc serves its own with it.
+// GET /metrics answers what the status page holds, in the same text as batchd-http's /metrics
+// (status/status_metrics.hpp).
 //
 // A scraper is a network peer, so it must never hold the daemon up: the listener is a thread of its
 // own, its sockets are non-blocking, each connection has kDeadline for the whole exchange, at most
