@@ -170,8 +170,11 @@ TEST_CASE("64 identical requests in flight cost one model run, cache on or off")
   for (const char* cache : {"off", "on"}) {
     CAPTURE(cache);
     const std::string socket = test::temp_socket_path();
-    // A 100 ms batch: the later requests arrive while the first runs.
-    test::DaemonProcess daemon(socket, {"--backend", "sim", "--sim-devices", "1", "--sim-fixed-us", "100000",
+    // A 100 ms batch (stretched by the build's slowdown): the later requests arrive while the first
+    // runs. The status that says it was taken is up to 50 ms old, and a sanitizer build's client
+    // took longer than the rest to submit 63 (ASan in CI at efbec9f: a second run, for the last).
+    const std::string run_us = std::to_string(test::grace(std::chrono::milliseconds(100)).count() * 1000);
+    test::DaemonProcess daemon(socket, {"--backend", "sim", "--sim-devices", "1", "--sim-fixed-us", run_us,
                                         "--max-wait-ms", "0", "--cache", cache, "--coalesce", "on"});
     auto client = test::connect(socket);
     std::atomic<int> right{0};
